@@ -1,0 +1,23 @@
+"""The one source of time, so tests can control it."""
+
+import time
+from datetime import UTC, datetime
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch (wall clock)."""
+    return time.time_ns() // 1_000_000
+
+
+def now_s() -> float:
+    return time.time()
+
+
+def iso_from_ms(ms: int) -> str:
+    """ISO 8601 UTC with a `Z` suffix, second precision, as GitHub writes times."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ms_from_iso(text: str) -> int:
+    """Parse GitHub's ISO 8601 (`2026-01-01T00:00:00Z`) into epoch milliseconds."""
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)

@@ -1,0 +1,207 @@
+"""The GitHub gateway: every call to GitHub goes through here (PyGithub's requester).
+
+Blocking by nature (PyGithub is synchronous): async callers run these methods in a worker
+thread (`asyncio.to_thread`), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import requests
+from github import Auth, Github
+
+from github_broker.errors import (
+    GitHubError,
+    GitHubNotFound,
+    GitHubUnavailable,
+    RateLimited,
+)
+from github_broker.models import Quota
+from github_broker.settings import GitHubSettings
+
+logger = logging.getLogger(__name__)
+
+#: Pause when GitHub says "secondary rate limit" without a Retry-After header (GitHub's advice).
+SECONDARY_LIMIT_DEFAULT_S = 60.0
+
+
+@dataclass
+class Page:
+    """One page of a list answer; `status` 304 means unchanged since `etag`."""
+
+    status: int
+    items: list[dict[str, Any]] = field(default_factory=list)
+    etag: str | None = None
+    has_next: bool = False
+
+
+class GitHubGateway:
+    """Thin, typed access to the REST endpoints the broker uses."""
+
+    def __init__(self, settings: GitHubSettings) -> None:
+        self.settings = settings
+        token = settings.resolved_token()
+        self._github = Github(
+            auth=Auth.Token(token) if token else None,
+            base_url=settings.base_url.rstrip("/"),
+            timeout=int(max(1, settings.timeout_s)),
+            per_page=settings.per_page,
+            # Retries, pacing and rate-limit waits are ours; PyGithub's would block silently.
+            retry=None,
+            seconds_between_requests=None,
+            seconds_between_writes=settings.seconds_between_writes or None,
+        )
+        self._requester = self._github.requester
+        self._lock = threading.Lock()
+        self.quota = Quota()
+        self.calls = 0
+
+    def close(self) -> None:
+        self._github.close()
+
+    # --- transport ----------------------------------------------------------------------
+
+    def _request(
+        self,
+        verb: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        body: Any = None,
+        etag: str | None = None,
+    ) -> tuple[int, dict[str, str], Any]:
+        self._respect_quota(verb)
+        headers = {"If-None-Match": etag} if etag else None
+        try:
+            status, raw_headers, output = self._requester.requestJson(
+                verb, path, parameters=params, headers=headers, input=body
+            )
+        except requests.exceptions.RequestException as e:
+            raise GitHubUnavailable(f"{verb} {path}: {type(e).__name__}: {e}") from e
+        with self._lock:
+            self.calls += 1
+        resp_headers = {k.lower(): v for k, v in raw_headers.items()}
+        self._note_quota(resp_headers)
+        data = json.loads(output) if output else None
+        if status >= 400:
+            self._raise(verb, path, status, resp_headers, data)
+        return status, resp_headers, data
+
+    def _respect_quota(self, verb: str) -> None:
+        q = self.quota
+        if q.remaining is None or q.reset_s is None:
+            return
+        reserve = self.settings.min_remaining_quota
+        if q.remaining <= reserve and q.reset_s > time.time():
+            raise RateLimited(
+                f"GitHub quota low ({q.remaining} left); waiting for the reset",
+                retry_at_s=q.reset_s,
+            )
+
+    def _note_quota(self, headers: dict[str, str]) -> None:
+        if "x-ratelimit-remaining" not in headers:
+            return
+        with self._lock:
+            self.quota = Quota(
+                limit=int(headers.get("x-ratelimit-limit", 0)) or None,
+                remaining=int(headers["x-ratelimit-remaining"]),
+                reset_s=float(headers.get("x-ratelimit-reset", 0)) or None,
+                seen_s=time.time(),
+            )
+
+    def _raise(
+        self, verb: str, path: str, status: int, headers: dict[str, str], data: Any
+    ) -> None:
+        message = data.get("message", "") if isinstance(data, dict) else str(data or "")
+        where = f"{verb} {path}: {status} {message}".strip()
+        if status in (403, 429):
+            if "retry-after" in headers:
+                retry_at = time.time() + float(headers["retry-after"])
+                raise RateLimited(where, retry_at_s=retry_at)
+            if headers.get("x-ratelimit-remaining") == "0":
+                reset = float(headers.get("x-ratelimit-reset", time.time() + 60))
+                raise RateLimited(where, retry_at_s=reset)
+            if "secondary rate limit" in message.lower():
+                raise RateLimited(where, retry_at_s=time.time() + SECONDARY_LIMIT_DEFAULT_S)
+        if status >= 500:
+            raise GitHubUnavailable(where)
+        if status in (404, 410):
+            raise GitHubNotFound(where, status=status)
+        raise GitHubError(where, status=status)
+
+    # --- reads --------------------------------------------------------------------------
+
+    def repository(self, full_name: str) -> dict[str, Any]:
+        _, _, data = self._request("GET", f"/repos/{full_name}")
+        return dict(data)
+
+    def issues_page(
+        self, full_name: str, params: dict[str, Any], *, page: int, etag: str | None = None
+    ) -> Page:
+        """One page of `GET /repos/{repo}/issues` (pull requests included, as GitHub does)."""
+        query = {**params, "per_page": self.settings.per_page, "page": page}
+        status, headers, data = self._request(
+            "GET", f"/repos/{full_name}/issues", params=query, etag=etag
+        )
+        if status == 304:
+            return Page(status=304, etag=etag)
+        return Page(
+            status=status,
+            items=list(data or []),
+            etag=headers.get("etag"),
+            has_next='rel="next"' in headers.get("link", ""),
+        )
+
+    # --- writes (all idempotent) --------------------------------------------------------
+
+    def add_labels(self, full_name: str, number: int, labels: list[str]) -> None:
+        if labels:
+            self._request("POST", f"/repos/{full_name}/issues/{number}/labels", body={"labels": labels})
+
+    def remove_label(self, full_name: str, number: int, label: str) -> None:
+        try:
+            self._request(
+                "DELETE", f"/repos/{full_name}/issues/{number}/labels/{quote(label, safe='')}"
+            )
+        except GitHubNotFound:
+            pass  # already absent: the wish is fulfilled
+
+    def create_branch(self, full_name: str, branch: str, base: str) -> bool:
+        """Create `branch` at the tip of `base`; False when it already exists."""
+        _, _, ref = self._request("GET", f"/repos/{full_name}/git/ref/heads/{quote(base, safe='/')}")
+        sha = ref["object"]["sha"]
+        try:
+            self._request(
+                "POST", f"/repos/{full_name}/git/refs", body={"ref": f"refs/heads/{branch}", "sha": sha}
+            )
+        except GitHubError as e:
+            if e.status == 422:
+                return False  # "Reference already exists": an earlier attempt or a person made it
+            raise
+        return True
+
+    def ensure_label(self, full_name: str, name: str, color: str, description: str) -> bool:
+        """Create a repository label; False when it exists already."""
+        try:
+            self._request(
+                "POST",
+                f"/repos/{full_name}/labels",
+                body={"name": name, "color": color, "description": description},
+            )
+        except GitHubError as e:
+            if e.status == 422:
+                return False
+            raise
+        return True
+
+    def ping(self) -> Quota:
+        """`GET /rate_limit`: reachable and authenticated (does not count against the quota)."""
+        self._request("GET", "/rate_limit")
+        return self.quota

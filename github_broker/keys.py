@@ -1,0 +1,117 @@
+"""Every Redis key name, and nothing else.
+
+All keys of one repository share the prefix ``{key_prefix}:{repo::<owner>::<name>}:`` (owner
+and name URL-encoded). The braces are a Redis Cluster hash tag: every key of a repository
+lives in one slot, so each multi-key Lua script touches a single slot.
+
+Seed schema (``seeds/001``), kept verbatim after the prefix:
+
+==========================================  ============  ==================================  ======
+key                                         type          content                             TTL
+==========================================  ============  ==================================  ======
+``issue:{n}``                               string JSON   cached GitHub issue                 none
+``issue_lock_{n}``                          string        agent id holding the lease          600 s
+``review_issue_detected_timestamp:{n}``     string        ISO 8601 UTC, first needs-review    none
+``agent_current_task:{agent}``              string        issue number the agent holds        3600 s
+``task_candidate:{n}:{agent}``              string JSON   hand-out record and status          86400 s
+``task:fix:{pr}``                           string JSON   fix task from review comments       86400 s
+==========================================  ============  ==================================  ======
+
+Added by this project (all without TTL unless said):
+
+==========================  ==========  ===================================================
+``lease:{n}``               hash        agent, token, task_type, expires_ms, claimed_ms (TTL = lease)
+``leases``                  zset        issue number -> lease expiry (ms); the reaper's index
+``tasks``                   hash        task id (``dev:{n}``) -> "score|role|issue": every
+                                        task the rules allow, held or not
+``ready``                   zset        task id -> score: tasks in ``tasks`` not held now
+``ready:{role}``            zset        the same, one per role
+``work``                    zset        issue number -> priority: open work issues (bucket)
+``skipped``                 hash        issue number -> JSON reason it is not handed out
+``open``                    set         numbers of the open issues mirrored in ``issue:{n}``
+``sync``                    hash        sync cursors: ``since``, ETags, page contents
+``intent``                  hash        issue number -> JSON label delta the broker wants
+                                        on GitHub, kept until a sync sees it applied
+``outbox``                  zset        job id (``labels:{n}``, ``branch:{n}``) -> due (ms)
+``outbox:data``             hash        job id -> JSON payload (branch jobs)
+``outbox:attempts``         hash        job id -> failed attempts so far
+``lease_end:{token}``       string      why the lease with this token ended (TTL 1 day)
+``events``                  channel     pub/sub: "ready" when a task becomes claimable
+==========================  ==========  ===================================================
+
+Global keys (no repository): ``{key_prefix}:leader`` (poller leader lease) and
+``{key_prefix}:quota`` (last seen GitHub rate-limit headers).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+
+def _enc(part: str) -> str:
+    # '{' and '}' must never appear inside the hash tag, so encode everything unsafe.
+    return quote(part, safe="")
+
+
+class RepoKeys:
+    """Key names for one repository."""
+
+    def __init__(self, key_prefix: str, owner: str, name: str) -> None:
+        self.full_name = f"{owner}/{name}"
+        self.base = f"{key_prefix}:{{repo::{_enc(owner)}::{_enc(name)}}}:"
+        # Prefixes that Lua scripts complete with an issue number or agent id.
+        self.issue_prefix = self.base + "issue:"
+        self.lock_prefix = self.base + "issue_lock_"
+        self.review_detected_prefix = self.base + "review_issue_detected_timestamp:"
+        self.agent_task_prefix = self.base + "agent_current_task:"
+        self.candidate_prefix = self.base + "task_candidate:"
+        self.fix_prefix = self.base + "task:fix:"
+        self.lease_prefix = self.base + "lease:"
+        self.ready_role_prefix = self.base + "ready:"
+        self.lease_end_prefix = self.base + "lease_end:"
+        # Fixed keys.
+        self.leases = self.base + "leases"
+        self.tasks = self.base + "tasks"
+        self.ready = self.base + "ready"
+        self.work = self.base + "work"
+        self.skipped = self.base + "skipped"
+        self.open = self.base + "open"
+        self.sync = self.base + "sync"
+        self.intent = self.base + "intent"
+        self.outbox = self.base + "outbox"
+        self.outbox_data = self.base + "outbox:data"
+        self.outbox_attempts = self.base + "outbox:attempts"
+        self.events = self.base + "events"
+
+    def issue(self, number: int) -> str:
+        return f"{self.issue_prefix}{number}"
+
+    def issue_lock(self, number: int) -> str:
+        return f"{self.lock_prefix}{number}"
+
+    def review_detected(self, number: int) -> str:
+        return f"{self.review_detected_prefix}{number}"
+
+    def agent_current_task(self, agent_id: str) -> str:
+        return f"{self.agent_task_prefix}{agent_id}"
+
+    def task_candidate(self, number: int, agent_id: str) -> str:
+        return f"{self.candidate_prefix}{number}:{agent_id}"
+
+    def fix_task(self, pr_number: int) -> str:
+        return f"{self.fix_prefix}{pr_number}"
+
+    def lease(self, number: int) -> str:
+        return f"{self.lease_prefix}{number}"
+
+    def ready_role(self, role: str) -> str:
+        return f"{self.ready_role_prefix}{role}"
+
+
+class GlobalKeys:
+    """Keys shared by all repositories of one deployment."""
+
+    def __init__(self, key_prefix: str) -> None:
+        self.leader = f"{key_prefix}:leader"
+        self.quota = f"{key_prefix}:quota"
+        self.events = f"{key_prefix}:events"

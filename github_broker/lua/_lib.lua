@@ -1,0 +1,155 @@
+-- _lib.lua: helpers prepended to every script at load time (not a script of its own).
+-- Written in the Lua 5.1 subset that Redis and fakeredis (lupa) run alike.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function set_of(list)
+  local s = {}
+  if type(list) == 'table' then
+    for _, v in ipairs(list) do s[v] = true end
+  end
+  return s
+end
+
+local function sorted_keys(s)
+  local out = {}
+  for k, _ in pairs(s) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+-- Merge a label delta into the issue's intent and queue a GitHub write for it.
+-- A later delta wins over an earlier one for the same label, so the queue always
+-- converges on the broker's latest wish whatever order the writes drain in.
+local function want_labels(intent_key, outbox_key, n, add, remove, due_ms)
+  local raw = redis.call('HGET', intent_key, n)
+  local cur = {}
+  if raw then cur = cjson.decode(raw) end
+  local adds, removes = set_of(cur.add), set_of(cur.remove)
+  for _, l in ipairs(add) do adds[l] = true; removes[l] = nil end
+  for _, l in ipairs(remove) do removes[l] = true; adds[l] = nil end
+  local v = (tonumber(cur.v) or 0) + 1
+  redis.call('HSET', intent_key, n, cjson.encode({add = sorted_keys(adds), remove = sorted_keys(removes), v = v}))
+  redis.call('ZADD', outbox_key, due_ms, 'labels:' .. n)
+end
+
+-- Decode "score|role|branch" from the tasks hash.
+local function task_fields(raw)
+  local score, role, branch = string.match(raw, '^([^|]*)|([^|]*)|(.*)$')
+  return tonumber(score), role, branch
+end
+
+local function make_ready(tasks_key, ready_key, ready_role_prefix, task_id)
+  local raw = redis.call('HGET', tasks_key, task_id)
+  if not raw then return false end
+  local score, role = task_fields(raw)
+  redis.call('ZADD', ready_key, score, task_id)
+  redis.call('ZADD', ready_role_prefix .. role, score, task_id)
+  return true
+end
+
+local function unready(tasks_key, ready_key, ready_role_prefix, task_id)
+  local raw = redis.call('HGET', tasks_key, task_id)
+  redis.call('ZREM', ready_key, task_id)
+  if raw then
+    local _, role = task_fields(raw)
+    redis.call('ZREM', ready_role_prefix .. role, task_id)
+  end
+end
+
+-- Update a task_candidate record's status, keeping the rest of the record.
+local function candidate_status(key, status, ttl_s, extra)
+  local raw = redis.call('GET', key)
+  local rec = {}
+  if raw then rec = cjson.decode(raw) end
+  rec.status = status
+  if extra then for k, v in pairs(extra) do rec[k] = v end end
+  redis.call('SET', key, cjson.encode(rec), 'EX', ttl_s)
+end
+
+-- Every repository script gets the same KEYS and ARGV[1]:
+-- KEYS: 1 tasks, 2 ready, 3 work, 4 leases, 5 intent, 6 outbox, 7 outbox:data,
+--       8 skipped, 9 open (all of one repository, so one Cluster slot)
+-- ARGV[1]: JSON context built once per repository by store.py: key prefixes for
+--   per-issue keys (issue, lock, lease, agent, cand, ready_role, tomb, review),
+--   the events channel, label names (in_progress, needs_review) and TTLs
+--   (lease_ms, agent_s, cand_s, tomb_s).
+local function context()
+  local C = cjson.decode(ARGV[1])
+  C.K = {tasks = KEYS[1], ready = KEYS[2], work = KEYS[3], leases = KEYS[4], intent = KEYS[5],
+         outbox = KEYS[6], outbox_data = KEYS[7], skipped = KEYS[8], open = KEYS[9]}
+  return C
+end
+
+-- What a task_candidate record says after each way a lease can end.
+local CANDIDATE_STATUS = {
+  completed = 'completed', failed = 'failed', abandoned = 'abandoned', expired = 'expired',
+  revoked = 'revoked', issue_closed = 'revoked', label_removed = 'revoked',
+}
+-- Outcomes after which the task goes straight back to the pool.
+local REQUEUE = {failed = true, abandoned = true, expired = true}
+
+-- End the lease on issue n for `outcome`; returns the agent that held it, or nil.
+local function end_lease(C, n, outcome, now)
+  local lease_key = C.lease .. n
+  local h = redis.call('HMGET', lease_key, 'agent', 'token', 'task_id', 'task_type')
+  local agent, token, task_id, task_type = h[1], h[2], h[3], h[4]
+  redis.call('DEL', lease_key, C.lock .. n)
+  redis.call('ZREM', C.K.leases, n)
+  if not agent then return nil end
+  local current_key = C.agent .. agent
+  if redis.call('GET', current_key) == tostring(n) then redis.call('DEL', current_key) end
+  local status = CANDIDATE_STATUS[outcome]
+  if outcome == 'completed' and task_type == 'development' then status = 'needs_review' end
+  candidate_status(C.cand .. n .. ':' .. agent, status, C.cand_s, {ended_ms = now, outcome = outcome})
+  redis.call('SET', C.tomb .. token, outcome, 'EX', C.tomb_s)
+  local add = {}
+  if outcome == 'completed' and task_type == 'development' then add = {C.needs_review} end
+  want_labels(C.K.intent, C.K.outbox, n, add, {C.in_progress, agent}, now)
+  if outcome == 'completed' and task_type == 'development' then
+    -- The issue now waits for review; it must not come back as development work.
+    unready(C.K.tasks, C.K.ready, C.ready_role, task_id)
+    redis.call('HDEL', C.K.tasks, task_id)
+  elseif REQUEUE[outcome] then
+    if make_ready(C.K.tasks, C.K.ready, C.ready_role, task_id) then
+      redis.call('PUBLISH', C.events, 'ready')
+    end
+  end
+  return agent
+end
+
+-- Expire leases whose lock key has timed out; bounded so a claim stays cheap.
+local function reap(C, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', C.K.leases, '-inf', now, 'LIMIT', 0, limit)
+  for _, n in ipairs(due) do
+    local pttl = redis.call('PTTL', C.lock .. n)
+    if pttl < 0 then
+      end_lease(C, n, 'expired', now)
+    else
+      redis.call('ZADD', C.K.leases, now + pttl, n)
+    end
+  end
+  return #due
+end
+
+-- Check that `token` is the live lease of `agent` on issue n.
+-- Returns nil when it is, else the reason the caller gets with its 409.
+local function lease_refusal(C, n, agent, token, now)
+  local h = redis.call('HMGET', C.lease .. n, 'agent', 'token')
+  if h[2] == token then
+    if h[1] ~= agent then return 'not_owner' end
+    if redis.call('EXISTS', C.lock .. n) == 0 then
+      end_lease(C, n, 'expired', now)
+      return 'expired'
+    end
+    return nil
+  end
+  local ended = redis.call('GET', C.tomb .. token)
+  if ended then return ended end
+  if h[1] and h[1] ~= agent then return 'not_owner' end
+  if h[1] == agent then return 'revoked' end
+  return 'expired'
+end

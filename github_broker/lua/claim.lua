@@ -1,0 +1,88 @@
+-- claim.lua: settle the agent's previous task, pick the next task, lease it. One call.
+-- KEYS, ARGV[1]: see _lib.lua.
+-- ARGV[2] agent id, ARGV[3] new lease token, ARGV[4] outcome for a task the agent still
+-- holds (completed | failed | abandoned), ARGV[5] mode (strict | best_effort),
+-- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per index,
+-- ARGV[8..] roles the agent accepts (none: any role).
+-- Returns {1, task_id, n, token, expires_ms, issue_json, role, branch, settled_n, outcome}
+--      or {0, reason, settled_n, outcome, bucket} with reason 'empty' | 'bucket'.
+local C = context()
+local agent, token, prev_outcome, mode, base_branch = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local scan = tonumber(ARGV[7])
+local now = now_ms()
+reap(C, now, 10)
+
+local settled_n, skip_id = '', nil
+local prev_n = redis.call('GET', C.agent .. agent)
+if prev_n then
+  local h = redis.call('HMGET', C.lease .. prev_n, 'agent', 'task_id')
+  if h[1] == agent and redis.call('EXISTS', C.lock .. prev_n) == 1 then
+    end_lease(C, prev_n, prev_outcome, now)
+    settled_n = prev_n
+    -- Don't hand straight back the task the agent just gave up.
+    if prev_outcome ~= 'completed' then skip_id = h[2] end
+  else
+    redis.call('DEL', C.agent .. agent)
+  end
+end
+
+local bucket = nil
+if mode == 'strict' then
+  local top = redis.call('ZRANGE', C.K.work, 0, 0, 'WITHSCORES')
+  if top[2] then bucket = tonumber(top[2]) end
+end
+
+local sources = {}
+if #ARGV >= 8 then
+  for i = 8, #ARGV do sources[#sources + 1] = C.ready_role .. ARGV[i] end
+else
+  sources[1] = C.K.ready
+end
+
+local best_id, best_score = nil, nil
+for _, src in ipairs(sources) do
+  local items = redis.call('ZRANGE', src, 0, scan - 1, 'WITHSCORES')
+  for i = 1, #items, 2 do
+    local id, score = items[i], tonumber(items[i + 1])
+    local n = string.match(id, ':(%d+)$')
+    if id ~= skip_id then
+      if redis.call('EXISTS', C.lock .. n) == 1 then
+        -- Held but still indexed (a lease re-adopted by the reconciler): drop it here.
+        unready(C.K.tasks, C.K.ready, C.ready_role, id)
+      else
+        if best_score == nil or score < best_score or (score == best_score and id < best_id) then
+          best_id, best_score = id, score
+        end
+        break
+      end
+    end
+  end
+end
+
+if best_id == nil then return {0, 'empty', settled_n, prev_outcome, bucket or -1} end
+local priority = math.floor(best_score / 4e10)
+if bucket ~= nil and priority > bucket then
+  return {0, 'bucket', settled_n, prev_outcome, bucket}
+end
+
+local n = string.match(best_id, ':(%d+)$')
+local task_type = string.match(best_id, '^(%a+):')
+local _, role, branch = task_fields(redis.call('HGET', C.K.tasks, best_id))
+local expires = now + C.lease_ms
+redis.call('SET', C.lock .. n, agent, 'PX', C.lease_ms)
+redis.call('HSET', C.lease .. n, 'agent', agent, 'token', token, 'task_id', best_id,
+  'task_type', task_type, 'claimed_ms', now, 'expires_ms', expires)
+redis.call('ZADD', C.K.leases, expires, n)
+redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
+redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
+  issue = tonumber(n), agent_id = agent, task_type = task_type, status = 'assigned',
+  claimed_ms = now}), 'EX', C.cand_s)
+unready(C.K.tasks, C.K.ready, C.ready_role, best_id)
+want_labels(C.K.intent, C.K.outbox, n, {C.in_progress, agent}, {}, now)
+if task_type == 'development' and branch ~= '' then
+  local job = 'branch:' .. n
+  redis.call('HSET', C.K.outbox_data, job, cjson.encode({branch = branch, base = base_branch}))
+  redis.call('ZADD', C.K.outbox, now, job)
+end
+local issue = redis.call('GET', C.issue .. n) or ''
+return {1, best_id, tonumber(n), token, expires, issue, role, branch, settled_n, prev_outcome}

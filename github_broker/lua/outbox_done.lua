@@ -1,0 +1,34 @@
+-- outbox_done.lua: settle a write job after an attempt.
+-- KEYS, ARGV[1]: see _lib.lua. ARGV[2] job, ARGV[3] the payload that was applied,
+-- ARGV[4] retry delay in ms, or -1 when the attempt succeeded.
+-- A job whose payload changed meanwhile stays queued: the newer wish is applied next.
+-- Returns 1 when the job left the queue, 0 when it stays.
+local C = context()
+local job, applied, delay = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local kind, n = string.match(job, '^(%a+):(%d+)$')
+local attempts_key = C.outbox_attempts
+local now = now_ms()
+if delay >= 0 then
+  redis.call('HINCRBY', attempts_key, job, 1)
+  redis.call('ZADD', C.K.outbox, 'XX', now + delay, job)
+  return 0
+end
+local current
+if kind == 'labels' then
+  current = redis.call('HGET', C.K.intent, n)
+else
+  current = redis.call('HGET', C.K.outbox_data, job)
+end
+if current ~= applied then
+  redis.call('ZADD', C.K.outbox, now, job)
+  return 0
+end
+redis.call('ZREM', C.K.outbox, job)
+redis.call('HDEL', attempts_key, job)
+if kind == 'branch' then
+  redis.call('HDEL', C.K.outbox_data, job)
+elseif redis.call('SISMEMBER', C.K.open, n) == 0 then
+  -- No sync will ever confirm labels on a closed issue; stop tracking them.
+  redis.call('HDEL', C.K.intent, n)
+end
+return 1

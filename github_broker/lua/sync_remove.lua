@@ -1,0 +1,26 @@
+-- sync_remove.lua: forget issues that were closed, deleted or turned out to be PRs.
+-- KEYS, ARGV[1]: see _lib.lua. ARGV[2]: JSON list of issue numbers.
+-- A live lease on such an issue is revoked with reason issue_closed.
+-- Returns {issues removed, leases revoked}.
+local C = context()
+local numbers = cjson.decode(ARGV[2])
+local now = now_ms()
+local removed, revoked = 0, 0
+for _, num in ipairs(numbers) do
+  local n = tostring(num)
+  if redis.call('EXISTS', C.lease .. n) == 1 then
+    end_lease(C, n, 'issue_closed', now)
+    revoked = revoked + 1
+  end
+  removed = removed + redis.call('DEL', C.issue .. n)
+  redis.call('SREM', C.K.open, n)
+  redis.call('ZREM', C.K.work, n)
+  redis.call('HDEL', C.K.skipped, n)
+  redis.call('DEL', C.review .. n)
+  for _, kind in ipairs({'development', 'review', 'fix'}) do
+    local id = kind .. ':' .. n
+    unready(C.K.tasks, C.K.ready, C.ready_role, id)
+    redis.call('HDEL', C.K.tasks, id)
+  end
+end
+return {removed, revoked}

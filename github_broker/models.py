@@ -1,0 +1,141 @@
+"""Typed objects passed between modules: mirrored issues, tasks, leases, statuses."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class TaskType(StrEnum):
+    DEVELOPMENT = "development"
+    REVIEW = "review"
+    FIX = "fix"
+
+
+#: Order inside a priority bucket: finish open PRs before starting new work.
+TASK_TYPE_RANK = {TaskType.FIX: 0, TaskType.REVIEW: 1, TaskType.DEVELOPMENT: 2}
+
+
+class Outcome(StrEnum):
+    """How an agent ends a task it holds."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+
+
+class CandidateStatus(StrEnum):
+    """Status of a `task_candidate:{n}:{agent}` audit record."""
+
+    PENDING = "pending"
+    ASSIGNED = "assigned"
+    COMPLETED = "completed"
+    NEEDS_REVIEW = "needs_review"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
+FINAL_CANDIDATE_STATUSES = frozenset(CandidateStatus) - {
+    CandidateStatus.PENDING,
+    CandidateStatus.ASSIGNED,
+}
+
+
+class LeaseRefusal(StrEnum):
+    """Why a heartbeat, completion or release was refused (the 409 `reason`)."""
+
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+    NOT_OWNER = "not_owner"
+    ISSUE_CLOSED = "issue_closed"
+    LABEL_REMOVED = "label_removed"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+
+
+class Issue(BaseModel):
+    """An open issue as mirrored in `issue:{n}` (GitHub's field names)."""
+
+    number: int
+    title: str
+    body: str = ""
+    state: str = "open"
+    labels: list[str] = []
+    user: str | None = None
+    created_at: str
+    updated_at: str
+    html_url: str = ""
+
+    @classmethod
+    def from_github(cls, data: dict[str, Any]) -> Issue:
+        labels = [lab["name"] if isinstance(lab, dict) else str(lab) for lab in data.get("labels", [])]
+        user = data.get("user") or {}
+        return cls(
+            number=data["number"],
+            title=data.get("title") or "",
+            body=data.get("body") or "",
+            state=data.get("state", "open"),
+            labels=sorted(labels),
+            user=user.get("login") if isinstance(user, dict) else None,
+            created_at=data["created_at"],
+            updated_at=data["updated_at"],
+            html_url=data.get("html_url") or "",
+        )
+
+    def cache_json(self) -> str:
+        """Canonical JSON for Redis: equal issues give equal bytes, so unchanged ones aren't rewritten."""
+        return self.model_dump_json()
+
+
+class SkipReason(BaseModel):
+    """Why a work issue is not handed out; shown to maintainers."""
+
+    code: str
+    reason: str
+
+
+class Claimed(BaseModel):
+    """What the store returns for a successful claim."""
+
+    repository: str
+    task_id: str
+    task_type: TaskType
+    issue: Issue
+    role: str
+    branch: str
+    token: str
+    expires_ms: int
+    settled_issue: int | None = None
+    settled_outcome: str | None = None
+
+
+class NoTask(BaseModel):
+    """What the store returns when nothing can be claimed."""
+
+    reason: str
+    bucket: int | None = None
+    settled_issue: int | None = None
+    settled_outcome: str | None = None
+
+
+class LeaseInfo(BaseModel):
+    repository: str
+    issue: int
+    agent_id: str
+    task_type: str
+    claimed_ms: int
+    expires_ms: int
+
+
+class Quota(BaseModel):
+    """The last rate-limit headers GitHub sent."""
+
+    limit: int | None = None
+    remaining: int | None = None
+    reset_s: float | None = None
+    seen_s: float = Field(default=0.0)

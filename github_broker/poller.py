@@ -1,0 +1,152 @@
+"""The polling daemon: one leader at a time runs sync, the write queue and lease reaping."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from datetime import datetime
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from github_broker.errors import BrokerError, RateLimited
+from github_broker.gateway import GitHubGateway
+from github_broker.outbox import OutboxDrainer
+from github_broker.settings import Settings
+from github_broker.store import Store
+from github_broker.sync import Syncer
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two sweeps for expired leases (claims also reap lazily).
+REAP_INTERVAL_S = 5.0
+#: Longest pause after repeated failed sync passes.
+MAX_SYNC_BACKOFF_S = 900.0
+
+
+def node_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Daemon:
+    """Periodic upkeep. Every job is a plain coroutine, also callable from tests and the CLI."""
+
+    def __init__(self, settings: Settings, store: Store, gateway: GitHubGateway) -> None:
+        self.settings = settings
+        self.store = store
+        self.gateway = gateway
+        self.syncer = Syncer(settings, store, gateway)
+        self.drainer = OutboxDrainer(store, gateway)
+        self.id = node_id()
+        self.is_leader = False
+        self._failures: dict[str, int] = {}
+        self._not_before: dict[str, float] = {}
+        self.scheduler: AsyncIOScheduler | None = None
+
+    # --- jobs ---------------------------------------------------------------------------
+
+    async def hold_leadership(self) -> bool:
+        ttl_ms = int(self.settings.poll.leader_ttl_s * 1000)
+        try:
+            was = self.is_leader
+            self.is_leader = await self.store.leader(self.id, ttl_ms)
+        except BrokerError as e:
+            logger.warning("leader lease unavailable: %s", e)
+            self.is_leader = False
+            return False
+        if self.is_leader != was:
+            logger.info("%s leader (%s)", "became" if self.is_leader else "lost", self.id)
+        return self.is_leader
+
+    async def sync_all(self) -> None:
+        if not self.is_leader:
+            return
+        for repo in self.settings.repositories:
+            name = repo.full_name
+            if time.time() < self._not_before.get(name, 0.0):
+                continue
+            try:
+                await self.syncer.sync(repo)
+                self._failures[name] = 0
+            except RateLimited as e:
+                self._not_before[name] = e.retry_at_s
+                logger.warning("sync %s paused until %s: %s", name, _clock(e.retry_at_s), e)
+            except BrokerError as e:
+                failures = self._failures.get(name, 0) + 1
+                self._failures[name] = failures
+                delay = min(MAX_SYNC_BACKOFF_S, self.settings.poll.interval_s * 2 ** (failures - 1))
+                self._not_before[name] = time.time() + delay
+                logger.warning("sync %s failed (%d in a row), next try in %.0fs: %s",
+                               name, failures, delay, e)
+
+    async def drain_all(self) -> None:
+        if not self.is_leader:
+            return
+        for repo in self.settings.repositories:
+            try:
+                await self.drainer.drain(repo)
+            except BrokerError as e:
+                logger.warning("write queue of %s not drained: %s", repo.full_name, e)
+
+    async def reap_all(self) -> None:
+        if not self.is_leader:
+            return
+        for rstore in self.store.repos.values():
+            try:
+                await rstore.reap()
+            except BrokerError as e:
+                logger.warning("lease sweep of %s failed: %s", rstore.repository, e)
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Schedule the jobs on the running event loop."""
+        poll = self.settings.poll
+        scheduler = AsyncIOScheduler()
+        now = datetime.now().astimezone()
+        jobs = [
+            (self.hold_leadership, poll.leader_ttl_s / 3),
+            (self.sync_all, poll.interval_s),
+            (self.drain_all, poll.outbox_interval_s),
+            (self.reap_all, REAP_INTERVAL_S),
+        ]
+        for func, seconds in jobs:
+            # max_instances=1: a slow pass is never overlapped by the next one.
+            scheduler.add_job(func, "interval", seconds=seconds, max_instances=1, coalesce=True,
+                              next_run_time=now, misfire_grace_time=None)
+        scheduler.start()
+        self.scheduler = scheduler
+
+    async def stop(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+            self.scheduler = None
+        if self.is_leader:
+            try:
+                await self.store.leader(self.id, 0, release=True)
+            except BrokerError:
+                pass
+            self.is_leader = False
+
+    async def run_forever(self) -> None:
+        """`github-broker poll`: run until SIGINT or SIGTERM."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await self.hold_leadership()
+        self.start()
+        logger.info("poller %s running; leader=%s", self.id, self.is_leader)
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+            logger.info("poller %s stopped", self.id)
+
+
+def _clock(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().strftime("%H:%M:%S")

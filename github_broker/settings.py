@@ -1,0 +1,352 @@
+"""Configuration: `broker.yaml` + `agents.yml`, overridden by environment variables.
+
+Precedence, highest first: environment (`GITHUB_BROKER_<SECTION>__<FIELD>`), the config
+directory's files, the defaults embedded in the package. Secrets (GitHub token, agent and
+admin tokens) come from the environment or from files named in the config, never from
+the YAML itself being committed with them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from github_broker.errors import ConfigError
+
+#: Where the embedded defaults live; the sandbox runs on these alone.
+DEFAULTS_DIR = Path(__file__).parent / "defaults"
+ENV_PREFIX = "GITHUB_BROKER_"
+_REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Repository(_Section):
+    owner: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    #: Branch new work starts from; None means the repository's default branch.
+    base_branch: str | None = None
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.owner}/{self.name}"
+
+
+class GitHubSettings(_Section):
+    base_url: str = "https://api.github.com"
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    #: Seconds before a single GitHub request is abandoned.
+    timeout_s: float = Field(15.0, gt=0)
+    #: Items per page when listing (GitHub allows at most 100).
+    per_page: int = Field(100, ge=1, le=100)
+    #: Minimum pause between content-creating calls (GitHub asks for about 80 a minute).
+    seconds_between_writes: float = Field(0.75, ge=0)
+    #: Below this many remaining calls the broker waits for the quota reset.
+    min_remaining_quota: int = Field(50, ge=0)
+
+    def resolved_token(self) -> str | None:
+        if self.token is not None:
+            return self.token.get_secret_value()
+        if self.token_file is not None:
+            return self.token_file.read_text().strip()
+        return None
+
+
+class RedisSettings(_Section):
+    url: str = "redis://127.0.0.1:6379/0"
+    #: Prefix of every key; each repository adds a Cluster hash tag after it.
+    key_prefix: str = Field("gb", pattern=r"^[A-Za-z0-9_.-]+$")
+
+
+class PollSettings(_Section):
+    #: Seconds between two incremental sync passes.
+    interval_s: float = Field(60.0, gt=0)
+    #: Seconds between full reconcile passes (catch deletions and transfers).
+    full_sync_interval_s: float = Field(3600.0, gt=0)
+    #: TTL of the poller's leader lease; renewed every interval_s / 2 at the latest.
+    leader_ttl_s: float = Field(30.0, gt=0)
+    #: Seconds between two drains of the GitHub write queue.
+    outbox_interval_s: float = Field(1.0, gt=0)
+
+
+class LeaseSettings(_Section):
+    #: Lifetime of `issue_lock_{n}` unless renewed by a heartbeat.
+    lease_ttl_s: int = Field(600, ge=1)
+    #: Lifetime of `agent_current_task:{agent}`; refreshed by heartbeat.
+    agent_task_ttl_s: int = Field(3600, ge=1)
+    #: How long `task_candidate:{n}:{agent}` audit records are kept.
+    candidate_ttl_s: int = Field(86400, ge=60)
+
+    @model_validator(mode="after")
+    def _agent_key_outlives_lease(self) -> LeaseSettings:
+        if self.agent_task_ttl_s < self.lease_ttl_s:
+            raise ValueError(
+                "agent_task_ttl_s must be >= lease_ttl_s, or an agent would forget a task it "
+                "still holds; raise agent_task_ttl_s or lower lease_ttl_s"
+            )
+        return self
+
+
+class LabelNames(_Section):
+    in_progress: str = "in-progress"
+    needs_review: str = "needs-review"
+    review_done: str = "review-done"
+    needs_human: str = "needs-human"
+    story: str = "story"
+    epic: str = "epic"
+    #: Regex with one group capturing the priority number; lower is more urgent.
+    priority_pattern: str = r"^P(\d+)$"
+
+    @field_validator("priority_pattern")
+    @classmethod
+    def _one_group(cls, value: str) -> str:
+        try:
+            compiled = re.compile(value)
+        except re.error as e:
+            raise ValueError(f"not a valid regular expression: {e}") from e
+        if compiled.groups != 1:
+            raise ValueError("must contain exactly one capturing group for the number")
+        return value
+
+
+class BodyPatterns(_Section):
+    """How an assignable body is recognised (multiline regexes, searched, not matched)."""
+
+    deliverables: list[str] = [r"^##\s*成果物", r"^##\s*Deliverables\b"]
+    #: Each pattern captures the branch name in group 1.
+    branch: list[str] = [
+        r"作業ブランチ[^\n]*?[:：]\*{0,2}\s*`?([^\s`*]+)`?",
+        r"^##\s*ブランチ名[ \t]*\n(?:[ \t]*\n)*[ \t]*(?:[-*][ \t]*)?`?([^\s`*]+)`?",
+        r"^\s*(?:[-*]\s*)?\**Branch\**\s*:\**\s*`?([^\s`*]+)`?",
+    ]
+    #: Replaced by `issue-<n>` inside branch names.
+    placeholder: str = "issue-xx"
+
+    @field_validator("deliverables", "branch")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern, re.MULTILINE)
+            except re.error as e:
+                raise ValueError(f"pattern {pattern!r} is not a valid regex: {e}") from e
+        return patterns
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    #: Bind beyond loopback without agent tokens; only for trusted networks.
+    allow_unauthenticated: bool = False
+    #: token -> agent id; usually from GITHUB_BROKER_SERVER__AGENT_TOKENS (JSON) or a file.
+    agent_tokens: dict[str, str] = {}
+    agent_tokens_file: Path | None = None
+    admin_token: SecretStr | None = None
+    #: Upper bound of `wait_seconds` a request may ask for.
+    max_wait_s: int = Field(60, ge=0, le=300)
+
+    def resolved_agent_tokens(self) -> dict[str, str]:
+        tokens = dict(self.agent_tokens)
+        if self.agent_tokens_file is not None:
+            loaded = yaml.safe_load(self.agent_tokens_file.read_text()) or {}
+            tokens.update({str(token): str(agent) for agent, token in loaded.items()})
+        return tokens
+
+    @model_validator(mode="after")
+    def _no_open_server_without_auth(self) -> ServerSettings:
+        loopback = self.host in {"127.0.0.1", "localhost", "::1"}
+        has_tokens = bool(self.agent_tokens) or self.agent_tokens_file is not None
+        if not loopback and not has_tokens and not self.allow_unauthenticated:
+            raise ValueError(
+                f"host {self.host!r} is not loopback but no agent tokens are configured; set "
+                "server.agent_tokens / agent_tokens_file, or server.allow_unauthenticated: true"
+            )
+        return self
+
+
+class Role(_Section):
+    role: str = Field(min_length=1, pattern=r"^\S+$")
+    description: str = ""
+
+
+class Settings(BaseSettings):
+    """Everything the broker needs; built once per process (or per test) and passed down."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    repositories: list[Repository] = []
+    priority_mode: Literal["strict", "best_effort"] = "strict"
+    github: GitHubSettings = GitHubSettings()
+    redis: RedisSettings = RedisSettings()
+    poll: PollSettings = PollSettings()
+    leases: LeaseSettings = LeaseSettings()
+    labels: LabelNames = LabelNames()
+    body: BodyPatterns = BodyPatterns()
+    server: ServerSettings = ServerSettings()
+    agents: list[Role] = []
+
+    @field_validator("repositories", mode="before")
+    @classmethod
+    def _repo_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list):
+            return value
+        out = []
+        for item in value:
+            if isinstance(item, str):
+                if not _REPO_RE.match(item):
+                    raise ValueError(f"{item!r} is not of the form owner/name")
+                owner, name = item.split("/")
+                out.append({"owner": owner, "name": name})
+            else:
+                out.append(item)
+        return out
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        names = [r.full_name for r in self.repositories]
+        if len(set(names)) != len(names):
+            raise ValueError(f"repositories lists a repository twice: {names}")
+        roles = [a.role for a in self.agents]
+        if len(set(roles)) != len(roles):
+            raise ValueError(f"agents.yml lists a role twice: {roles}")
+        return self
+
+    @property
+    def roles(self) -> list[str]:
+        return [a.role for a in self.agents]
+
+    def repository(self, full_name: str) -> Repository | None:
+        return next((r for r in self.repositories if r.full_name == full_name), None)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment beats the files, which arrive as init kwargs from load_settings().
+        return env_settings, init_settings
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(
+            f"{path}{where}: not valid YAML ({e.problem}). Fix the syntax there; "
+            "indent with spaces and quote values that contain ':' or '#'."
+        ) from e
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror}).") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of settings, not a list or text.")
+    return data
+
+
+def default_config_dir() -> Path:
+    """`$GITHUB_BROKER_CONFIG_DIR`, else `./config` when it has a broker.yaml, else defaults."""
+    env = os.environ.get(f"{ENV_PREFIX}CONFIG_DIR")
+    if env:
+        return Path(env)
+    local = Path("config")
+    return local if (local / "broker.yaml").exists() else DEFAULTS_DIR
+
+
+def load_settings(config_dir: Path | None = None, **overrides: Any) -> Settings:
+    """Build Settings from a config directory; raise ConfigError with a readable message."""
+    config_dir = config_dir or default_config_dir()
+    broker_file = config_dir / "broker.yaml"
+    agents_file = config_dir / "agents.yml"
+    data: dict[str, Any] = {}
+    if broker_file.exists():
+        data.update(_read_yaml(broker_file))
+    elif config_dir != DEFAULTS_DIR and config_dir.exists():
+        raise ConfigError(f"{broker_file}: missing. Copy {DEFAULTS_DIR / 'broker.yaml'} there.")
+    agents_source = agents_file if agents_file.exists() else DEFAULTS_DIR / "agents.yml"
+    agents_data = _read_yaml(agents_source)
+    unknown = set(agents_data) - {"agents"}
+    if unknown:
+        raise ConfigError(
+            f"{agents_source}: unknown top-level key(s) {sorted(unknown)}; the file holds "
+            "`agents: [{role: NAME, description: TEXT}, ...]`."
+        )
+    data["agents"] = agents_data.get("agents") or []
+    if "GITHUB_TOKEN" in os.environ and f"{ENV_PREFIX}GITHUB__TOKEN" not in os.environ:
+        data.setdefault("github", {})
+        if isinstance(data["github"], dict) and "token" not in data["github"]:
+            data["github"]["token"] = os.environ["GITHUB_TOKEN"]
+    data.update(overrides)
+    try:
+        return Settings(**data)
+    except ValidationError as e:
+        raise ConfigError(_explain(e, broker_file, agents_source)) from e
+
+
+def _explain(error: ValidationError, broker_file: Path, agents_file: Path) -> str:
+    lines = []
+    for item in error.errors():
+        loc = [str(part) for part in item["loc"]]
+        field = ".".join(loc) or "(top level)"
+        env_name = ENV_PREFIX + "__".join(p.upper() for p in loc if not p.isdigit())
+        if env_name in os.environ:
+            source = f"environment variable {env_name}"
+        elif loc and loc[0] == "agents":
+            source = str(agents_file)
+        else:
+            source = str(broker_file)
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            fix = _suggest(loc)
+        else:
+            shown = item.get("input")
+            got = f" (got {shown!r})" if shown is not None and not isinstance(shown, dict) else ""
+            message += got
+            fix = f"correct `{field}` in {source}"
+        lines.append(f"{source}: field `{field}`: {message}. Fix: {fix}.")
+    return "Invalid configuration. " + " ".join(lines)
+
+
+def _suggest(loc: list[str]) -> str:
+    model: type[BaseModel] = Settings
+    for part in loc[:-1]:
+        if part.isdigit():
+            continue
+        annotation = model.model_fields[part].annotation if part in model.model_fields else None
+        inner = getattr(annotation, "__args__", (annotation,))
+        candidates = [a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not candidates:
+            break
+        model = candidates[0]
+    known = list(model.model_fields)
+    close = difflib.get_close_matches(loc[-1], known, n=1)
+    hint = f"did you mean `{close[0]}`? " if close else ""
+    return f"remove the unknown field `{loc[-1]}`; {hint}known fields here: {', '.join(known)}"

@@ -1,0 +1,421 @@
+"""The one module that talks to Redis: connections, Lua scripts, typed reads and writes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from functools import wraps
+from importlib import resources
+from typing import Any, ParamSpec, TypeVar
+
+import redis.asyncio as aioredis
+import redis.exceptions
+
+from github_broker.errors import StoreUnavailable
+from github_broker.keys import GlobalKeys, RepoKeys
+from github_broker.models import Claimed, Issue, LeaseInfo, NoTask, Quota, SkipReason, TaskType
+from github_broker.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: How long the reason a lease ended stays readable for a late heartbeat.
+LEASE_END_TTL_S = 86400
+#: Ready tasks a claim looks at per index before giving up on held leftovers.
+CLAIM_SCAN = 16
+#: Memory URL scheme: an in-process fakeredis (sandbox, quick tests).
+MEMORY_URL = "memory://"
+
+
+def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Turn redis-py connection failures into StoreUnavailable."""
+
+    @wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
+            raise StoreUnavailable(f"Redis unavailable: {e}") from e
+        except redis.exceptions.ResponseError as e:
+            raise StoreUnavailable(f"Redis error: {e}") from e
+
+    return wrapper
+
+
+def connect(url: str) -> aioredis.Redis:
+    """A client for `url`: redis://, rediss://, unix://, redis+sentinel://, or memory://."""
+    if url.startswith(MEMORY_URL):
+        import fakeredis
+
+        return fakeredis.FakeAsyncRedis(server=_memory_server())
+    if url.startswith("redis+sentinel://"):
+        return _sentinel(url)
+    return aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+
+
+_MEMORY: Any = None
+
+
+def _memory_server() -> Any:
+    # One fake server per process, shared by every client, like one real Redis.
+    global _MEMORY
+    if _MEMORY is None:
+        import fakeredis
+
+        _MEMORY = fakeredis.FakeServer()
+    return _MEMORY
+
+
+def _sentinel(url: str) -> aioredis.Redis:
+    # redis+sentinel://host1:26379,host2:26379/service_name[/db]
+    from redis.asyncio.sentinel import Sentinel
+
+    rest = url.removeprefix("redis+sentinel://")
+    hosts, _, path = rest.partition("/")
+    service, _, db = path.partition("/")
+    nodes = []
+    for host in hosts.split(","):
+        name, _, port = host.partition(":")
+        nodes.append((name, int(port or 26379)))
+    sentinel = Sentinel(nodes, socket_timeout=10)
+    return sentinel.master_for(service or "mymaster", db=int(db or 0))
+
+
+def _load(name: str, with_lib: bool = True) -> str:
+    folder = resources.files("github_broker") / "lua"
+    text = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    if not with_lib:
+        return text
+    return (folder / "_lib.lua").read_text(encoding="utf-8") + "\n" + text
+
+
+class Scripts:
+    """Lua scripts registered once per client (EVALSHA, falling back to EVAL)."""
+
+    REPO_SCRIPTS = (
+        "claim",
+        "heartbeat",
+        "finish",
+        "reap",
+        "sync_upsert",
+        "sync_remove",
+        "outbox_take",
+        "outbox_done",
+    )
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.repo = {name: client.register_script(_load(name)) for name in self.REPO_SCRIPTS}
+        self.leader = client.register_script(_load("leader", with_lib=False))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RepoStore:
+    """Redis state of one repository."""
+
+    def __init__(
+        self, client: aioredis.Redis, scripts: Scripts, keys: RepoKeys, settings: Settings
+    ) -> None:
+        self.client = client
+        self.scripts = scripts
+        self.keys = keys
+        self.settings = settings
+        self.repository = keys.full_name
+        self._fixed = [
+            keys.tasks,
+            keys.ready,
+            keys.work,
+            keys.leases,
+            keys.intent,
+            keys.outbox,
+            keys.outbox_data,
+            keys.skipped,
+            keys.open,
+        ]
+        self._context = json.dumps(
+            {
+                "issue": keys.issue_prefix,
+                "lock": keys.lock_prefix,
+                "lease": keys.lease_prefix,
+                "agent": keys.agent_task_prefix,
+                "cand": keys.candidate_prefix,
+                "ready_role": keys.ready_role_prefix,
+                "tomb": keys.lease_end_prefix,
+                "review": keys.review_detected_prefix,
+                "outbox_attempts": keys.outbox_attempts,
+                "events": keys.events,
+                "in_progress": settings.labels.in_progress,
+                "needs_review": settings.labels.needs_review,
+                "lease_ms": settings.leases.lease_ttl_s * 1000,
+                "agent_s": settings.leases.agent_task_ttl_s,
+                "cand_s": settings.leases.candidate_ttl_s,
+                "tomb_s": LEASE_END_TTL_S,
+            }
+        )
+
+    async def _run(self, script: str, *args: Any) -> Any:
+        return await self.scripts.repo[script](keys=self._fixed, args=[self._context, *args])
+
+    # --- sync ---------------------------------------------------------------------------
+
+    @translate_errors
+    async def upsert_issues(self, items: list[dict[str, Any]]) -> tuple[int, int, int]:
+        """Write issues and their index entries; returns (written, readied, revoked)."""
+        if not items:
+            return 0, 0, 0
+        written, readied, revoked = await self._run("sync_upsert", json.dumps(items))
+        return int(written), int(readied), int(revoked)
+
+    @translate_errors
+    async def remove_issues(self, numbers: list[int]) -> tuple[int, int]:
+        if not numbers:
+            return 0, 0
+        removed, revoked = await self._run("sync_remove", json.dumps(numbers))
+        return int(removed), int(revoked)
+
+    @translate_errors
+    async def open_numbers(self) -> set[int]:
+        return {int(n) for n in await self.client.smembers(self.keys.open)}
+
+    @translate_errors
+    async def sync_state(self) -> dict[str, str]:
+        raw = await self.client.hgetall(self.keys.sync)
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    @translate_errors
+    async def save_sync_state(self, values: dict[str, str], drop: list[str] | None = None) -> None:
+        async with self.client.pipeline(transaction=True) as pipe:
+            if values:
+                pipe.hset(self.keys.sync, mapping=values)
+            if drop:
+                pipe.hdel(self.keys.sync, *drop)
+            await pipe.execute()
+
+    @translate_errors
+    async def get_issue(self, number: int) -> Issue | None:
+        raw = await self.client.get(self.keys.issue(number))
+        return Issue.model_validate_json(raw) if raw else None
+
+    @translate_errors
+    async def get_issues(self, numbers: list[int]) -> list[Issue]:
+        if not numbers:
+            return []
+        raws = await self.client.mget([self.keys.issue(n) for n in numbers])
+        return [Issue.model_validate_json(r) for r in raws if r]
+
+    # --- claims and leases --------------------------------------------------------------
+
+    @translate_errors
+    async def claim(
+        self,
+        agent_id: str,
+        *,
+        previous: str,
+        mode: str,
+        base_branch: str,
+        roles: list[str] | None,
+    ) -> Claimed | NoTask:
+        token = secrets.token_urlsafe(18)
+        res = await self._run(
+            "claim", agent_id, token, previous, mode, base_branch, CLAIM_SCAN, *(roles or [])
+        )
+        if int(res[0]) == 0:
+            _, reason, settled, outcome, bucket = res
+            return NoTask(
+                reason=_text(reason),
+                bucket=int(bucket) if int(bucket) >= 0 else None,
+                settled_issue=int(settled) if _text(settled) else None,
+                settled_outcome=_text(outcome) if _text(settled) else None,
+            )
+        _, task_id, n, tok, expires, issue, role, branch, settled, outcome = res
+        return Claimed(
+            repository=self.repository,
+            task_id=_text(task_id),
+            task_type=TaskType(_text(task_id).split(":")[0]),
+            issue=Issue.model_validate_json(issue),
+            role=_text(role),
+            branch=_text(branch),
+            token=_text(tok),
+            expires_ms=int(expires),
+            settled_issue=int(settled) if _text(settled) else None,
+            settled_outcome=_text(outcome) if _text(settled) else None,
+        )
+
+    @translate_errors
+    async def heartbeat(self, number: int, agent_id: str, token: str) -> tuple[bool, str | int]:
+        """(True, expires_ms) or (False, refusal reason)."""
+        ok, value = await self._run("heartbeat", number, agent_id, token)
+        return (True, int(value)) if int(ok) else (False, _text(value))
+
+    @translate_errors
+    async def finish(self, number: int, agent_id: str, token: str, outcome: str) -> tuple[bool, str]:
+        ok, value = await self._run("finish", number, agent_id, token, outcome)
+        return bool(int(ok)), _text(value)
+
+    @translate_errors
+    async def reap(self, limit: int = 100) -> int:
+        return int(await self._run("reap", limit))
+
+    @translate_errors
+    async def current_task(self, agent_id: str) -> int | None:
+        raw = await self.client.get(self.keys.agent_current_task(agent_id))
+        return int(raw) if raw else None
+
+    @translate_errors
+    async def candidate(self, number: int, agent_id: str) -> dict[str, Any] | None:
+        raw = await self.client.get(self.keys.task_candidate(number, agent_id))
+        return json.loads(raw) if raw else None
+
+    @translate_errors
+    async def leases(self) -> list[LeaseInfo]:
+        numbers = [int(n) for n in await self.client.zrange(self.keys.leases, 0, -1)]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for n in numbers:
+                pipe.hgetall(self.keys.lease(n))
+            rows = await pipe.execute()
+        out = []
+        for n, row in zip(numbers, rows, strict=True):
+            if not row:
+                continue
+            h = {_text(k): _text(v) for k, v in row.items()}
+            out.append(
+                LeaseInfo(
+                    repository=self.repository,
+                    issue=n,
+                    agent_id=h["agent"],
+                    task_type=h["task_type"],
+                    claimed_ms=int(h["claimed_ms"]),
+                    expires_ms=int(h["expires_ms"]),
+                )
+            )
+        return out
+
+    @translate_errors
+    async def ready_tasks(self, role: str | None = None) -> list[tuple[str, float]]:
+        key = self.keys.ready_role(role) if role else self.keys.ready
+        return [(_text(m), float(s)) for m, s in await self.client.zrange(key, 0, -1, withscores=True)]
+
+    @translate_errors
+    async def bucket(self) -> int | None:
+        top = await self.client.zrange(self.keys.work, 0, 0, withscores=True)
+        return int(top[0][1]) if top else None
+
+    @translate_errors
+    async def work_priorities(self) -> dict[int, int]:
+        return {int(m): int(s) for m, s in await self.client.zrange(self.keys.work, 0, -1, withscores=True)}
+
+    @translate_errors
+    async def skipped(self) -> dict[int, SkipReason]:
+        raw = await self.client.hgetall(self.keys.skipped)
+        return {int(k): SkipReason.model_validate_json(v) for k, v in raw.items()}
+
+    # --- GitHub write queue -------------------------------------------------------------
+
+    @translate_errors
+    async def outbox_take(self, limit: int, hide_ms: int) -> list[tuple[str, str, int]]:
+        flat = await self._run("outbox_take", limit, hide_ms)
+        return [
+            (_text(flat[i]), _text(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
+        ]
+
+    @translate_errors
+    async def outbox_done(self, job: str, payload: str, retry_in_ms: int = -1) -> bool:
+        return bool(int(await self._run("outbox_done", job, payload, retry_in_ms)))
+
+    @translate_errors
+    async def outbox_size(self) -> int:
+        return int(await self.client.zcard(self.keys.outbox))
+
+    @translate_errors
+    async def intent(self, number: int) -> dict[str, Any] | None:
+        raw = await self.client.hget(self.keys.intent, str(number))
+        return json.loads(raw) if raw else None
+
+
+class Store:
+    """All repositories' stores plus the deployment-wide keys."""
+
+    def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.scripts = Scripts(client)
+        self.global_keys = GlobalKeys(settings.redis.key_prefix)
+        self.repos = {
+            r.full_name: RepoStore(
+                client, self.scripts, RepoKeys(settings.redis.key_prefix, r.owner, r.name), settings
+            )
+            for r in settings.repositories
+        }
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Store:
+        return cls(connect(settings.redis.url), settings)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    def repo(self, full_name: str) -> RepoStore:
+        return self.repos[full_name]
+
+    @translate_errors
+    async def ping(self) -> bool:
+        return bool(await self.client.ping())
+
+    @translate_errors
+    async def leader(self, candidate: str, ttl_ms: int, *, release: bool = False) -> bool:
+        action = "release" if release else "acquire"
+        res = await self.scripts.leader(keys=[self.global_keys.leader], args=[candidate, ttl_ms, action])
+        return bool(int(res))
+
+    @translate_errors
+    async def leader_id(self) -> str | None:
+        raw = await self.client.get(self.global_keys.leader)
+        return _text(raw) if raw else None
+
+    @translate_errors
+    async def save_quota(self, quota: Quota) -> None:
+        await self.client.set(self.global_keys.quota, quota.model_dump_json())
+
+    @translate_errors
+    async def quota(self) -> Quota | None:
+        raw = await self.client.get(self.global_keys.quota)
+        return Quota.model_validate_json(raw) if raw else None
+
+    @asynccontextmanager
+    async def ready_events(self) -> AsyncIterator[asyncio.Queue[str]]:
+        """Subscribe to every repository's "a task became claimable" channel."""
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        pubsub = self.client.pubsub()
+        channels = [r.keys.events for r in self.repos.values()]
+        try:
+            if channels:
+                await pubsub.subscribe(*channels)
+            reader = asyncio.create_task(self._pump(pubsub, queue))
+            try:
+                yield queue
+            finally:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+        finally:
+            await pubsub.aclose()
+
+    async def _pump(self, pubsub: Any, queue: asyncio.Queue[str]) -> None:
+        while True:
+            try:
+                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            except (redis.exceptions.ConnectionError, OSError):
+                await asyncio.sleep(1.0)
+                continue
+            if msg is not None:
+                queue.put_nowait(_text(msg["channel"]))
+

@@ -1,0 +1,221 @@
+"""The sync pass: make Redis mirror the open issues of a repository, touching nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from github_broker.gateway import GitHubGateway, Page
+from github_broker.models import Issue, TaskType
+from github_broker.rules import Rules, task_score
+from github_broker.settings import Repository, Settings
+from github_broker.store import RepoStore, Store
+
+logger = logging.getLogger(__name__)
+
+#: Issues written per Lua call; keeps each script short so claims never wait long behind it.
+UPSERT_BATCH = 200
+#: Safety stop for a runaway listing (100 per page: one million issues).
+MAX_PAGES = 10_000
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class SyncReport:
+    repository: str
+    full: bool
+    pages: int = 0
+    not_modified: int = 0
+    seen: int = 0
+    written: int = 0
+    removed: int = 0
+    readied: int = 0
+    revoked: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        kind = "full" if self.full else "incremental"
+        return (
+            f"{self.repository}: {kind} pass, {self.pages} page(s) ({self.not_modified} unchanged), "
+            f"{self.seen} issue(s) seen, {self.written} written, {self.removed} removed, "
+            f"{self.readied} newly claimable, {self.revoked} lease(s) revoked, {self.seconds:.2f}s"
+        )
+
+
+class Syncer:
+    """Runs sync passes; GitHub calls go to a worker thread, Redis calls stay async."""
+
+    def __init__(self, settings: Settings, store: Store, gateway: GitHubGateway) -> None:
+        self.settings = settings
+        self.store = store
+        self.gateway = gateway
+        self.rules = Rules(settings)
+
+    async def base_branch(self, repo: Repository, rstore: RepoStore, state: dict[str, str]) -> str:
+        if repo.base_branch:
+            return repo.base_branch
+        if "default_branch" in state:
+            return state["default_branch"]
+        info = await asyncio.to_thread(self.gateway.repository, repo.full_name)
+        branch = str(info.get("default_branch") or "main")
+        await rstore.save_sync_state({"default_branch": branch})
+        return branch
+
+    async def sync(
+        self, repo: Repository, *, full: bool | None = None, progress: Progress | None = None
+    ) -> SyncReport:
+        """One pass. `full=None` picks a full pass when one is due."""
+        started = time.monotonic()
+        rstore = self.store.repo(repo.full_name)
+        state = await rstore.sync_state()
+        base = await self.base_branch(repo, rstore, state)
+        if full is None:
+            last_full = float(state.get("full_at", 0))
+            full = "since" not in state or time.time() - last_full >= self.settings.poll.full_sync_interval_s
+        report = SyncReport(repository=repo.full_name, full=full)
+        if full:
+            await self._full(repo, rstore, state, base, report, progress)
+        else:
+            await self._incremental(repo, rstore, state, base, report)
+        report.seconds = time.monotonic() - started
+        logger.info("sync %s", report.summary(), extra={"repository": repo.full_name})
+        return report
+
+    # --- passes -------------------------------------------------------------------------
+
+    async def _full(
+        self,
+        repo: Repository,
+        rstore: RepoStore,
+        state: dict[str, str],
+        base: str,
+        report: SyncReport,
+        progress: Progress | None,
+    ) -> None:
+        params = {"state": "open", "sort": "created", "direction": "asc"}
+        per_page = self.settings.github.per_page
+        known_pages = int(state.get("full_pages", 0))
+        seen: set[int] = set()
+        newest = state.get("since", "")
+        saved: dict[str, str] = {}
+        page_no = 1
+        while page_no <= MAX_PAGES:
+            etag = state.get(f"page:{page_no}:etag")
+            page = await asyncio.to_thread(
+                self.gateway.issues_page, repo.full_name, params, page=page_no, etag=etag
+            )
+            report.pages += 1
+            if page.status == 304:
+                report.not_modified += 1
+                numbers = json.loads(state.get(f"page:{page_no}:numbers", "[]"))
+                seen.update(numbers)
+                more = page_no < known_pages or len(numbers) == per_page
+            else:
+                issues = [Issue.from_github(d) for d in page.items if "pull_request" not in d]
+                seen.update(i.number for i in issues)
+                newest = max([newest, *(i.updated_at for i in issues)])
+                await self._upsert(rstore, issues, base, report)
+                saved[f"page:{page_no}:etag"] = page.etag or ""
+                saved[f"page:{page_no}:numbers"] = json.dumps([i.number for i in issues])
+                more = page.has_next
+            report.seen = len(seen)
+            if progress:
+                progress(repo.full_name, page_no, len(seen))
+            if not more:
+                break
+            page_no += 1
+        gone = sorted(await rstore.open_numbers() - seen)
+        await self._remove(rstore, gone, report)
+        stale = [f"page:{i}:{f}" for i in range(page_no + 1, known_pages + 1) for f in ("etag", "numbers")]
+        saved.update({"full_pages": str(page_no), "full_at": str(time.time())})
+        if newest:
+            saved["since"] = newest
+        await rstore.save_sync_state(saved, drop=stale)
+        if not state.get("since") and newest:
+            # Record the incremental cursor's ETag now, so the next pass can be a 304.
+            await self._incremental(repo, rstore, {**state, **saved}, base, report)
+
+    async def _incremental(
+        self, repo: Repository, rstore: RepoStore, state: dict[str, str], base: str, report: SyncReport
+    ) -> None:
+        # Two rounds at most: the second fetches the cursor the first moved to, so that an
+        # unchanged repository answers the *next* pass with a 304.
+        for _ in range(2):
+            since = state.get("since", "")
+            params = {"state": "all", "sort": "updated", "direction": "asc", "since": since}
+            etag = state.get("inc_etag") if state.get("inc_since") == since else None
+            newest, first_etag, changed = since, None, False
+            page_no = 1
+            while page_no <= MAX_PAGES:
+                page: Page = await asyncio.to_thread(
+                    self.gateway.issues_page,
+                    repo.full_name,
+                    params,
+                    page=page_no,
+                    etag=etag if page_no == 1 else None,
+                )
+                report.pages += 1
+                if page.status == 304:
+                    report.not_modified += 1
+                    return
+                if page_no == 1:
+                    first_etag = page.etag
+                items = [d for d in page.items if "pull_request" not in d]
+                open_issues = [Issue.from_github(d) for d in items if d.get("state") == "open"]
+                closed = [int(d["number"]) for d in items if d.get("state") != "open"]
+                report.seen += len(items)
+                newest = max([newest, *(str(d["updated_at"]) for d in items)])
+                before = report.written + report.removed
+                await self._upsert(rstore, open_issues, base, report)
+                await self._remove(rstore, closed, report)
+                changed = changed or report.written + report.removed > before
+                if not page.has_next:
+                    break
+                page_no += 1
+            state = {**state, "since": newest, "inc_since": since, "inc_etag": first_etag or ""}
+            await rstore.save_sync_state(
+                {"since": newest, "inc_since": since, "inc_etag": first_etag or ""}
+            )
+            if newest == since:
+                return
+
+    # --- writes -------------------------------------------------------------------------
+
+    async def _upsert(
+        self, rstore: RepoStore, issues: list[Issue], base: str, report: SyncReport
+    ) -> None:
+        for start in range(0, len(issues), UPSERT_BATCH):
+            batch = [index_item(self.rules, issue, base) for issue in issues[start : start + UPSERT_BATCH]]
+            written, readied, revoked = await rstore.upsert_issues(batch)
+            report.written += written
+            report.readied += readied
+            report.revoked += revoked
+
+    async def _remove(self, rstore: RepoStore, numbers: list[int], report: SyncReport) -> None:
+        for start in range(0, len(numbers), UPSERT_BATCH):
+            removed, revoked = await rstore.remove_issues(numbers[start : start + UPSERT_BATCH])
+            report.removed += removed
+            report.revoked += revoked
+
+
+def index_item(rules: Rules, issue: Issue, base: str) -> dict[str, Any]:
+    """The sync_upsert.lua entry for one issue: its JSON and what the rules conclude."""
+    analysis = rules.analyse(issue, base)
+    assignable = analysis.assignable
+    score = task_score(analysis.priority or 0, TaskType.DEVELOPMENT, issue.created_at)
+    return {
+        "n": issue.number,
+        "issue": issue.cache_json(),
+        "prio": analysis.priority if analysis.priority is not None else -1,
+        "task": f"{TaskType.DEVELOPMENT}:{issue.number}" if assignable else "",
+        "score": score if assignable else 0,
+        "role": analysis.role or "",
+        "branch": analysis.branch or "",
+        "skip": analysis.skip.model_dump_json() if analysis.skip else "",
+    }

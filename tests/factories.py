@@ -1,0 +1,30 @@
+"""Builders for test data shared by several test modules."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from github_broker.models import Issue
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def iso(minutes: int) -> str:
+    return (EPOCH + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def body(branch: str = "feature/issue-xx") -> str:
+    return f"## Deliverables\n- the change, with tests\n\nBranch: {branch}\n"
+
+
+def issue(number: int, *labels: str, text: str | None = None, minute: int | None = None) -> Issue:
+    """An open issue; created `minute` minutes after EPOCH (default: its number)."""
+    at = iso(number if minute is None else minute)
+    return Issue(
+        number=number,
+        title=f"Task {number}",
+        body=body() if text is None else text,
+        labels=sorted(labels),
+        created_at=at,
+        updated_at=at,
+    )

@@ -1,0 +1,198 @@
+"""Claims, leases and the write queue's Lua scripts, on a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from github_broker.models import Claimed, NoTask
+from github_broker.rules import Rules
+from github_broker.settings import Settings
+from github_broker.store import RepoStore, Store
+from github_broker.sync import index_item
+from tests.factories import issue
+
+pytestmark = pytest.mark.anyio
+REPO = "acme/widgets"
+
+
+@pytest.fixture
+async def store(redis_url: str, make_settings: Callable[..., Settings]) -> AsyncIterator[Store]:
+    settings = make_settings(redis={"url": redis_url}, leases={"lease_ttl_s": 5, "agent_task_ttl_s": 60})
+    s = Store.from_settings(settings)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def short_store(redis_url: str, make_settings: Callable[..., Settings]) -> AsyncIterator[Store]:
+    settings = make_settings(redis={"url": redis_url}, leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60})
+    s = Store.from_settings(settings)
+    yield s
+    await s.close()
+
+
+async def load(store: Store, *issues_) -> RepoStore:  # type: ignore[no-untyped-def]
+    rstore = store.repo(REPO)
+    rules = Rules(store.settings)
+    await rstore.upsert_issues([index_item(rules, i, "main") for i in issues_])
+    return rstore
+
+
+async def claim(rstore: RepoStore, agent: str, *, previous: str = "completed",
+                roles: list[str] | None = None, mode: str = "strict") -> Claimed | NoTask:
+    return await rstore.claim(agent, previous=previous, mode=mode, base_branch="main", roles=roles)
+
+
+async def test_claim_takes_most_urgent_oldest_first(store: Store) -> None:
+    rstore = await load(store, issue(3, "P1", "BACKENDCODER"), issue(2, "P0", "BACKENDCODER"),
+                        issue(1, "P0", "BACKENDCODER", minute=50))
+    got = await claim(rstore, "a1")
+    assert isinstance(got, Claimed)
+    assert got.issue.number == 2 and got.branch == "feature/issue-2" and got.role == "BACKENDCODER"
+
+
+async def test_strict_bucket_blocks_lower_priority_while_p0_is_held(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"), issue(2, "P1", "BACKENDCODER"))
+    first = await claim(rstore, "a1")
+    assert isinstance(first, Claimed) and first.issue.number == 1
+    second = await claim(rstore, "a2")
+    assert isinstance(second, NoTask) and second.reason == "bucket" and second.bucket == 0
+    relaxed = await claim(rstore, "a3", mode="best_effort")
+    assert isinstance(relaxed, Claimed) and relaxed.issue.number == 2
+
+
+async def test_roles_filter_and_unknown_role_gets_nothing(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "FRONTENDCODER"), issue(2, "P0", "BACKENDCODER"))
+    got = await claim(rstore, "a1", roles=["BACKENDCODER"])
+    assert isinstance(got, Claimed) and got.issue.number == 2
+    none = await claim(rstore, "a2", roles=["TESTER"])
+    assert isinstance(none, NoTask) and none.reason == "empty"
+
+
+async def test_claim_writes_seed_schema_keys(store: Store) -> None:
+    rstore = await load(store, issue(7, "P2", "TESTER"))
+    got = await claim(rstore, "agent-x")
+    assert isinstance(got, Claimed)
+    keys = rstore.keys
+    client = store.client
+    assert await client.get(keys.issue_lock(7)) == b"agent-x"
+    assert 0 < await client.ttl(keys.issue_lock(7)) <= 5
+    assert await client.get(keys.agent_current_task("agent-x")) == b"7"
+    candidate = json.loads(await client.get(keys.task_candidate(7, "agent-x")))
+    assert candidate["status"] == "assigned" and candidate["task_type"] == "development"
+    assert 86000 < await client.ttl(keys.task_candidate(7, "agent-x")) <= 86400
+    assert await client.ttl(keys.issue(7)) == -1
+    intent = await rstore.intent(7)
+    assert intent is not None and intent["add"] == ["agent-x", "in-progress"]
+    jobs = dict((j, p) for j, p, _ in await rstore.outbox_take(10, 1000))
+    assert json.loads(jobs["branch:7"]) == {"branch": "feature/issue-7", "base": "main"}
+
+
+async def test_heartbeat_extends_and_stale_token_is_refused(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
+    got = await claim(rstore, "a1")
+    assert isinstance(got, Claimed)
+    ok, expires = await rstore.heartbeat(1, "a1", got.token)
+    assert ok and isinstance(expires, int) and expires >= got.expires_ms
+    assert await rstore.heartbeat(1, "a1", "forged") == (False, "revoked")
+    assert await rstore.heartbeat(1, "a2", got.token) == (False, "not_owner")
+    assert await rstore.finish(1, "a2", got.token, "completed") == (False, "not_owner")
+
+
+async def test_expired_lease_is_reassigned_and_old_token_refused(short_store: Store) -> None:
+    store = short_store
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
+    first = await claim(rstore, "a1")
+    assert isinstance(first, Claimed)
+    assert isinstance(await claim(rstore, "a2"), NoTask)
+    await asyncio.sleep(1.1)  # the 1 s lease runs out without a heartbeat
+    second = await claim(rstore, "a2")
+    assert isinstance(second, Claimed) and second.issue.number == 1
+    assert await rstore.heartbeat(1, "a1", first.token) == (False, "expired")
+    assert await rstore.finish(1, "a1", first.token, "completed") == (False, "expired")
+    cand = await rstore.candidate(1, "a1")
+    assert cand is not None and cand["status"] == "expired"
+    ok, _ = await rstore.heartbeat(1, "a2", second.token)
+    assert ok
+
+
+async def test_release_returns_task_to_pool_and_removes_labels(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
+    got = await claim(rstore, "a1")
+    assert isinstance(got, Claimed)
+    assert await rstore.finish(1, "a1", got.token, "abandoned") == (True, "abandoned")
+    assert await rstore.heartbeat(1, "a1", got.token) == (False, "abandoned")
+    assert await rstore.intent(1) == {"add": {}, "remove": ["a1", "in-progress"], "v": 2}
+    again = await claim(rstore, "a2")
+    assert isinstance(again, Claimed) and again.issue.number == 1
+
+
+async def test_asking_again_completes_held_task_by_default(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"), issue(2, "P0", "BACKENDCODER"))
+    first = await claim(rstore, "a1")
+    assert isinstance(first, Claimed) and first.issue.number == 1
+    second = await claim(rstore, "a1")
+    assert isinstance(second, Claimed) and second.issue.number == 2
+    assert second.settled_issue == 1 and second.settled_outcome == "completed"
+    cand = await rstore.candidate(1, "a1")
+    assert cand is not None and cand["status"] == "needs_review"
+    intent = await rstore.intent(1)
+    assert intent is not None and intent["add"] == ["needs-review"]
+    # Completed development work is not offered again while it waits for review.
+    other = await claim(rstore, "a9")
+    assert isinstance(other, NoTask)
+
+
+async def test_asking_again_with_failed_puts_task_back_for_others(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
+    first = await claim(rstore, "a1")
+    assert isinstance(first, Claimed)
+    retry = await claim(rstore, "a1", previous="failed")
+    assert isinstance(retry, NoTask) and retry.settled_outcome == "failed"
+    other = await claim(rstore, "a2")
+    assert isinstance(other, Claimed) and other.issue.number == 1
+
+
+async def test_sync_never_reoffers_claimed_issue_before_labels_land(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
+    got = await claim(rstore, "a1")
+    assert isinstance(got, Claimed)
+    await claim(rstore, "a1")  # completes issue 1; GitHub still shows no label at all
+    await load(store, issue(1, "P0", "BACKENDCODER"))  # a sync with the stale view
+    assert isinstance(await claim(rstore, "a2"), NoTask)
+    # Once GitHub shows needs-review, the intent is dropped and GitHub is the truth again.
+    await load(store, issue(1, "P0", "BACKENDCODER", "needs-review"))
+    assert await rstore.intent(1) is None
+
+
+async def test_closing_held_issue_revokes_lease(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
+    got = await claim(rstore, "a1")
+    assert isinstance(got, Claimed)
+    assert await rstore.remove_issues([1]) == (1, 1)
+    assert await rstore.heartbeat(1, "a1", got.token) == (False, "issue_closed")
+    assert await store.client.exists(rstore.keys.issue(1)) == 0
+
+
+async def test_unlabelling_held_issue_revokes_with_label_removed(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
+    got = await claim(rstore, "a1")
+    assert isinstance(got, Claimed)
+    await load(store, issue(1, "BACKENDCODER"))  # priority label removed
+    assert await rstore.heartbeat(1, "a1", got.token) == (False, "label_removed")
+
+
+async def test_outbox_keeps_newer_wish_when_payload_changed(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
+    got = await claim(rstore, "a1")
+    assert isinstance(got, Claimed)
+    taken = {j: p for j, p, _ in await rstore.outbox_take(10, 60_000)}
+    await rstore.finish(1, "a1", got.token, "completed")  # intent changes while in flight
+    assert await rstore.outbox_done("labels:1", taken["labels:1"]) is False
+    assert await rstore.outbox_done("branch:1", taken["branch:1"]) is True
+    again = {j: p for j, p, _ in await rstore.outbox_take(10, 60_000)}
+    assert json.loads(again["labels:1"])["add"] == ["needs-review"]
