@@ -139,3 +139,42 @@ class Quota(BaseModel):
     remaining: int | None = None
     reset_s: float | None = None
     seen_s: float = Field(default=0.0)
+
+
+class LeaseGrant(BaseModel):
+    """The lease that comes with a task: present `token` to heartbeat, complete or release."""
+
+    token: str
+    expires_at: str
+    heartbeat_interval_s: int
+
+
+class ReviewComment(BaseModel):
+    """One piece of review feedback handed to an agent."""
+
+    id: int
+    kind: str  # review | inline | conversation
+    author: str
+    body: str
+    url: str = ""
+    path: str | None = None
+    line: int | None = None
+
+
+class Task(BaseModel):
+    """A task as agents receive it; field names up to `task_type` are the original's."""
+
+    issue_id: int
+    issue_url: str
+    title: str
+    body: str
+    labels: list[str]
+    branch_name: str
+    prompt: str
+    required_role: str
+    task_type: TaskType
+    repository: str
+    base_branch: str
+    pr_url: str | None = None
+    review_comments: list[ReviewComment] = []
+    lease: LeaseGrant

@@ -162,6 +162,8 @@ class ServerSettings(_Section):
     admin_token: SecretStr | None = None
     #: Upper bound of `wait_seconds` a request may ask for.
     max_wait_s: int = Field(60, ge=0, le=300)
+    #: Also run the polling daemon inside `serve` (one leader among all processes).
+    run_poller: bool = True
 
     def resolved_agent_tokens(self) -> dict[str, str]:
         tokens = dict(self.agent_tokens)

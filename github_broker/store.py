@@ -223,10 +223,13 @@ class RepoStore:
         mode: str,
         base_branch: str,
         roles: list[str] | None,
+        settle_only: bool = False,
     ) -> Claimed | NoTask:
+        """Settle the agent's held task with `previous`, then lease the next task (one call)."""
         token = secrets.token_urlsafe(18)
         res = await self._run(
-            "claim", agent_id, token, previous, mode, base_branch, CLAIM_SCAN, *(roles or [])
+            "claim", agent_id, token, previous, mode, base_branch, CLAIM_SCAN,
+            "1" if settle_only else "0", *(roles or []),
         )
         if int(res[0]) == 0:
             _, reason, settled, outcome, bucket = res
@@ -303,6 +306,15 @@ class RepoStore:
     async def ready_tasks(self, role: str | None = None) -> list[tuple[str, float]]:
         key = self.keys.ready_role(role) if role else self.keys.ready
         return [(_text(m), float(s)) for m, s in await self.client.zrange(key, 0, -1, withscores=True)]
+
+    @translate_errors
+    async def task_index(self) -> dict[str, tuple[float, str, str]]:
+        """Every task the rules allow, held or not: id -> (score, role, branch)."""
+        out = {}
+        for task_id, raw in (await self.client.hgetall(self.keys.tasks)).items():
+            score, role, branch = _text(raw).split("|", 2)
+            out[_text(task_id)] = (float(score), role, branch)
+        return out
 
     @translate_errors
     async def bucket(self) -> int | None:

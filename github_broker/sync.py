@@ -100,7 +100,6 @@ class Syncer:
     ) -> None:
         params = {"state": "open", "sort": "created", "direction": "asc"}
         per_page = self.settings.github.per_page
-        known_pages = int(state.get("full_pages", 0))
         seen: set[int] = set()
         newest = state.get("since", "")
         saved: dict[str, str] = {}
@@ -113,17 +112,19 @@ class Syncer:
             report.pages += 1
             if page.status == 304:
                 report.not_modified += 1
-                numbers = json.loads(state.get(f"page:{page_no}:numbers", "[]"))
+                numbers, count = json.loads(state.get(f"page:{page_no}:numbers", "[[], 0]"))
                 seen.update(numbers)
-                more = page_no < known_pages or len(numbers) == per_page
             else:
                 issues = [Issue.from_github(d) for d in page.items if "pull_request" not in d]
-                seen.update(i.number for i in issues)
+                numbers, count = [i.number for i in issues], len(page.items)
+                seen.update(numbers)
                 newest = max([newest, *(i.updated_at for i in issues)])
                 await self._upsert(rstore, issues, base, report)
                 saved[f"page:{page_no}:etag"] = page.etag or ""
-                saved[f"page:{page_no}:numbers"] = json.dumps([i.number for i in issues])
-                more = page.has_next
+                saved[f"page:{page_no}:numbers"] = json.dumps([numbers, count])
+            # A full last page is followed by one more (empty) request: its ETag makes the
+            # next unchanged pass all-304, and it notices issues added past the old end.
+            more = count == per_page
             report.seen = len(seen)
             if progress:
                 progress(repo.full_name, page_no, len(seen))
@@ -132,6 +133,7 @@ class Syncer:
             page_no += 1
         gone = sorted(await rstore.open_numbers() - seen)
         await self._remove(rstore, gone, report)
+        known_pages = int(state.get("full_pages", 0))
         stale = [f"page:{i}:{f}" for i in range(page_no + 1, known_pages + 1) for f in ("etag", "numbers")]
         saved.update({"full_pages": str(page_no), "full_at": str(time.time())})
         if newest:

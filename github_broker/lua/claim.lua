@@ -3,9 +3,11 @@
 -- ARGV[2] agent id, ARGV[3] new lease token, ARGV[4] outcome for a task the agent still
 -- holds (completed | failed | abandoned), ARGV[5] mode (strict | best_effort),
 -- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per index,
--- ARGV[8..] roles the agent accepts (none: any role).
+-- ARGV[8] '1' to only settle the previous task (multi-repository requests do this first),
+-- ARGV[9..] roles the agent accepts (none: any role).
 -- Returns {1, task_id, n, token, expires_ms, issue_json, role, branch, settled_n, outcome}
---      or {0, reason, settled_n, outcome, bucket} with reason 'empty' | 'bucket'.
+--      or {0, reason, settled_n, outcome, bucket} with reason 'empty' | 'bucket' | 'settled'
+--      (bucket -1: no open work issue).
 local C = context()
 local agent, token, prev_outcome, mode, base_branch = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local scan = tonumber(ARGV[7])
@@ -27,14 +29,14 @@ if prev_n then
 end
 
 local bucket = nil
-if mode == 'strict' then
-  local top = redis.call('ZRANGE', C.K.work, 0, 0, 'WITHSCORES')
-  if top[2] then bucket = tonumber(top[2]) end
-end
+local top = redis.call('ZRANGE', C.K.work, 0, 0, 'WITHSCORES')
+if top[2] then bucket = tonumber(top[2]) end
+
+if ARGV[8] == '1' then return {0, 'settled', settled_n, prev_outcome, bucket or -1} end
 
 local sources = {}
-if #ARGV >= 8 then
-  for i = 8, #ARGV do sources[#sources + 1] = C.ready_role .. ARGV[i] end
+if #ARGV >= 9 then
+  for i = 9, #ARGV do sources[#sources + 1] = C.ready_role .. ARGV[i] end
 else
   sources[1] = C.K.ready
 end
@@ -61,7 +63,7 @@ end
 
 if best_id == nil then return {0, 'empty', settled_n, prev_outcome, bucket or -1} end
 local priority = math.floor(best_score / 4e10)
-if bucket ~= nil and priority > bucket then
+if mode == 'strict' and bucket ~= nil and priority > bucket then
   return {0, 'bucket', settled_n, prev_outcome, bucket}
 end
 

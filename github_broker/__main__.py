@@ -1,0 +1,5 @@
+"""`python -m github_broker` runs the CLI."""
+
+from github_broker.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The HTTP layer: FastAPI app, routes, auth and the error table."""

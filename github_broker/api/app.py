@@ -1,0 +1,97 @@
+"""`create_app()`: builds settings, store, services and the daemon for one serve process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from github_broker import __version__
+from github_broker.api import errors, routes
+from github_broker.api.auth import Authenticator
+from github_broker.errors import BrokerError
+from github_broker.events import ReadyWaker
+from github_broker.gateway import GitHubGateway
+from github_broker.poller import Daemon
+from github_broker.prompts import Prompts
+from github_broker.settings import Settings, default_config_dir, load_settings
+from github_broker.store import Store
+from github_broker.tasks import TaskService
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a GitHub reachability check is reused by /ready.
+READY_CACHE_S = 10.0
+
+
+@dataclass
+class Services:
+    settings: Settings
+    store: Store
+    gateway: GitHubGateway
+    tasks: TaskService
+    auth: Authenticator
+    daemon: Daemon | None
+    _github_ok: tuple[bool, float, str] = (False, 0.0, "not checked yet")
+
+    async def github_reachable(self) -> tuple[bool, str]:
+        ok, at, why = self._github_ok
+        if time.monotonic() - at < READY_CACHE_S:
+            return ok, why
+        try:
+            quota = await asyncio.to_thread(self.gateway.ping)
+            result = (True, f"quota remaining {quota.remaining}")
+        except BrokerError as e:
+            result = (False, str(e))
+        self._github_ok = (*result[:1], time.monotonic(), result[1])  # type: ignore[assignment]
+        return result
+
+
+def create_app(settings: Settings | None = None, config_dir: Path | None = None) -> FastAPI:
+    """The ASGI app. Without arguments it loads settings like the CLI (uvicorn --factory)."""
+    config_dir = config_dir or default_config_dir()
+    settings = settings or load_settings(config_dir)
+    prompts = Prompts.load(config_dir)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store.from_settings(settings)
+        gateway = GitHubGateway(settings.github)
+        waker = ReadyWaker()
+        waker.start(store)
+        daemon = Daemon(settings, store, gateway) if settings.server.run_poller else None
+        if daemon is not None:
+            await daemon.hold_leadership()
+            daemon.start()
+        app.state.services = Services(
+            settings=settings,
+            store=store,
+            gateway=gateway,
+            tasks=TaskService(settings, store, prompts, waker),
+            auth=Authenticator(settings.server),
+            daemon=daemon,
+        )
+        try:
+            yield
+        finally:
+            if daemon is not None:
+                await daemon.stop()
+            await waker.stop()
+            await store.close()
+            await asyncio.to_thread(gateway.close)
+
+    app = FastAPI(
+        title="github-broker",
+        version=__version__,
+        description="Hands GitHub issues to AI coding agents as leased tasks.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    app.include_router(routes.router)
+    return app

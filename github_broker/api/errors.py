@@ -1,0 +1,78 @@
+"""The one table from domain errors to HTTP answers; no traceback ever reaches a client."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from github_broker.errors import (
+    AuthError,
+    BrokerError,
+    GitHubUnavailable,
+    InvalidRequest,
+    LeaseError,
+    NotFound,
+    RateLimited,
+    StoreUnavailable,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Retry-After (seconds) sent with a 503 while Redis or GitHub is down.
+UNAVAILABLE_RETRY_S = 2
+
+STATUS: dict[type[BrokerError], int] = {
+    InvalidRequest: 422,
+    NotFound: 404,
+    LeaseError: 409,
+    AuthError: 401,
+    StoreUnavailable: 503,
+    GitHubUnavailable: 503,
+    RateLimited: 503,
+}
+
+
+def _answer(status: int, detail: str, reason: str | None = None,
+            headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail, "reason": reason}, status_code=status, headers=headers)
+
+
+async def broker_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BrokerError)
+    status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
+    headers = None
+    if isinstance(exc, RateLimited):
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_at_s - time.time())))}
+    elif status == 503:
+        headers = {"Retry-After": str(UNAVAILABLE_RETRY_S)}
+    if isinstance(exc, AuthError) and getattr(exc, "forbidden", False):
+        status = 403
+    reason = exc.reason if isinstance(exc, LeaseError) else None
+    if status >= 500:
+        logger.warning("%s %s -> %d: %s", request.method, request.url.path, status, exc)
+    return _answer(status, str(exc), reason, headers)
+
+
+async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"`{loc}`: {err.get('msg', 'invalid')}")
+    return _answer(422, "invalid request: " + "; ".join(parts), "invalid_request")
+
+
+async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    return _answer(500, "internal error; the broker logged the details", "internal")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(BrokerError, broker_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, unexpected_error)

@@ -1,0 +1,130 @@
+"""HTTP routes: parse, one call into a use case, answer."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from github_broker import status as status_view
+from github_broker.api.schemas import (
+    Done,
+    HeartbeatResponse,
+    LeaseRequest,
+    Problem,
+    ReleaseRequest,
+    TaskRequest,
+)
+from github_broker.errors import NotFound
+from github_broker.models import Outcome, Task
+
+router = APIRouter()
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Problem} for code in (401, 403, 404, 409, 422, 503)
+}
+
+
+def services(request: Request) -> Any:
+    return request.app.state.services
+
+
+Services = Annotated[Any, Depends(services)]
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    """Alive: the process answers (no dependency is checked)."""
+    return {"status": "ok"}
+
+
+@router.get("/ready", responses=ERRORS)
+async def ready(svc: Services) -> JSONResponse:
+    """Ready: Redis answers and GitHub is reachable."""
+    checks: dict[str, str] = {}
+    ok = True
+    try:
+        await svc.store.ping()
+        checks["redis"] = "ok"
+    except Exception as e:  # noqa: BLE001 - readiness reports any failure as text
+        ok, checks["redis"] = False, str(e)
+    github_ok, why = await svc.github_reachable()
+    checks["github"] = "ok" if github_ok else why
+    ok = ok and github_ok
+    return JSONResponse({"ready": ok, "checks": checks}, status_code=200 if ok else 503)
+
+
+@router.post(
+    "/request-task",
+    response_model=Task,
+    responses={204: {"description": "No task for this agent now."}, **ERRORS},
+)
+async def request_task(body: TaskRequest, request: Request, svc: Services) -> Any:
+    """The next task for an agent (200), or none (204); a held task is settled first."""
+    svc.auth.agent(request, body.agent_id)
+    wait = min(body.wait_seconds, svc.settings.server.max_wait_s)
+    task = await svc.tasks.request_task(
+        body.agent_id,
+        roles=body.roles,
+        repositories=body.repositories,
+        wait_s=wait,
+        previous=body.previous,
+    )
+    if task is None:
+        return Response(status_code=204)
+    return task
+
+
+@router.post("/tasks/{owner}/{repo}/{number}/heartbeat", response_model=HeartbeatResponse,
+             responses=ERRORS)
+async def heartbeat(owner: str, repo: str, number: int, body: LeaseRequest, request: Request,
+                    svc: Services) -> HeartbeatResponse:
+    """Extend the lease (and the agent's current-task key)."""
+    svc.auth.agent(request, body.agent_id)
+    expires = await svc.tasks.heartbeat(f"{owner}/{repo}", number, body.agent_id, body.token)
+    return HeartbeatResponse(expires_at=expires)
+
+
+@router.post("/tasks/{owner}/{repo}/{number}/complete", response_model=Done, responses=ERRORS)
+async def complete(owner: str, repo: str, number: int, body: LeaseRequest, request: Request,
+                   svc: Services) -> Done:
+    """Report the task done; the issue moves on (development work goes to review)."""
+    svc.auth.agent(request, body.agent_id)
+    await svc.tasks.finish(f"{owner}/{repo}", number, body.agent_id, body.token, Outcome.COMPLETED)
+    return Done(status="completed")
+
+
+@router.post("/tasks/{owner}/{repo}/{number}/release", response_model=Done, responses=ERRORS)
+async def release(owner: str, repo: str, number: int, body: ReleaseRequest, request: Request,
+                  svc: Services) -> Done:
+    """Give the task back (failed or abandoned); it returns to the pool at once."""
+    svc.auth.agent(request, body.agent_id)
+    outcome = Outcome(body.reason)
+    await svc.tasks.finish(f"{owner}/{repo}", number, body.agent_id, body.token, outcome)
+    return Done(status=outcome.value)
+
+
+@router.get("/status", responses=ERRORS)
+async def status(request: Request, svc: Services) -> dict[str, Any]:
+    """Queues per repository and priority, leases, skipped issues, GitHub quota (admin)."""
+    svc.auth.admin(request)
+    return await status_view.status(svc.store)
+
+
+@router.get("/explain", responses=ERRORS)
+async def explain(
+    request: Request,
+    svc: Services,
+    repository: Annotated[str | None, Query(description="owner/name; default: all")] = None,
+    roles: Annotated[list[str] | None, Query(description="roles the agent accepts")] = None,
+) -> dict[str, Any]:
+    """For an agent with these roles: what it would get next and why each other issue is not it."""
+    svc.auth.admin(request)
+    names = [repository] if repository else list(svc.store.repos)
+    out = {}
+    for name in names:
+        if name not in svc.store.repos:
+            raise NotFound(f"repository {name!r} is not served by this broker")
+        verdicts = await status_view.explain(svc.store.repo(name), svc.settings, roles)
+        out[name] = [v.model_dump() for v in verdicts]
+    return out

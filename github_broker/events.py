@@ -1,0 +1,54 @@
+"""Wakes long-polling requests in this process when any process makes a task claimable."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from github_broker.errors import BrokerError
+from github_broker.store import Store
+
+logger = logging.getLogger(__name__)
+
+#: Waiters re-check this often even without an event (a missed message costs at most this).
+RECHECK_S = 2.0
+
+
+class ReadyWaker:
+    """One Redis subscription per process, fanned out to every waiting request."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Return when a task may have become claimable, or after `timeout_s`."""
+        event = self._event
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout=min(timeout_s, RECHECK_S))
+
+    def start(self, store: Store) -> None:
+        self._task = asyncio.create_task(self._listen(store))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _listen(self, store: Store) -> None:
+        while True:
+            try:
+                async with store.ready_events() as queue:
+                    while True:
+                        await queue.get()
+                        self.notify()
+            except BrokerError as e:
+                logger.warning("ready events unavailable, retrying: %s", e)
+                await asyncio.sleep(1.0)

@@ -1,0 +1,181 @@
+"""Use cases of agents: request a task, heartbeat, complete, release."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from github_broker.clock import iso_from_ms
+from github_broker.errors import InvalidRequest, LeaseError, NotFound
+from github_broker.events import ReadyWaker
+from github_broker.models import Claimed, NoTask, Outcome, Task, LeaseGrant
+from github_broker.prompts import Prompts
+from github_broker.settings import Settings
+from github_broker.store import RepoStore, Store
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a repository's default branch is cached in a serve process.
+BASE_BRANCH_CACHE_S = 60.0
+#: Fallback base branch before the first sync has looked it up.
+FALLBACK_BASE_BRANCH = "main"
+
+
+class TaskService:
+    """Hands out tasks by the assignment rules; all state lives in Redis."""
+
+    def __init__(self, settings: Settings, store: Store, prompts: Prompts, waker: ReadyWaker) -> None:
+        self.settings = settings
+        self.store = store
+        self.prompts = prompts
+        self.waker = waker
+        self.role_descriptions = {a.role: a.description for a in settings.agents}
+        self._base_branches: dict[str, tuple[str, float]] = {}
+
+    # --- request-task -------------------------------------------------------------------
+
+    async def request_task(
+        self,
+        agent_id: str,
+        *,
+        roles: list[str] | None = None,
+        repositories: list[str] | None = None,
+        wait_s: float = 0,
+        previous: Outcome = Outcome.COMPLETED,
+    ) -> Task | None:
+        """The next task for `agent_id`, or None after `wait_s` seconds without one."""
+        stores = self._stores(repositories)
+        self._check_roles(roles)
+        deadline = time.monotonic() + wait_s
+        settle = previous.value
+        while True:
+            claimed = await self._claim_once(stores, agent_id, roles, settle)
+            if claimed is not None:
+                return await self._task(claimed)
+            # The held task is settled by the first attempt; later ones must not touch it.
+            settle = Outcome.COMPLETED.value
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            await self.waker.wait(remaining)
+
+    async def _claim_once(
+        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, previous: str
+    ) -> Claimed | None:
+        mode = self.settings.priority_mode
+        if len(stores) > 1:
+            # Settle a task held in any of the repositories, learning each one's bucket.
+            settled = await asyncio.gather(
+                *(
+                    s.claim(agent_id, previous=previous, mode=mode, base_branch="",
+                            roles=roles, settle_only=True)
+                    for s in stores
+                )
+            )
+            buckets = [r.bucket if isinstance(r, NoTask) and r.bucket is not None else 1 << 30
+                       for r in settled]
+            stores = [s for _, s in sorted(zip(buckets, stores, strict=True), key=lambda p: p[0])]
+        for rstore in stores:
+            base = await self.base_branch(rstore)
+            got = await rstore.claim(agent_id, previous=previous, mode=mode, base_branch=base, roles=roles)
+            if isinstance(got, Claimed):
+                logger.info("claimed %s#%d for %s (%s)", got.repository, got.issue.number,
+                            agent_id, got.task_type)
+                return got
+        return None
+
+    async def _task(self, claimed: Claimed) -> Task:
+        rstore = self.store.repo(claimed.repository)
+        base = await self.base_branch(rstore)
+        issue = claimed.issue
+        values = {
+            "repository": claimed.repository,
+            "issue_number": str(issue.number),
+            "issue_url": issue.html_url,
+            "title": issue.title,
+            "body": issue.body,
+            "labels": ", ".join(issue.labels),
+            "branch": claimed.branch,
+            "base_branch": base,
+            "role": claimed.role,
+            "role_description": self.role_descriptions.get(claimed.role, ""),
+            "task_type": claimed.task_type.value,
+        }
+        return Task(
+            issue_id=issue.number,
+            issue_url=issue.html_url,
+            title=issue.title,
+            body=issue.body,
+            labels=issue.labels,
+            branch_name=claimed.branch,
+            prompt=self.prompts.render(claimed.task_type, values),
+            required_role=claimed.role,
+            task_type=claimed.task_type,
+            repository=claimed.repository,
+            base_branch=base,
+            lease=LeaseGrant(
+                token=claimed.token,
+                expires_at=iso_from_ms(claimed.expires_ms),
+                heartbeat_interval_s=self.heartbeat_interval_s,
+            ),
+        )
+
+    @property
+    def heartbeat_interval_s(self) -> int:
+        # Three heartbeats per lease: one lost request never costs the lease.
+        return max(1, self.settings.leases.lease_ttl_s // 3)
+
+    async def base_branch(self, rstore: RepoStore) -> str:
+        repo = self.settings.repository(rstore.repository)
+        if repo is not None and repo.base_branch:
+            return repo.base_branch
+        cached = self._base_branches.get(rstore.repository)
+        if cached and cached[1] > time.monotonic():
+            return cached[0]
+        state = await rstore.sync_state()
+        branch = state.get("default_branch", FALLBACK_BASE_BRANCH)
+        self._base_branches[rstore.repository] = (branch, time.monotonic() + BASE_BRANCH_CACHE_S)
+        return branch
+
+    # --- lease operations ---------------------------------------------------------------
+
+    async def heartbeat(self, repository: str, number: int, agent_id: str, token: str) -> str:
+        """Extend the lease; returns the new expiry (ISO 8601)."""
+        ok, value = await self._repo(repository).heartbeat(number, agent_id, token)
+        if not ok:
+            raise LeaseError(str(value), f"lease on {repository}#{number} not extended: {value}")
+        return iso_from_ms(int(value))
+
+    async def finish(
+        self, repository: str, number: int, agent_id: str, token: str, outcome: Outcome
+    ) -> None:
+        ok, value = await self._repo(repository).finish(number, agent_id, token, outcome.value)
+        if not ok:
+            raise LeaseError(value, f"{repository}#{number} not {outcome.value}: {value}")
+        logger.info("%s %s#%d by %s", outcome.value, repository, number, agent_id)
+
+    # --- validation ---------------------------------------------------------------------
+
+    def _repo(self, repository: str) -> RepoStore:
+        if repository not in self.store.repos:
+            raise NotFound(f"repository {repository!r} is not served by this broker")
+        return self.store.repo(repository)
+
+    def _stores(self, repositories: list[str] | None) -> list[RepoStore]:
+        if not repositories:
+            return list(self.store.repos.values())
+        unknown = [r for r in repositories if r not in self.store.repos]
+        if unknown:
+            served = ", ".join(self.store.repos) or "(none)"
+            raise InvalidRequest(f"unknown repositories {unknown}; this broker serves: {served}")
+        return [self.store.repo(r) for r in repositories]
+
+    def _check_roles(self, roles: list[str] | None) -> None:
+        if not roles:
+            return
+        unknown = [r for r in roles if r not in self.settings.roles]
+        if unknown:
+            raise InvalidRequest(
+                f"unknown roles {unknown}; roles from agents.yml: {', '.join(self.settings.roles)}"
+            )
