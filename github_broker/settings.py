@@ -12,7 +12,8 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+import json
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -24,7 +25,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from github_broker.errors import ConfigError
 
@@ -196,7 +203,8 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
     )
 
-    repositories: list[Repository] = []
+    #: `owner/name` strings or mappings; the environment takes `a/b,c/d` or JSON.
+    repositories: Annotated[list[Repository], NoDecode] = []
     priority_mode: Literal["strict", "best_effort"] = "strict"
     github: GitHubSettings = GitHubSettings()
     redis: RedisSettings = RedisSettings()
@@ -211,7 +219,11 @@ class Settings(BaseSettings):
     @classmethod
     def _repo_shorthand(cls, value: Any) -> Any:
         if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
+            text = value.strip()
+            if text.startswith("["):
+                value = json.loads(text)
+            else:
+                value = [part.strip() for part in text.split(",") if part.strip()]
         if not isinstance(value, list):
             return value
         out = []
@@ -311,6 +323,11 @@ def load_settings(config_dir: Path | None = None, **overrides: Any) -> Settings:
         return Settings(**data)
     except ValidationError as e:
         raise ConfigError(_explain(e, broker_file, agents_source)) from e
+    except SettingsError as e:
+        raise ConfigError(
+            f"Invalid configuration in the environment: {e}. Fix: complex values such as "
+            f"{ENV_PREFIX}SERVER__AGENT_TOKENS must be JSON."
+        ) from e
 
 
 def _explain(error: ValidationError, broker_file: Path, agents_file: Path) -> str:

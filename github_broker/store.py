@@ -410,7 +410,10 @@ class Store:
         channels = [r.keys.events for r in self.repos.values()]
         try:
             if channels:
-                await pubsub.subscribe(*channels)
+                try:
+                    await pubsub.subscribe(*channels)
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
+                    raise StoreUnavailable(f"Redis unavailable: {e}") from e
             reader = asyncio.create_task(self._pump(pubsub, queue))
             try:
                 yield queue

@@ -1,0 +1,177 @@
+"""The HTTP API in-process (FastAPI TestClient), on a real Redis and the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from github_broker.api.app import create_app
+from github_broker.errors import ConfigError
+from github_broker.gateway import GitHubGateway
+from github_broker.settings import Settings
+from github_broker.simulator import Simulator
+from github_broker.store import Store
+from github_broker.sync import Syncer
+from tests.conftest import free_port
+from tests.factories import body
+
+ISSUES = [
+    {"number": 1, "title": "Urgent fix", "body": body(), "labels": ["P0", "BACKENDCODER"],
+     "created_at": "2026-01-01T00:00:00Z"},
+    {"number": 2, "title": "Frontend", "body": body("ui/issue-xx"), "labels": ["P0", "FRONTENDCODER"],
+     "created_at": "2026-01-01T00:01:00Z"},
+    {"number": 3, "title": "Later", "body": body("later"), "labels": ["P1", "BACKENDCODER"],
+     "created_at": "2026-01-01T00:02:00Z"},
+    {"number": 4, "title": "No branch", "body": "## Deliverables\n- x\n", "labels": ["P0", "TESTER"],
+     "created_at": "2026-01-01T00:03:00Z"},
+]
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    with Simulator({"repositories": [{"owner": "acme", "name": "widgets", "issues": ISSUES}]}) as s:
+        yield s
+
+
+def synced(settings: Settings) -> None:
+    async def run() -> None:
+        store = Store.from_settings(settings)
+        gateway = GitHubGateway(settings.github)
+        try:
+            for repo in settings.repositories:
+                await Syncer(settings, store, gateway).sync(repo)
+        finally:
+            await store.close()
+            gateway.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture
+def app_factory(sim: Simulator, redis_url: str,
+                make_settings: Callable[..., Settings]) -> Callable[..., TestClient]:
+    def factory(**overrides: Any) -> TestClient:
+        overrides.setdefault("redis", {"url": redis_url})
+        server = {"run_poller": False, **overrides.pop("server", {})}
+        settings = make_settings(github={"base_url": sim.base_url}, server=server, **overrides)
+        synced(settings)
+        return TestClient(create_app(settings))
+
+    return factory
+
+
+@pytest.fixture
+def client(app_factory: Callable[..., TestClient]) -> Iterator[TestClient]:
+    with app_factory() as c:
+        yield c
+
+
+def test_original_request_body_gets_task_with_original_fields(client: TestClient) -> None:
+    r = client.post("/request-task", json={"agent_id": "agent-1"})
+    assert r.status_code == 200
+    task = r.json()
+    assert task["issue_id"] == 1 and task["title"] == "Urgent fix"
+    assert task["branch_name"] == "feature/issue-1" and task["base_branch"] == "main"
+    assert task["required_role"] == "BACKENDCODER" and task["task_type"] == "development"
+    assert task["repository"] == "acme/widgets" and "issue_url" in task and task["labels"]
+    assert "feature/issue-1" in task["prompt"] and "$" not in task["prompt"]
+    assert task["lease"]["token"] and task["lease"]["heartbeat_interval_s"] == 200
+
+
+def test_strict_bucket_then_204(client: TestClient) -> None:
+    first = client.post("/request-task", json={"agent_id": "a1"}).json()
+    second = client.post("/request-task", json={"agent_id": "a2"}).json()
+    assert {first["issue_id"], second["issue_id"]} == {1, 2}
+    # Issue 3 is P1 and issue 4 (P0) cannot be assigned: nothing for a third agent.
+    assert client.post("/request-task", json={"agent_id": "a3"}).status_code == 204
+
+
+def test_roles_pick_matching_work_and_unknown_role_is_422(client: TestClient) -> None:
+    r = client.post("/request-task", json={"agent_id": "ui", "roles": ["FRONTENDCODER"]})
+    assert r.json()["issue_id"] == 2
+    bad = client.post("/request-task", json={"agent_id": "x", "roles": ["PAINTER"]})
+    assert bad.status_code == 422 and "PAINTER" in bad.json()["detail"]
+
+
+@pytest.mark.parametrize("payload, field", [
+    ({}, "agent_id"),
+    ({"agent_id": "has space"}, "agent_id"),
+    ({"agent_id": "a", "wait_seconds": 61}, "wait_seconds"),
+    ({"agent_id": "a", "previous": "exploded"}, "previous"),
+])
+def test_malformed_bodies_get_readable_422(client: TestClient, payload: dict[str, Any],
+                                           field: str) -> None:
+    r = client.post("/request-task", json=payload)
+    assert r.status_code == 422
+    assert field in r.json()["detail"] and "Traceback" not in r.text
+
+
+def test_heartbeat_complete_release_and_409_reasons(client: TestClient) -> None:
+    task = client.post("/request-task", json={"agent_id": "a1"}).json()
+    base = f"/tasks/acme/widgets/{task['issue_id']}"
+    lease = {"agent_id": "a1", "token": task["lease"]["token"]}
+    assert client.post(f"{base}/heartbeat", json=lease).status_code == 200
+    stranger = client.post(f"{base}/heartbeat", json={**lease, "agent_id": "a2"})
+    assert stranger.status_code == 409 and stranger.json()["reason"] == "not_owner"
+    assert client.post(f"{base}/complete", json=lease).json() == {"status": "completed"}
+    late = client.post(f"{base}/heartbeat", json=lease)
+    assert late.status_code == 409 and late.json()["reason"] == "completed"
+    other = client.post("/request-task", json={"agent_id": "a1"}).json()
+    released = client.post(f"/tasks/acme/widgets/{other['issue_id']}/release",
+                           json={"agent_id": "a1", "token": other["lease"]["token"], "reason": "failed"})
+    assert released.json() == {"status": "failed"}
+    again = client.post("/request-task", json={"agent_id": "a2"}).json()
+    assert again["issue_id"] == other["issue_id"]
+
+
+def test_unknown_repository_is_404(client: TestClient) -> None:
+    r = client.post("/tasks/acme/nope/1/heartbeat", json={"agent_id": "a", "token": "t"})
+    assert r.status_code == 404 and "acme/nope" in r.json()["detail"]
+
+
+def test_agent_tokens_bind_agent_ids(app_factory: Callable[..., TestClient]) -> None:
+    server = {"agent_tokens": {"tok-1": "a1", "tok-2": "a2"}, "admin_token": "boss"}
+    with app_factory(server=server) as client:
+        assert client.post("/request-task", json={"agent_id": "a1"}).status_code == 401
+        wrong = client.post("/request-task", json={"agent_id": "a1"},
+                            headers={"Authorization": "Bearer tok-2"})
+        assert wrong.status_code == 403
+        ok = client.post("/request-task", json={"agent_id": "a1"},
+                         headers={"Authorization": "Bearer tok-1"})
+        assert ok.status_code == 200
+        assert client.get("/status", headers={"Authorization": "Bearer tok-1"}).status_code == 403
+        status = client.get("/status", headers={"Authorization": "Bearer boss"})
+        assert status.status_code == 200
+        leases = status.json()["repositories"][0]["leases"]
+        assert [lease["agent_id"] for lease in leases] == ["a1"]
+
+
+def test_explain_says_why_each_issue_is_passed_over(client: TestClient) -> None:
+    client.post("/request-task", json={"agent_id": "a1"})
+    verdicts = {v["issue"]: v for v in client.get("/explain").json()["acme/widgets"]}
+    assert verdicts[1]["verdict"] == "held" and "a1" in verdicts[1]["detail"]
+    assert verdicts[2]["verdict"] == "next"
+    assert verdicts[3]["verdict"] == "outside_bucket"
+    assert verdicts[4]["verdict"] == "skipped" and "no_branch" in verdicts[4]["detail"]
+
+
+def test_redis_down_gives_503_with_retry_after(app_factory: Callable[..., TestClient],
+                                               redis_url: str, make_settings: Callable[..., Settings],
+                                               sim: Simulator) -> None:
+    settings = make_settings(redis={"url": f"redis://127.0.0.1:{free_port()}/0"},
+                             github={"base_url": sim.base_url}, server={"run_poller": False})
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/request-task", json={"agent_id": "a1"})
+        assert r.status_code == 503 and r.headers["Retry-After"] == "2"
+        assert "Redis" in r.json()["detail"] and "Traceback" not in r.text
+        assert client.get("/ready").status_code == 503
+        assert client.get("/health").status_code == 200
+
+
+def test_remote_bind_without_tokens_is_refused(make_settings: Callable[..., Settings]) -> None:
+    with pytest.raises(ConfigError, match="agent tokens"):
+        make_settings(server={"host": "0.0.0.0"})
