@@ -11,14 +11,12 @@ from github_broker.store import Store
 
 logger = logging.getLogger(__name__)
 
-#: Waiters re-check this often even without an event (a missed message costs at most this).
-RECHECK_S = 2.0
-
-
 class ReadyWaker:
     """One Redis subscription per process, fanned out to every waiting request."""
 
-    def __init__(self) -> None:
+    def __init__(self, recheck_s: float) -> None:
+        # A missed message (Redis reconnecting) costs a waiter at most recheck_s.
+        self.recheck_s = recheck_s
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -30,7 +28,7 @@ class ReadyWaker:
         """Return when a task may have become claimable, or after `timeout_s`."""
         event = self._event
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout=min(timeout_s, RECHECK_S))
+            await asyncio.wait_for(event.wait(), timeout=min(timeout_s, self.recheck_s))
 
     def start(self, store: Store) -> None:
         self._task = asyncio.create_task(self._listen(store))

@@ -171,6 +171,8 @@ class ServerSettings(_Section):
     max_wait_s: int = Field(60, ge=0, le=300)
     #: Also run the polling daemon inside `serve` (one leader among all processes).
     run_poller: bool = True
+    #: A long-polling request re-checks this often even without a wake-up event.
+    long_poll_recheck_s: float = Field(5.0, gt=0)
 
     def resolved_agent_tokens(self) -> dict[str, str]:
         tokens = dict(self.agent_tokens)

@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = Store.from_settings(settings)
         gateway = GitHubGateway(settings.github)
-        waker = ReadyWaker()
+        waker = ReadyWaker(settings.server.long_poll_recheck_s)
         waker.start(store)
         daemon = Daemon(settings, store, gateway) if settings.server.run_poller else None
         if daemon is not None:

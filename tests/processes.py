@@ -1,0 +1,75 @@
+"""Real broker processes for tests: `github-broker serve` under uvicorn, started and killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from tests.conftest import free_port
+
+
+class BrokerProcess:
+    """One `github-broker serve` process configured by environment variables."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path, name: str, workers: int = 1) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, **env}
+        self.log_path = log_dir / f"{name}.log"
+        self.workers = workers
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 20.0) -> BrokerProcess:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "github_broker", "serve", "--port", str(self.port),
+                 "--workers", str(self.workers)],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited early:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                if requests.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return self
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"broker did not start:\n{self.log_path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def broker_env(redis_url: str, github_url: str, repositories: str, **extra: str) -> dict[str, str]:
+    env = {
+        "GITHUB_BROKER_CONFIG_DIR": str(Path(__file__).parent / "no-config"),
+        "GITHUB_BROKER_REPOSITORIES": repositories,
+        "GITHUB_BROKER_REDIS__URL": redis_url,
+        "GITHUB_BROKER_GITHUB__BASE_URL": github_url,
+        "GITHUB_BROKER_GITHUB__TOKEN": "test-token",
+        "GITHUB_BROKER_GITHUB__SECONDS_BETWEEN_WRITES": "0",
+        "GITHUB_BROKER_POLL__INTERVAL_S": "1",
+        "GITHUB_BROKER_POLL__OUTBOX_INTERVAL_S": "0.2",
+        "GITHUB_BROKER_POLL__LEADER_TTL_S": "3",
+    }
+    env.update(extra)
+    return env
