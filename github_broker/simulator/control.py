@@ -1,0 +1,127 @@
+"""The /_sim control API: stats, faults and issue edits for tests driving another process."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from .messages import ApiError, Response, decode_json
+
+if TYPE_CHECKING:
+    from .gateway import Services
+
+logger = logging.getLogger(__name__)
+
+_ISSUE_PATH = re.compile(r"/_sim/issues/(?P<owner>[^/]+)/(?P<repo>[^/]+)/(?P<number>\d+)")
+_FAULT_PATH = re.compile(r"/_sim/faults/(?P<id>\d+)")
+
+
+def handle(
+    svc: Services,
+    method: str,
+    path: str,
+    raw_body: bytes,
+    base_url: str,
+) -> Response:
+    """Serve one control call; never counted in stats, never faulted, never rate limited."""
+    try:
+        return _dispatch(svc, method, path.rstrip("/"), decode_json(raw_body), base_url)
+    except ApiError as exc:
+        return exc.to_response()
+    except (KeyError, TypeError, ValueError) as exc:
+        return ApiError(400, f"Bad control request: {exc}").to_response()
+
+
+def _dispatch(svc: Services, method: str, path: str, body: Any, base_url: str) -> Response:
+    route = (method, path)
+    if route == ("GET", "/_sim/health"):
+        return Response(200, {"ok": True, "repositories": svc.state.repo_names()})
+    if route == ("GET", "/_sim/stats"):
+        return Response(200, svc.stats.snapshot())
+    if route == ("POST", "/_sim/stats/reset"):
+        svc.stats.reset()
+        return Response(200, svc.stats.snapshot())
+    if route == ("POST", "/_sim/rate_limit/reset"):
+        svc.limiter.reset()
+        return Response(200, {"ok": True})
+    if path == "/_sim/faults":
+        return _faults(svc, method, body)
+    fault = _FAULT_PATH.fullmatch(path)
+    if fault and method == "DELETE":
+        if not svc.faults.remove(int(fault["id"])):
+            raise ApiError(404, "Not Found")
+        return Response(200, {"faults": svc.faults.rules()})
+    if route == ("POST", "/_sim/issues"):
+        return _create_issue(svc, _object(body), base_url)
+    issue = _ISSUE_PATH.fullmatch(path)
+    if issue:
+        return _issue(
+            svc, method, issue["owner"], issue["repo"], int(issue["number"]), body, base_url
+        )
+    raise ApiError(404, "Not Found")
+
+
+def _faults(svc: Services, method: str, body: Any) -> Response:
+    if method == "GET":
+        return Response(200, {"faults": svc.faults.rules()})
+    if method == "DELETE":
+        svc.faults.clear()
+        return Response(200, {"faults": []})
+    if method == "POST":
+        specs = body.get("faults", [body]) if isinstance(body, dict) else body
+        if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs):
+            raise ApiError(400, 'Expected a fault object, a list of them, or {"faults": [...]}')
+        added = [svc.faults.add(spec).to_dict() for spec in specs]
+        return Response(201, {"added": added, "faults": svc.faults.rules()})
+    raise ApiError(404, "Not Found")
+
+
+def _create_issue(svc: Services, body: dict[str, Any], base_url: str) -> Response:
+    issue = svc.state.create_issue(
+        body["owner"],
+        body["repo"],
+        title=body["title"],
+        body=body.get("body") or "",
+        labels=body.get("labels") or (),
+        state=body.get("state") or "open",
+        created_at=body.get("created_at"),
+        user=body.get("user") or "octocat",
+        number=body.get("number"),
+        base_url=base_url,
+    )
+    return Response(201, issue)
+
+
+def _issue(
+    svc: Services, method: str, owner: str, repo: str, number: int, body: Any, base_url: str
+) -> Response:
+    if method == "DELETE":
+        svc.state.delete_issue(owner, repo, number)
+        return Response(204)
+    if method == "GET":
+        return Response(200, svc.state.get_issue(owner, repo, number, base_url=base_url))
+    if method != "PATCH":
+        raise ApiError(404, "Not Found")
+    fields = _object(body)
+    if fields.get("add_labels"):
+        svc.state.add_labels(owner, repo, number, fields["add_labels"])
+    for label in fields.get("remove_labels") or ():
+        svc.state.remove_label(owner, repo, number, label)
+    issue = svc.state.update_issue(
+        owner,
+        repo,
+        number,
+        title=fields.get("title"),
+        body=fields.get("body"),
+        state=fields.get("state"),
+        labels=fields.get("labels"),
+        base_url=base_url,
+    )
+    return Response(200, issue)
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(400, "Expected a JSON object")
+    return body

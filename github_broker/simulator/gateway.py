@@ -1,0 +1,193 @@
+"""The request pipeline GitHub wraps around every API call: faults, auth, quota, ETag, stats."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
+
+from . import control
+from .faults import ERROR, PRIMARY_RATE_LIMIT, FaultRule, Faults
+from .messages import ApiError, Request, Response, decode_json
+from .ratelimit import Quota, RateLimiter
+from .routes import ROUTER, Route
+from .state import SimState
+from .stats import Stats
+
+logger = logging.getLogger(__name__)
+
+ANONYMOUS = "anonymous"
+DEFAULT_LOGIN = "broker-bot"
+# Reading the quota is free on GitHub and must keep working while the quota is exhausted.
+_FREE_ROUTES = frozenset({"GET /rate_limit"})
+_ERROR_MESSAGES = {
+    500: "Internal Server Error",
+    502: "Server Error",
+    503: "Service Unavailable",
+    504: "We couldn't respond to your request in time. Sorry about that.",
+}
+_SECONDARY_MESSAGE = (
+    "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. "
+    "If you reach out to GitHub Support for help, please include the request ID {rid}."
+)
+
+
+@dataclass
+class Services:
+    """Everything a request may touch; one per Simulator."""
+
+    state: SimState
+    faults: Faults
+    stats: Stats
+    limiter: RateLimiter
+    tokens: dict[str, str] | None = None
+
+
+class Gateway:
+    """Turns one raw HTTP request into a Response; the socket layer only reads and writes."""
+
+    def __init__(self, services: Services) -> None:
+        self.svc = services
+        self._request_ids = itertools.count(1)
+
+    def process(
+        self, method: str, target: str, headers: Mapping[str, str], raw_body: bytes, base_url: str
+    ) -> Response:
+        """``headers`` must have lower-case names."""
+        split = urlsplit(target)
+        path = split.path or "/"
+        query = parse_qs(split.query, keep_blank_values=True)
+        if path == "/_sim" or path.startswith("/_sim/"):
+            try:
+                return control.handle(self.svc, method, path, raw_body, base_url)
+            except Exception:
+                logger.exception("control call failed: %s %s", method, target)
+                return ApiError(500, "Internal Server Error").to_response()
+
+        route, params = ROUTER.match(method, path)
+        route_key = route.key if route else f"{method} (unmatched)"
+        outcome = _Outcome(request_id=f"SIM{next(self._request_ids):08X}")
+        request = Request(method, path, query, headers, None, base_url)
+        try:
+            response = self._pipeline(request, raw_body, route, params, route_key, outcome)
+        except Exception:
+            logger.exception("simulator failed on %s %s", method, target)
+            response = ApiError(500, "Internal Server Error").to_response()
+        response.headers.setdefault("X-GitHub-Request-Id", outcome.request_id)
+        response.headers.setdefault("X-GitHub-Media-Type", "github.v3; format=json")
+        self.svc.stats.record(
+            method,
+            route_key,
+            response.status,
+            cost=outcome.cost,
+            rate_limited=outcome.rate_limited,
+        )
+        return response
+
+    def _pipeline(
+        self,
+        request: Request,
+        raw_body: bytes,
+        route: Route | None,
+        params: dict[str, str],
+        route_key: str,
+        outcome: _Outcome,
+    ) -> Response:
+        headers = request.headers
+        decision = self.svc.faults.evaluate(request.method, request.path)
+        if decision.delay > 0:
+            self.svc.faults.sleep(decision.delay)
+
+        token = _token(headers.get("authorization"))
+        quota_key = request.quota_key = token or ANONYMOUS
+        login = request.login = self._login(token)
+        if token is not None and login is None:
+            return self._with_quota(ApiError(401, "Bad credentials").to_response(), ANONYMOUS)
+        if decision.rule is not None:
+            return self._fault_response(decision.rule, quota_key, login, outcome)
+
+        free = route_key in _FREE_ROUTES
+        if not free:
+            allowed, quota = self.svc.limiter.acquire(quota_key)
+            if not allowed:
+                outcome.rate_limited = True
+                return self._quota_exhausted(quota, login)
+            outcome.cost = 1
+
+        try:
+            request.body = decode_json(raw_body)
+            if route is None:
+                raise ApiError(404, "Not Found")
+            response = route.handler(self.svc, request, params)
+        except ApiError as exc:
+            response = exc.to_response()
+
+        if request.method == "GET" and response.status == 200:
+            etag = '"' + hashlib.sha256(response.encode()).hexdigest()[:40] + '"'
+            response.headers["ETag"] = etag
+            response.headers["Cache-Control"] = "private, max-age=60, s-maxage=60"
+            if _etag_matches(headers.get("if-none-match"), etag):
+                if not free:
+                    self.svc.limiter.refund(quota_key)
+                    outcome.cost = 0
+                response = Response(304, None, {"ETag": etag})
+        return self._with_quota(response, quota_key)
+
+    def _login(self, token: str | None) -> str | None:
+        if token is None:
+            return None
+        if self.svc.tokens is None:
+            return DEFAULT_LOGIN
+        return self.svc.tokens.get(token)
+
+    def _with_quota(self, response: Response, quota_key: str) -> Response:
+        response.headers.update(self.svc.limiter.peek(quota_key).headers())
+        if quota_key != ANONYMOUS:
+            response.headers.setdefault("X-OAuth-Scopes", "repo")
+        return response
+
+    def _quota_exhausted(self, quota: Quota, login: str | None) -> Response:
+        who = f"user ID {self.svc.state.user_json(login)['id']}" if login else "this IP address"
+        message = f"API rate limit exceeded for {who}."
+        response = ApiError(403, message).to_response()
+        response.headers.update(Quota(quota.limit, quota.limit, quota.reset).headers())
+        return response
+
+    def _fault_response(
+        self, rule: FaultRule, quota_key: str, login: str | None, outcome: _Outcome
+    ) -> Response:
+        if rule.kind == ERROR:
+            message = rule.message or _ERROR_MESSAGES.get(rule.status, "Server Error")
+            return self._with_quota(ApiError(rule.status, message).to_response(), quota_key)
+        outcome.rate_limited = True
+        if rule.kind == PRIMARY_RATE_LIMIT:
+            limit = self.svc.limiter.limit
+            return self._quota_exhausted(Quota(limit, limit, int(rule.reset_at or 0)), login)
+        message = _SECONDARY_MESSAGE.format(rid=outcome.request_id)
+        response = self._with_quota(ApiError(403, message).to_response(), quota_key)
+        response.headers["Retry-After"] = str(rule.retry_after)
+        return response
+
+
+@dataclass
+class _Outcome:
+    request_id: str
+    cost: int = 0
+    rate_limited: bool = False
+
+
+def _token(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, value = authorization.strip().partition(" ")
+    return value.strip() if value.strip() else scheme
+
+
+def _etag_matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    candidates = [tag.strip() for tag in if_none_match.split(",")]
+    return "*" in candidates or any(tag.removeprefix("W/") == etag for tag in candidates)

@@ -1,0 +1,575 @@
+"""Repositories, issues, labels and issue comments of the simulated GitHub, behind one lock."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, date, datetime
+from typing import Any
+
+from . import render
+from .messages import ApiError, NotFound, validation_failed
+from .model import Record, Repo, fake_sha, format_time, normalize_time
+
+logger = logging.getLogger(__name__)
+
+TimeLike = str | datetime | date
+LabelSpec = str | Mapping[str, Any]
+
+DEFAULT_LABEL_COLOR = "ededed"
+_LISTING_CACHE_LIMIT = 64
+_SORT_KEYS: dict[str, Callable[[Record], tuple[Any, ...]]] = {
+    "created": lambda rec: (rec["created_at"], rec["number"]),
+    "updated": lambda rec: (rec["updated_at"], rec["number"]),
+    "comments": lambda rec: (rec["comments"], rec["number"]),
+}
+
+
+class IssueStore:
+    """Thread-safe store; every public method takes the lock and returns GitHub-shaped JSON.
+
+    ``base_url`` arguments let the HTTP layer render URLs for the host the client used;
+    Python callers get URLs relative to ``self.base_url`` (set by ``Simulator.start``).
+    """
+
+    def __init__(
+        self, *, base_url: str = "http://127.0.0.1", clock: Callable[[], datetime] | None = None
+    ) -> None:
+        self.lock = threading.RLock()
+        self.base_url = base_url
+        self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
+        self._repos: dict[tuple[str, str], Repo] = {}
+        self._user_ids: dict[str, int] = {}
+        # One id space for every object kind keeps ids unique, as GitHub's are.
+        self._ids = itertools.count(1001)
+        self._user_id_seq = itertools.count(501)
+
+    # ----- plumbing shared with SimState -----------------------------------------------------
+
+    def now(self) -> str:
+        return format_time(self.clock())
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def ctx(self, base_url: str | None) -> render.Ctx:
+        return render.Ctx(base_url or self.base_url, self._user_ids)
+
+    def user(self, login: str) -> str:
+        if not login:
+            raise validation_failed("User", "login", "missing_field")
+        if login not in self._user_ids:
+            self._user_ids[login] = next(self._user_id_seq)
+        return login
+
+    def user_json(self, login: str, *, base_url: str | None = None) -> dict[str, Any]:
+        with self.lock:
+            data = self.ctx(base_url).user(self.user(login))
+            assert data is not None
+            return data
+
+    def repo(self, owner: str, name: str) -> Repo:
+        found = self._repos.get((owner.lower(), name.lower()))
+        if found is None:
+            raise NotFound()
+        return found
+
+    def issue_record(self, repo: Repo, number: int) -> Record:
+        rec = repo.issues.get(number)
+        if rec is None:
+            if number in repo.deleted:
+                raise ApiError(410, "This issue was deleted")
+            raise NotFound()
+        return rec
+
+    def touch(self, repo: Repo, rec: Record) -> None:
+        rec["updated_at"] = self.now()
+        repo.version += 1
+
+    def listing(
+        self,
+        repo: Repo,
+        key: tuple[Any, ...],
+        sort: str,
+        descending: bool,
+        keep: Callable[[Record], bool],
+    ) -> list[Record]:
+        """Filtered, ordered records, cached per repo version so paging 10k issues stays linear."""
+        cached = repo.listing_cache.get(key)
+        if cached is not None and cached[0] == repo.version:
+            return cached[1]
+        order_key = ("order", sort)
+        ordered = repo.listing_cache.get(order_key)
+        if ordered is None or ordered[0] != repo.version:
+            ordered = (repo.version, sorted(repo.issues.values(), key=_SORT_KEYS[sort]))
+            repo.listing_cache[order_key] = ordered
+        records = reversed(ordered[1]) if descending else iter(ordered[1])
+        result = [rec for rec in records if keep(rec)]
+        if len(repo.listing_cache) > _LISTING_CACHE_LIMIT:
+            repo.listing_cache.clear()
+        repo.listing_cache[key] = (repo.version, result)
+        return result
+
+    # ----- repositories ----------------------------------------------------------------------
+
+    def add_repo(
+        self,
+        owner: str,
+        name: str,
+        *,
+        default_branch: str = "main",
+        private: bool = False,
+        description: str = "",
+        labels: Iterable[LabelSpec] = (),
+        branches: Iterable[str] = (),
+    ) -> dict[str, Any]:
+        with self.lock:
+            key = (owner.lower(), name.lower())
+            if key in self._repos:
+                raise validation_failed("Repository", "name", "already_exists")
+            repo = Repo(
+                id=self.next_id(),
+                owner=self.user(owner),
+                name=name,
+                default_branch=default_branch,
+                private=private,
+                description=description,
+                created_at=self.now(),
+            )
+            repo.refs[f"refs/heads/{default_branch}"] = fake_sha(repo.full_name, default_branch)
+            for branch in branches:
+                repo.refs[f"refs/heads/{branch}"] = fake_sha(repo.full_name, branch)
+            self._repos[key] = repo
+            for spec in labels:
+                self._define_label(repo, spec)
+            return render.repository(self.ctx(None), repo)
+
+    def get_repo(self, owner: str, repo: str, *, base_url: str | None = None) -> dict[str, Any]:
+        with self.lock:
+            return render.repository(self.ctx(base_url), self.repo(owner, repo))
+
+    def repo_names(self) -> list[str]:
+        with self.lock:
+            return [repo.full_name for repo in self._repos.values()]
+
+    # ----- issues ----------------------------------------------------------------------------
+
+    def create_issue(
+        self,
+        owner: str,
+        repo: str,
+        *,
+        title: str,
+        body: str = "",
+        labels: Iterable[str] = (),
+        state: str = "open",
+        created_at: TimeLike | None = None,
+        updated_at: TimeLike | None = None,
+        user: str = "octocat",
+        number: int | None = None,
+        assignees: Iterable[str] = (),
+        base_url: str | None = None,
+    ) -> dict[str, Any]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            rec = self.new_issue_record(
+                r,
+                title=title,
+                body=body,
+                labels=labels,
+                state=state,
+                created_at=created_at,
+                updated_at=updated_at,
+                user=user,
+                number=number,
+                assignees=assignees,
+            )
+            return render.issue(self.ctx(base_url), r, rec)
+
+    def new_issue_record(
+        self,
+        repo: Repo,
+        *,
+        title: str,
+        body: str = "",
+        labels: Iterable[str] = (),
+        state: str = "open",
+        created_at: TimeLike | None = None,
+        updated_at: TimeLike | None = None,
+        user: str = "octocat",
+        number: int | None = None,
+        assignees: Iterable[str] = (),
+        pull: Record | None = None,
+    ) -> Record:
+        if not isinstance(title, str) or not title.strip():
+            raise validation_failed("Issue", "title", "missing_field")
+        _check_state(state)
+        if number is None:
+            number = repo.next_number
+        elif number in repo.issues or number in repo.deleted or number < 1:
+            raise validation_failed("Issue", "number", "already_exists")
+        repo.next_number = max(repo.next_number, number + 1)
+        created = normalize_time(created_at) if created_at is not None else self.now()
+        updated = normalize_time(updated_at) if updated_at is not None else created
+        closed = state == "closed"
+        rec: Record = {
+            "id": self.next_id(),
+            "node_id": f"I_{repo.id}_{number}",
+            "number": number,
+            "title": title,
+            "body": body or "",
+            "state": state,
+            "state_reason": "completed" if closed and pull is None else None,
+            "labels": self._label_names(repo, labels),
+            "user": self.user(user),
+            "assignees": [self.user(a) for a in assignees],
+            "created_at": created,
+            "updated_at": updated,
+            "closed_at": updated if closed else None,
+            "comments": 0,
+            "pull": pull,
+        }
+        repo.issues[number] = rec
+        repo.version += 1
+        return rec
+
+    def get_issue(
+        self, owner: str, repo: str, number: int, *, base_url: str | None = None
+    ) -> dict[str, Any]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            return render.issue(self.ctx(base_url), r, self.issue_record(r, number))
+
+    def update_issue(
+        self,
+        owner: str,
+        repo: str,
+        number: int,
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        state: str | None = None,
+        labels: Iterable[str] | None = None,
+        state_reason: str | None = None,
+        assignees: Iterable[str] | None = None,
+        base_url: str | None = None,
+    ) -> dict[str, Any]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            rec = self.issue_record(r, number)
+            self.apply_update(
+                r, rec, title=title, body=body, state=state, state_reason=state_reason
+            )
+            if labels is not None:
+                rec["labels"] = self._label_names(r, labels)
+            if assignees is not None:
+                rec["assignees"] = [self.user(a) for a in assignees]
+            self.touch(r, rec)
+            return render.issue(self.ctx(base_url), r, rec)
+
+    def apply_update(
+        self,
+        repo: Repo,
+        rec: Record,
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        state: str | None = None,
+        state_reason: str | None = None,
+    ) -> None:
+        if title is not None:
+            if not title.strip():
+                raise validation_failed("Issue", "title", "missing_field")
+            rec["title"] = title
+        if body is not None:
+            rec["body"] = body
+        if state is not None:
+            _check_state(state)
+            if state == "closed" and rec["state"] != "closed":
+                rec["closed_at"] = self.now()
+                if rec["pull"] is None:
+                    rec["state_reason"] = state_reason or "completed"
+            elif state == "open" and rec["state"] != "open":
+                rec["closed_at"] = None
+                if rec["pull"] is None:
+                    rec["state_reason"] = "reopened"
+            rec["state"] = state
+
+    def delete_issue(self, owner: str, repo: str, number: int) -> None:
+        with self.lock:
+            r = self.repo(owner, repo)
+            self.issue_record(r, number)
+            del r.issues[number]
+            r.deleted.add(number)
+            r.issue_comments.pop(number, None)
+            r.version += 1
+
+    def list_issues(
+        self,
+        owner: str,
+        repo: str,
+        *,
+        state: str = "open",
+        labels: Iterable[str] = (),
+        since: TimeLike | None = None,
+        sort: str = "created",
+        direction: str = "desc",
+        creator: str | None = None,
+        assignee: str | None = None,
+        page: int = 1,
+        per_page: int = 30,
+        base_url: str | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """One page of GET /issues (pull requests included, as on GitHub) and the match count."""
+        if state not in ("open", "closed", "all"):
+            raise validation_failed("Issue", "state", "invalid")
+        if sort not in _SORT_KEYS:
+            raise validation_failed("Issue", "sort", "invalid")
+        wanted = frozenset(name.strip().lower() for name in labels if name.strip())
+        since_text = normalize_time(since) if since is not None else None
+
+        def keep(rec: Record) -> bool:
+            if state != "all" and rec["state"] != state:
+                return False
+            if since_text is not None and rec["updated_at"] < since_text:
+                return False
+            if creator is not None and rec["user"].lower() != creator.lower():
+                return False
+            if assignee is not None and not _assignee_matches(rec, assignee):
+                return False
+            return not wanted or wanted <= {name.lower() for name in rec["labels"]}
+
+        key = ("issues", state, wanted, since_text, sort, direction, creator, assignee)
+        with self.lock:
+            r = self.repo(owner, repo)
+            matches = self.listing(r, key, sort, direction != "asc", keep)
+            start = (max(page, 1) - 1) * per_page
+            ctx = self.ctx(base_url)
+            items = [render.issue(ctx, r, rec) for rec in matches[start : start + per_page]]
+            return items, len(matches)
+
+    # ----- labels ----------------------------------------------------------------------------
+
+    def _define_label(self, repo: Repo, spec: LabelSpec) -> Record:
+        if isinstance(spec, str):
+            spec = {"name": spec}
+        name = str(spec.get("name", "")).strip()
+        if not name:
+            raise validation_failed("Label", "name", "missing_field")
+        rec: Record = {
+            "id": self.next_id(),
+            "name": name,
+            "color": str(spec.get("color") or DEFAULT_LABEL_COLOR).lstrip("#"),
+            "description": str(spec.get("description") or ""),
+            "default": bool(spec.get("default", False)),
+        }
+        repo.labels[name.lower()] = rec
+        return rec
+
+    def _label_names(self, repo: Repo, names: Iterable[str]) -> list[str]:
+        """Canonical label names; labels unknown to the repo are created, as GitHub does."""
+        result: list[str] = []
+        for raw in names:
+            name = str(raw).strip()
+            if not name:
+                continue
+            rec = repo.labels.get(name.lower()) or self._define_label(repo, name)
+            if rec["name"] not in result:
+                result.append(rec["name"])
+        return result
+
+    def issue_labels(self, owner: str, repo: str, number: int) -> list[str]:
+        with self.lock:
+            return list(self.issue_record(self.repo(owner, repo), number)["labels"])
+
+    def add_labels(
+        self,
+        owner: str,
+        repo: str,
+        number: int,
+        labels: Iterable[str],
+        *,
+        base_url: str | None = None,
+    ) -> list[dict[str, Any]]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            rec = self.issue_record(r, number)
+            merged = self._label_names(r, [*rec["labels"], *labels])
+            if merged != rec["labels"]:
+                rec["labels"] = merged
+                self.touch(r, rec)
+            return render.issue_labels(self.ctx(base_url), r, rec)
+
+    def set_labels(
+        self,
+        owner: str,
+        repo: str,
+        number: int,
+        labels: Iterable[str],
+        *,
+        base_url: str | None = None,
+    ) -> list[dict[str, Any]]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            rec = self.issue_record(r, number)
+            names = self._label_names(r, labels)
+            if names != rec["labels"]:
+                rec["labels"] = names
+                self.touch(r, rec)
+            return render.issue_labels(self.ctx(base_url), r, rec)
+
+    def remove_label(
+        self, owner: str, repo: str, number: int, label: str, *, base_url: str | None = None
+    ) -> list[dict[str, Any]]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            rec = self.issue_record(r, number)
+            remaining = [name for name in rec["labels"] if name.lower() != label.lower()]
+            if len(remaining) == len(rec["labels"]):
+                raise ApiError(404, "Label does not exist")
+            rec["labels"] = remaining
+            self.touch(r, rec)
+            return render.issue_labels(self.ctx(base_url), r, rec)
+
+    def list_labels(
+        self, owner: str, repo: str, *, base_url: str | None = None
+    ) -> list[dict[str, Any]]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            ctx = self.ctx(base_url)
+            return [render.label(ctx, r, rec) for rec in r.labels.values()]
+
+    def get_label(
+        self, owner: str, repo: str, name: str, *, base_url: str | None = None
+    ) -> dict[str, Any]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            rec = r.labels.get(name.lower())
+            if rec is None:
+                raise NotFound()
+            return render.label(self.ctx(base_url), r, rec)
+
+    def create_label(
+        self,
+        owner: str,
+        repo: str,
+        name: str,
+        *,
+        color: str = DEFAULT_LABEL_COLOR,
+        description: str = "",
+        base_url: str | None = None,
+    ) -> dict[str, Any]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            if name.strip().lower() in r.labels:
+                raise validation_failed("Label", "name", "already_exists")
+            spec = {"name": name, "color": color, "description": description}
+            return render.label(self.ctx(base_url), r, self._define_label(r, spec))
+
+    def update_label(
+        self,
+        owner: str,
+        repo: str,
+        name: str,
+        *,
+        new_name: str | None = None,
+        color: str | None = None,
+        description: str | None = None,
+        base_url: str | None = None,
+    ) -> dict[str, Any]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            rec = r.labels.get(name.lower())
+            if rec is None:
+                raise NotFound()
+            if new_name and new_name != rec["name"]:
+                if new_name.lower() in r.labels and new_name.lower() != name.lower():
+                    raise validation_failed("Label", "name", "already_exists")
+                old = rec["name"]
+                del r.labels[old.lower()]
+                rec["name"] = new_name
+                r.labels[new_name.lower()] = rec
+                for issue in r.issues.values():
+                    issue["labels"] = [new_name if n == old else n for n in issue["labels"]]
+                r.version += 1
+            if color is not None:
+                rec["color"] = color.lstrip("#")
+            if description is not None:
+                rec["description"] = description
+            return render.label(self.ctx(base_url), r, rec)
+
+    def delete_label(self, owner: str, repo: str, name: str) -> None:
+        with self.lock:
+            r = self.repo(owner, repo)
+            rec = r.labels.pop(name.lower(), None)
+            if rec is None:
+                raise NotFound()
+            for issue in r.issues.values():
+                if rec["name"] in issue["labels"]:
+                    issue["labels"].remove(rec["name"])
+            r.version += 1
+
+    # ----- issue comments --------------------------------------------------------------------
+
+    def add_issue_comment(
+        self,
+        owner: str,
+        repo: str,
+        number: int,
+        *,
+        user: str,
+        body: str,
+        base_url: str | None = None,
+    ) -> dict[str, Any]:
+        with self.lock:
+            r = self.repo(owner, repo)
+            rec = self.issue_record(r, number)
+            if not body:
+                raise validation_failed("IssueComment", "body", "missing_field")
+            now = self.now()
+            comment = {
+                "id": self.next_id(),
+                "user": self.user(user),
+                "body": body,
+                "created_at": now,
+                "updated_at": now,
+            }
+            r.issue_comments.setdefault(number, []).append(comment)
+            rec["comments"] += 1
+            self.touch(r, rec)
+            return render.issue_comment(self.ctx(base_url), r, number, comment)
+
+    def list_issue_comments(
+        self,
+        owner: str,
+        repo: str,
+        number: int,
+        *,
+        since: TimeLike | None = None,
+        base_url: str | None = None,
+    ) -> list[dict[str, Any]]:
+        since_text = normalize_time(since) if since is not None else ""
+        with self.lock:
+            r = self.repo(owner, repo)
+            self.issue_record(r, number)
+            ctx = self.ctx(base_url)
+            return [
+                render.issue_comment(ctx, r, number, c)
+                for c in r.issue_comments.get(number, [])
+                if c["updated_at"] >= since_text
+            ]
+
+
+def _check_state(state: str) -> None:
+    if state not in ("open", "closed"):
+        raise validation_failed("Issue", "state", "invalid")
+
+
+def _assignee_matches(rec: Record, assignee: str) -> bool:
+    if assignee == "none":
+        return not rec["assignees"]
+    if assignee == "*":
+        return bool(rec["assignees"])
+    return assignee.lower() in (a.lower() for a in rec["assignees"])
