@@ -12,7 +12,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from collections import OrderedDict
+from urllib.parse import quote, urlencode
 
 import requests
 from github import Auth, Github
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: Pause when GitHub says "secondary rate limit" without a Retry-After header (GitHub's advice).
 SECONDARY_LIMIT_DEFAULT_S = 60.0
+#: Conditional-request cache entries kept per gateway (URL -> ETag and body).
+ETAG_CACHE_SIZE = 4096
 
 
 @dataclass
@@ -62,6 +65,8 @@ class GitHubGateway:
         self._lock = threading.Lock()
         self.quota = Quota()
         self.calls = 0
+        self._etags: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        self._login: str | None = None
 
     def close(self) -> None:
         self._github.close()
@@ -158,6 +163,55 @@ class GitHubGateway:
             etag=headers.get("etag"),
             has_next='rel="next"' in headers.get("link", ""),
         )
+
+    def _get_cached(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        """GET with If-None-Match from an in-memory cache: unchanged answers cost no quota."""
+        key = path + "?" + urlencode(sorted((params or {}).items()))
+        with self._lock:
+            cached = self._etags.get(key)
+        status, headers, data = self._request(
+            "GET", path, params=params, etag=cached[0] if cached else None
+        )
+        if status == 304 and cached is not None:
+            return cached[1]
+        if headers.get("etag"):
+            with self._lock:
+                self._etags[key] = (headers["etag"], data)
+                self._etags.move_to_end(key)
+                while len(self._etags) > ETAG_CACHE_SIZE:
+                    self._etags.popitem(last=False)
+        return data
+
+    def _list(self, path: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        per_page = self.settings.per_page
+        items: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            batch = self._get_cached(path, {**(params or {}), "per_page": per_page, "page": page})
+            items.extend(batch or [])
+            if not batch or len(batch) < per_page:
+                return items
+            page += 1
+
+    def open_pulls(self, full_name: str) -> list[dict[str, Any]]:
+        return self._list(f"/repos/{full_name}/pulls", {"state": "open"})
+
+    def pull_feedback(
+        self, full_name: str, pr: int
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        """(reviews, inline review comments, conversation comments) of a pull request."""
+        return (
+            self._list(f"/repos/{full_name}/pulls/{pr}/reviews"),
+            self._list(f"/repos/{full_name}/pulls/{pr}/comments"),
+            self._list(f"/repos/{full_name}/issues/{pr}/comments"),
+        )
+
+    def login(self) -> str:
+        """The login the broker acts as on GitHub (its own comments are not feedback)."""
+        if self._login is None:
+            _, _, data = self._request("GET", "/user")
+            self._login = str((data or {}).get("login", ""))
+        return self._login
 
     # --- writes (all idempotent) --------------------------------------------------------
 

@@ -22,8 +22,9 @@ Added by this project (all without TTL unless said):
 ==========================  ==========  ===================================================
 ``lease:{n}``               hash        agent, token, task_type, expires_ms, claimed_ms (TTL = lease)
 ``leases``                  zset        issue number -> lease expiry (ms); the reaper's index
-``tasks``                   hash        task id (``dev:{n}``) -> "score|role|issue": every
-                                        task the rules allow, held or not
+``tasks``                   hash        task id (``development:{n}``, ``review:{n}``,
+                                        ``fix:{n}``) -> "score|role|pr|author|since_ms|branch":
+                                        every task the rules allow, held or not
 ``ready``                   zset        task id -> score: tasks in ``tasks`` not held now
 ``ready:{role}``            zset        the same, one per role
 ``work``                    zset        issue number -> priority: open work issues (bucket)
@@ -36,6 +37,10 @@ Added by this project (all without TTL unless said):
 ``outbox:data``             hash        job id -> JSON payload (branch jobs)
 ``outbox:attempts``         hash        job id -> failed attempts so far
 ``lease_end:{token}``       string      why the lease with this token ended (TTL 1 day)
+``reviewing``               set         issues whose (effective) labels include needs-review
+``review_state:{n}``        hash        dev_agent, pr, payload (review task JSON), reviewed,
+                                        handled (JSON feedback ids done), fix_rounds,
+                                        review_done; deleted with the needs-review label
 ``events``                  channel     pub/sub: "ready" when a task becomes claimable
 ==========================  ==========  ===================================================
 
@@ -69,6 +74,7 @@ class RepoKeys:
         self.lease_prefix = self.base + "lease:"
         self.ready_role_prefix = self.base + "ready:"
         self.lease_end_prefix = self.base + "lease_end:"
+        self.review_state_prefix = self.base + "review_state:"
         # Fixed keys.
         self.leases = self.base + "leases"
         self.tasks = self.base + "tasks"
@@ -82,6 +88,7 @@ class RepoKeys:
         self.outbox_data = self.base + "outbox:data"
         self.outbox_attempts = self.base + "outbox:attempts"
         self.events = self.base + "events"
+        self.reviewing = self.base + "reviewing"
 
     def issue(self, number: int) -> str:
         return f"{self.issue_prefix}{number}"
@@ -103,6 +110,9 @@ class RepoKeys:
 
     def lease(self, number: int) -> str:
         return f"{self.lease_prefix}{number}"
+
+    def review_state(self, number: int) -> str:
+        return f"{self.review_state_prefix}{number}"
 
     def ready_role(self, role: str) -> str:
         return f"{self.ready_role_prefix}{role}"

@@ -112,6 +112,8 @@ class Claimed(BaseModel):
     expires_ms: int
     settled_issue: int | None = None
     settled_outcome: str | None = None
+    #: Review and fix tasks: the PR and the feedback (see reviews.py).
+    payload: dict[str, Any] | None = None
 
 
 class NoTask(BaseModel):

@@ -16,6 +16,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from github_broker.errors import BrokerError, RateLimited
 from github_broker.gateway import GitHubGateway
 from github_broker.outbox import OutboxDrainer
+from github_broker.reviews import ReviewKeeper
 from github_broker.settings import Settings
 from github_broker.store import Store
 from github_broker.sync import Syncer
@@ -41,6 +42,7 @@ class Daemon:
         self.gateway = gateway
         self.syncer = Syncer(settings, store, gateway)
         self.drainer = OutboxDrainer(store, gateway)
+        self.reviews = ReviewKeeper(settings, store, gateway)
         self.id = node_id()
         self.is_leader = False
         self._failures: dict[str, int] = {}
@@ -71,6 +73,7 @@ class Daemon:
                 continue
             try:
                 await self.syncer.sync(repo)
+                await self.reviews.run(repo)
                 self._failures[name] = 0
             except RateLimited as e:
                 self._not_before[name] = e.retry_at_s

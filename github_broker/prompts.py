@@ -27,7 +27,7 @@ class Prompts:
     @classmethod
     def load(cls, config_dir: Path | None) -> Prompts:
         templates = {}
-        for task_type in (TaskType.DEVELOPMENT,):
+        for task_type in TaskType:
             path = _find(config_dir, task_type)
             text = path.read_text(encoding="utf-8")
             template = Template(text)

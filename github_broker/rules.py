@@ -13,6 +13,8 @@ from github_broker.settings import Settings
 #: Creation seconds stay below 1e10 until the year 2286; Lua decodes the priority back.
 SCORE_GROUP = 10_000_000_000
 _BAD_REF_CHARS = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]")
+#: Agent ids double as labels; the API accepts only these.
+_AGENT_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 
 
 def task_score(priority: int, task_type: TaskType, created_at: str) -> int:
@@ -65,6 +67,12 @@ class Rules:
         self.deliverables = [re.compile(p, re.MULTILINE) for p in settings.body.deliverables]
         self.branch_patterns = [re.compile(p, re.MULTILINE) for p in settings.body.branch]
         self.placeholder = settings.body.placeholder
+        self.known_labels = {
+            labels.in_progress, labels.needs_review, labels.review_done, labels.needs_human,
+            labels.story, labels.epic, *self.roles,
+        }
+        self.in_progress = labels.in_progress
+        self.known_agents = set(settings.server.resolved_agent_tokens().values())
 
     def priority(self, labels: list[str]) -> int | None:
         found = [int(m.group(1)) for lab in labels if (m := self.priority_re.match(lab))]
@@ -80,6 +88,19 @@ class Rules:
             if m:
                 return m.group(1).replace(self.placeholder, f"issue-{issue.number}")
         return None
+
+    def holder(self, labels: list[str]) -> str | None:
+        """The agent an `in-progress` issue's labels name, when exactly one label can be it."""
+        if self.in_progress not in labels:
+            return None
+        rest = [
+            lab for lab in labels
+            if lab not in self.known_labels and not self.priority_re.match(lab)
+            and _AGENT_LABEL.match(lab)
+        ]
+        if self.known_agents:
+            rest = [lab for lab in rest if lab in self.known_agents]
+        return rest[0] if len(rest) == 1 else None
 
     def analyse(self, issue: Issue, base_branch: str | None) -> Analysis:
         priority = self.priority(issue.labels)

@@ -112,6 +112,28 @@ class LeaseSettings(_Section):
         return self
 
 
+class ReviewSettings(_Section):
+    #: Seconds after needs-review is first seen before the issue is handed out for review.
+    delay_s: float = Field(300.0, ge=0)
+    #: Age (seconds) of a linked PR after which the poller labels it review-done, once.
+    timeout_s: float = Field(600.0, ge=0)
+    #: New feedback becomes a fix task once no comment arrived for this many seconds.
+    fix_debounce_s: float = Field(60.0, ge=0)
+    #: Fix rounds per issue before the broker gives up and labels it needs-human.
+    max_fix_rounds: int = Field(3, ge=1)
+    #: Only feedback from these GitHub logins counts; empty means anyone not ignored.
+    allowed_authors: list[str] = []
+    #: Feedback from these logins is ignored (bots and the broker's own login always are).
+    ignored_authors: list[str] = []
+    #: The agent that did the work gets its own review only after nobody else took it
+    #: for this many seconds.
+    author_fallback_s: float = Field(600.0, ge=0)
+    #: Lifetime of `task:fix:{pr}`.
+    fix_task_ttl_s: int = Field(86400, ge=60)
+    #: Role review tasks ask for; None: the issue's own role label.
+    review_role: str | None = None
+
+
 class LabelNames(_Section):
     in_progress: str = "in-progress"
     needs_review: str = "needs-review"
@@ -194,7 +216,7 @@ class ServerSettings(_Section):
 
 
 class Role(_Section):
-    role: str = Field(min_length=1, pattern=r"^\S+$")
+    role: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
 
 
@@ -213,6 +235,7 @@ class Settings(BaseSettings):
     poll: PollSettings = PollSettings()
     leases: LeaseSettings = LeaseSettings()
     labels: LabelNames = LabelNames()
+    review: ReviewSettings = ReviewSettings()
     body: BodyPatterns = BodyPatterns()
     server: ServerSettings = ServerSettings()
     agents: list[Role] = []

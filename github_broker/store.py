@@ -16,6 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from github_broker.clock import iso_from_ms, now_ms
 from github_broker.errors import StoreUnavailable
 from github_broker.keys import GlobalKeys, RepoKeys
 from github_broker.models import Claimed, Issue, LeaseInfo, NoTask, Quota, SkipReason, TaskType
@@ -101,6 +102,8 @@ class Scripts:
 
     REPO_SCRIPTS = (
         "claim",
+        "task_put",
+        "labels_want",
         "heartbeat",
         "finish",
         "reap",
@@ -140,6 +143,7 @@ class RepoStore:
             keys.outbox_data,
             keys.skipped,
             keys.open,
+            keys.reviewing,
         ]
         self._context = json.dumps(
             {
@@ -151,6 +155,8 @@ class RepoStore:
                 "ready_role": keys.ready_role_prefix,
                 "tomb": keys.lease_end_prefix,
                 "review": keys.review_detected_prefix,
+                "review_state": keys.review_state_prefix,
+                "fix": keys.fix_prefix,
                 "outbox_attempts": keys.outbox_attempts,
                 "events": keys.events,
                 "in_progress": settings.labels.in_progress,
@@ -159,6 +165,7 @@ class RepoStore:
                 "agent_s": settings.leases.agent_task_ttl_s,
                 "cand_s": settings.leases.candidate_ttl_s,
                 "tomb_s": LEASE_END_TTL_S,
+                "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
             }
         )
 
@@ -168,12 +175,12 @@ class RepoStore:
     # --- sync ---------------------------------------------------------------------------
 
     @translate_errors
-    async def upsert_issues(self, items: list[dict[str, Any]]) -> tuple[int, int, int]:
-        """Write issues and their index entries; returns (written, readied, revoked)."""
+    async def upsert_issues(self, items: list[dict[str, Any]]) -> tuple[int, int, int, int]:
+        """Write issues and their index entries; returns (written, readied, revoked, adopted)."""
         if not items:
-            return 0, 0, 0
-        written, readied, revoked = await self._run("sync_upsert", json.dumps(items))
-        return int(written), int(readied), int(revoked)
+            return 0, 0, 0, 0
+        res = await self._run("sync_upsert", json.dumps(items), iso_from_ms(now_ms()))
+        return int(res[0]), int(res[1]), int(res[2]), int(res[3])
 
     @translate_errors
     async def remove_issues(self, numbers: list[int]) -> tuple[int, int]:
@@ -239,7 +246,7 @@ class RepoStore:
                 settled_issue=int(settled) if _text(settled) else None,
                 settled_outcome=_text(outcome) if _text(settled) else None,
             )
-        _, task_id, n, tok, expires, issue, role, branch, settled, outcome = res
+        _, task_id, n, tok, expires, issue, role, branch, settled, outcome, payload = res
         return Claimed(
             repository=self.repository,
             task_id=_text(task_id),
@@ -251,7 +258,55 @@ class RepoStore:
             expires_ms=int(expires),
             settled_issue=int(settled) if _text(settled) else None,
             settled_outcome=_text(outcome) if _text(settled) else None,
+            payload=json.loads(payload) if payload else None,
         )
+
+    @translate_errors
+    async def put_task(
+        self, task_id: str, *, score: int, role: str, pr: int, author: str, branch: str,
+        payload: dict[str, Any],
+    ) -> bool:
+        """Offer a review or fix task (see task_put.lua); False when it exists or isn't wanted."""
+        res = await self._run(
+            "task_put", task_id, score, role, pr, author, branch, json.dumps(payload),
+            self.settings.review.fix_task_ttl_s,
+        )
+        return bool(int(res))
+
+    @translate_errors
+    async def want_labels(self, number: int, add: list[str], remove: list[str]) -> None:
+        """Queue a label change on an issue or pull request."""
+        await self._run("labels_want", number, json.dumps(add), json.dumps(remove))
+
+    @translate_errors
+    async def reviewing(self) -> list[int]:
+        return sorted(int(n) for n in await self.client.smembers(self.keys.reviewing))
+
+    @translate_errors
+    async def review_states(self, numbers: list[int]) -> dict[int, tuple[str | None, dict[str, str]]]:
+        """Per issue: (review_issue_detected_timestamp, review_state hash)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for n in numbers:
+                pipe.get(self.keys.review_detected(n))
+                pipe.hgetall(self.keys.review_state(n))
+            rows = await pipe.execute()
+        out = {}
+        for i, n in enumerate(numbers):
+            detected, state = rows[2 * i], rows[2 * i + 1]
+            out[n] = (
+                _text(detected) if detected else None,
+                {_text(k): _text(v) for k, v in state.items()},
+            )
+        return out
+
+    @translate_errors
+    async def mark_review_state(self, number: int, field: str, value: str) -> None:
+        await self.client.hset(self.keys.review_state(number), field, value)
+
+    @translate_errors
+    async def fix_task(self, pr: int) -> dict[str, Any] | None:
+        raw = await self.client.get(self.keys.fix_task(pr))
+        return json.loads(raw) if raw else None
 
     @translate_errors
     async def heartbeat(self, number: int, agent_id: str, token: str) -> tuple[bool, str | int]:
@@ -312,7 +367,7 @@ class RepoStore:
         """Every task the rules allow, held or not: id -> (score, role, branch)."""
         out = {}
         for task_id, raw in (await self.client.hgetall(self.keys.tasks)).items():
-            score, role, branch = _text(raw).split("|", 2)
+            score, role, _pr, _author, _since, branch = _text(raw).split("|", 5)
             out[_text(task_id)] = (float(score), role, branch)
         return out
 

@@ -37,6 +37,7 @@ class SyncReport:
     removed: int = 0
     readied: int = 0
     revoked: int = 0
+    adopted: int = 0
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -44,7 +45,8 @@ class SyncReport:
         return (
             f"{self.repository}: {kind} pass, {self.pages} page(s) ({self.not_modified} unchanged), "
             f"{self.seen} issue(s) seen, {self.written} written, {self.removed} removed, "
-            f"{self.readied} newly claimable, {self.revoked} lease(s) revoked, {self.seconds:.2f}s"
+            f"{self.readied} newly claimable, {self.revoked} lease(s) revoked, "
+            f"{self.adopted} re-adopted, {self.seconds:.2f}s"
         )
 
 
@@ -194,10 +196,11 @@ class Syncer:
     ) -> None:
         for start in range(0, len(issues), UPSERT_BATCH):
             batch = [index_item(self.rules, issue, base) for issue in issues[start : start + UPSERT_BATCH]]
-            written, readied, revoked = await rstore.upsert_issues(batch)
+            written, readied, revoked, adopted = await rstore.upsert_issues(batch)
             report.written += written
             report.readied += readied
             report.revoked += revoked
+            report.adopted += adopted
 
     async def _remove(self, rstore: RepoStore, numbers: list[int], report: SyncReport) -> None:
         for start in range(0, len(numbers), UPSERT_BATCH):
@@ -220,4 +223,5 @@ def index_item(rules: Rules, issue: Issue, base: str) -> dict[str, Any]:
         "role": analysis.role or "",
         "branch": analysis.branch or "",
         "skip": analysis.skip.model_dump_json() if analysis.skip else "",
+        "holder": rules.holder(issue.labels) or "",
     }

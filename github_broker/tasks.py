@@ -9,7 +9,7 @@ import time
 from github_broker.clock import iso_from_ms
 from github_broker.errors import InvalidRequest, LeaseError, NotFound
 from github_broker.events import ReadyWaker
-from github_broker.models import Claimed, NoTask, Outcome, Task, LeaseGrant
+from github_broker.models import Claimed, LeaseGrant, NoTask, Outcome, ReviewComment, Task
 from github_broker.prompts import Prompts
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
@@ -89,6 +89,8 @@ class TaskService:
         rstore = self.store.repo(claimed.repository)
         base = await self.base_branch(rstore)
         issue = claimed.issue
+        payload = claimed.payload or {}
+        comments = [ReviewComment.model_validate(c) for c in payload.get("comments") or []]
         values = {
             "repository": claimed.repository,
             "issue_number": str(issue.number),
@@ -101,6 +103,8 @@ class TaskService:
             "role": claimed.role,
             "role_description": self.role_descriptions.get(claimed.role, ""),
             "task_type": claimed.task_type.value,
+            "pr_url": payload.get("pr_url", ""),
+            "feedback": render_feedback(comments),
         }
         return Task(
             issue_id=issue.number,
@@ -114,6 +118,8 @@ class TaskService:
             task_type=claimed.task_type,
             repository=claimed.repository,
             base_branch=base,
+            pr_url=payload.get("pr_url") or None,
+            review_comments=comments,
             lease=LeaseGrant(
                 token=claimed.token,
                 expires_at=iso_from_ms(claimed.expires_ms),
@@ -179,3 +185,14 @@ class TaskService:
             raise InvalidRequest(
                 f"unknown roles {unknown}; roles from agents.yml: {', '.join(self.settings.roles)}"
             )
+
+
+def render_feedback(comments: list[ReviewComment]) -> str:
+    """Feedback as the prompt shows it: one block per comment, with author and place."""
+    if not comments:
+        return "(no review comments yet)"
+    blocks = []
+    for c in comments:
+        where = f" on {c.path}:{c.line}" if c.path else ""
+        blocks.append(f"- {c.author} ({c.kind}{where}) {c.url}\n  " + c.body.replace("\n", "\n  "))
+    return "\n".join(blocks)

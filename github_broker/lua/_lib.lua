@@ -36,10 +36,16 @@ local function want_labels(intent_key, outbox_key, n, add, remove, due_ms)
   redis.call('ZADD', outbox_key, due_ms, 'labels:' .. n)
 end
 
--- Decode "score|role|branch" from the tasks hash.
+-- The tasks hash holds "score|role|pr|author|since_ms|branch" per task id; the branch goes
+-- last because git allows '|' in branch names.
 local function task_fields(raw)
-  local score, role, branch = string.match(raw, '^([^|]*)|([^|]*)|(.*)$')
-  return tonumber(score), role, branch
+  local score, role, pr, author, since, branch =
+    string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  return tonumber(score), role, pr, author, tonumber(since), branch
+end
+
+local function task_value(score, role, pr, author, since, branch)
+  return table.concat({score, role, pr, author, since, branch}, '|')
 end
 
 local function make_ready(tasks_key, ready_key, ready_role_prefix, task_id)
@@ -73,14 +79,16 @@ end
 -- Every repository script gets the same KEYS and ARGV[1]:
 -- KEYS: 1 tasks, 2 ready, 3 work, 4 leases, 5 intent, 6 outbox, 7 outbox:data,
 --       8 skipped, 9 open (all of one repository, so one Cluster slot)
+--       10 reviewing
 -- ARGV[1]: JSON context built once per repository by store.py: key prefixes for
---   per-issue keys (issue, lock, lease, agent, cand, ready_role, tomb, review),
---   the events channel, label names (in_progress, needs_review) and TTLs
---   (lease_ms, agent_s, cand_s, tomb_s).
+--   per-issue keys (issue, lock, lease, agent, cand, ready_role, tomb, review,
+--   review_state, fix), the events channel, label names (in_progress, needs_review)
+--   and times (lease_ms, agent_s, cand_s, tomb_s, author_fallback_ms).
 local function context()
   local C = cjson.decode(ARGV[1])
   C.K = {tasks = KEYS[1], ready = KEYS[2], work = KEYS[3], leases = KEYS[4], intent = KEYS[5],
-         outbox = KEYS[6], outbox_data = KEYS[7], skipped = KEYS[8], open = KEYS[9]}
+         outbox = KEYS[6], outbox_data = KEYS[7], skipped = KEYS[8], open = KEYS[9],
+         reviewing = KEYS[10]}
   return C
 end
 
@@ -91,6 +99,44 @@ local CANDIDATE_STATUS = {
 }
 -- Outcomes after which the task goes straight back to the pool.
 local REQUEUE = {failed = true, abandoned = true, expired = true}
+
+-- Adopted leases (rebuilt from GitHub labels after Redis lost them) carry this token until
+-- their agent's first heartbeat binds its own.
+local ADOPTED = 'adopted'
+
+-- Drop a review or fix task from the pool; development tasks use unready + HDEL directly.
+local function drop_task(C, task_id)
+  unready(C.K.tasks, C.K.ready, C.ready_role, task_id)
+  redis.call('HDEL', C.K.tasks, task_id)
+end
+
+-- What completing each task type means for the issue's review state.
+local function record_completion(C, n, agent, task_id, task_type)
+  local state_key = C.review_state .. n
+  if task_type == 'development' then
+    redis.call('HSET', state_key, 'dev_agent', agent)
+  elseif task_type == 'review' then
+    redis.call('HSET', state_key, 'reviewed', '1')
+  elseif task_type == 'fix' then
+    local raw = redis.call('HGET', C.K.tasks, task_id)
+    if raw then
+      local _, _, pr = task_fields(raw)
+      local fix_raw = redis.call('GET', C.fix .. pr)
+      if fix_raw then
+        local fix = cjson.decode(fix_raw)
+        local handled = set_of(cjson.decode(redis.call('HGET', state_key, 'handled') or '[]'))
+        for _, id in ipairs(fix.comment_ids or {}) do handled[id] = true end
+        local ids = {}
+        for id, _ in pairs(handled) do ids[#ids + 1] = id end
+        table.sort(ids)
+        redis.call('HSET', state_key, 'handled', cjson.encode(ids))
+        fix.status = 'completed'
+        redis.call('SET', C.fix .. pr, cjson.encode(fix), 'KEEPTTL')
+      end
+    end
+  end
+  drop_task(C, task_id)
+end
 
 -- End the lease on issue n for `outcome`; returns the agent that held it, or nil.
 local function end_lease(C, n, outcome, now)
@@ -105,14 +151,12 @@ local function end_lease(C, n, outcome, now)
   local status = CANDIDATE_STATUS[outcome]
   if outcome == 'completed' and task_type == 'development' then status = 'needs_review' end
   candidate_status(C.cand .. n .. ':' .. agent, status, C.cand_s, {ended_ms = now, outcome = outcome})
-  redis.call('SET', C.tomb .. token, outcome, 'EX', C.tomb_s)
+  if token ~= ADOPTED then redis.call('SET', C.tomb .. token, outcome, 'EX', C.tomb_s) end
   local add = {}
   if outcome == 'completed' and task_type == 'development' then add = {C.needs_review} end
   want_labels(C.K.intent, C.K.outbox, n, add, {C.in_progress, agent}, now)
-  if outcome == 'completed' and task_type == 'development' then
-    -- The issue now waits for review; it must not come back as development work.
-    unready(C.K.tasks, C.K.ready, C.ready_role, task_id)
-    redis.call('HDEL', C.K.tasks, task_id)
+  if outcome == 'completed' then
+    record_completion(C, n, agent, task_id, task_type)
   elseif REQUEUE[outcome] then
     if make_ready(C.K.tasks, C.K.ready, C.ready_role, task_id) then
       redis.call('PUBLISH', C.events, 'ready')
@@ -139,6 +183,11 @@ end
 -- Returns nil when it is, else the reason the caller gets with its 409.
 local function lease_refusal(C, n, agent, token, now)
   local h = redis.call('HMGET', C.lease .. n, 'agent', 'token')
+  if h[2] == ADOPTED and h[1] == agent and redis.call('EXISTS', C.lock .. n) == 1 then
+    -- The agent is still at work on a lease rebuilt from GitHub: its token becomes the lease's.
+    redis.call('HSET', C.lease .. n, 'token', token)
+    return nil
+  end
   if h[2] == token then
     if h[1] ~= agent then return 'not_owner' end
     if redis.call('EXISTS', C.lock .. n) == 0 then

@@ -5,7 +5,10 @@
 -- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per index,
 -- ARGV[8] '1' to only settle the previous task (multi-repository requests do this first),
 -- ARGV[9..] roles the agent accepts (none: any role).
--- Returns {1, task_id, n, token, expires_ms, issue_json, role, branch, settled_n, outcome}
+-- A review is not offered to the agent that did the development work until it has
+-- waited author_fallback_ms for anyone else.
+-- Returns {1, task_id, n, token, expires_ms, issue_json, role, branch, settled_n, outcome,
+--          payload (review/fix details as JSON, or '')}
 --      or {0, reason, settled_n, outcome, bucket} with reason 'empty' | 'bucket' | 'settled'
 --      (bucket -1: no open work issue).
 local C = context()
@@ -47,16 +50,24 @@ for _, src in ipairs(sources) do
   for i = 1, #items, 2 do
     local id, score = items[i], tonumber(items[i + 1])
     local n = string.match(id, ':(%d+)$')
-    if id ~= skip_id then
-      if redis.call('EXISTS', C.lock .. n) == 1 then
-        -- Held but still indexed (a lease re-adopted by the reconciler): drop it here.
-        unready(C.K.tasks, C.K.ready, C.ready_role, id)
-      else
-        if best_score == nil or score < best_score or (score == best_score and id < best_id) then
-          best_id, best_score = id, score
-        end
-        break
+    local usable = id ~= skip_id
+    if usable and redis.call('EXISTS', C.lock .. n) == 1 then
+      -- Held but still indexed (a lease re-adopted by the reconciler): drop it here.
+      unready(C.K.tasks, C.K.ready, C.ready_role, id)
+      usable = false
+    end
+    if usable and string.sub(id, 1, 7) == 'review:' then
+      local raw = redis.call('HGET', C.K.tasks, id)
+      if raw then
+        local _, _, _, author, since = task_fields(raw)
+        if author == agent and since + C.author_fallback_ms > now then usable = false end
       end
+    end
+    if usable then
+      if best_score == nil or score < best_score or (score == best_score and id < best_id) then
+        best_id, best_score = id, score
+      end
+      break
     end
   end
 end
@@ -69,7 +80,7 @@ end
 
 local n = string.match(best_id, ':(%d+)$')
 local task_type = string.match(best_id, '^(%a+):')
-local _, role, branch = task_fields(redis.call('HGET', C.K.tasks, best_id))
+local _, role, pr, _, _, branch = task_fields(redis.call('HGET', C.K.tasks, best_id))
 local expires = now + C.lease_ms
 redis.call('SET', C.lock .. n, agent, 'PX', C.lease_ms)
 redis.call('HSET', C.lease .. n, 'agent', agent, 'token', token, 'task_id', best_id,
@@ -87,4 +98,10 @@ if task_type == 'development' and branch ~= '' then
   redis.call('ZADD', C.K.outbox, now, job)
 end
 local issue = redis.call('GET', C.issue .. n) or ''
-return {1, best_id, tonumber(n), token, expires, issue, role, branch, settled_n, prev_outcome}
+local payload = ''
+if task_type == 'review' then
+  payload = redis.call('HGET', C.review_state .. n, 'payload') or ''
+elseif task_type == 'fix' then
+  payload = redis.call('GET', C.fix .. pr) or ''
+end
+return {1, best_id, tonumber(n), token, expires, issue, role, branch, settled_n, prev_outcome, payload}

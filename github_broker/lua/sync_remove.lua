@@ -16,11 +16,8 @@ for _, num in ipairs(numbers) do
   redis.call('SREM', C.K.open, n)
   redis.call('ZREM', C.K.work, n)
   redis.call('HDEL', C.K.skipped, n)
-  redis.call('DEL', C.review .. n)
-  for _, kind in ipairs({'development', 'review', 'fix'}) do
-    local id = kind .. ':' .. n
-    unready(C.K.tasks, C.K.ready, C.ready_role, id)
-    redis.call('HDEL', C.K.tasks, id)
-  end
+  redis.call('DEL', C.review .. n, C.review_state .. n)
+  redis.call('SREM', C.K.reviewing, n)
+  for _, kind in ipairs({'development', 'review', 'fix'}) do drop_task(C, kind .. ':' .. n) end
 end
 return {removed, revoked}

@@ -1,15 +1,22 @@
 -- sync_upsert.lua: write a batch of open issues from GitHub and re-index them.
 -- KEYS, ARGV[1]: see _lib.lua.
 -- ARGV[2]: JSON list of {n, issue (JSON text), prio (-1: not work), task ('' or task id),
---   score, role, branch, skip ('' or the reason it is not assignable)}.
+--   score, role, branch, skip ('' or the reason it is not assignable), holder (the agent
+--   named by the issue's labels, or '')}. ARGV[3]: now as ISO 8601 UTC.
+-- An issue GitHub shows in-progress without a live lease is re-adopted for its holder: the
+-- lease is rebuilt with a placeholder token that the agent's next heartbeat replaces; if
+-- the agent is gone the lease simply expires and the task returns to the pool.
+-- needs-review starts the review timer (review_issue_detected_timestamp) the first time it
+-- is seen and clears it, the review state and any review/fix task when it goes.
 -- Labels the broker wrote and GitHub does not show yet (the intent) count as present,
 -- so a sync racing the write queue never re-offers an issue that was just claimed or
 -- completed. An intent GitHub shows in full is dropped: from then on GitHub is the truth.
--- Returns {issues written, tasks made ready, leases revoked}.
+-- Returns {issues written, tasks made ready, leases revoked, leases adopted}.
 local C = context()
 local items = cjson.decode(ARGV[2])
 local now = now_ms()
-local written, readied, revoked = 0, 0, 0
+local now_iso = ARGV[3]
+local written, readied, revoked, adopted = 0, 0, 0, 0
 for _, it in ipairs(items) do
   local n = tostring(it.n)
   local ikey = C.issue .. n
@@ -39,11 +46,10 @@ for _, it in ipairs(items) do
 
   local held = redis.call('EXISTS', C.lock .. n) == 1
   if held then
-    local task_type = redis.call('HGET', C.lease .. n, 'task_type')
     local reason = nil
     if it.prio < 0 then
       reason = 'label_removed'
-    elseif not raw_intent and task_type == 'development' and not on_github[C.in_progress] then
+    elseif not raw_intent and not on_github[C.in_progress] then
       -- Our in-progress label was seen before (no intent left) and is gone: a person removed it.
       reason = 'label_removed'
     end
@@ -52,13 +58,39 @@ for _, it in ipairs(items) do
       revoked = revoked + 1
       held = false
     end
+  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 then
+    local task_type = 'development'
+    if labels[C.needs_review] then task_type = 'review' end
+    local expires = now + C.lease_ms
+    redis.call('SET', C.lock .. n, it.holder, 'PX', C.lease_ms)
+    redis.call('HSET', C.lease .. n, 'agent', it.holder, 'token', ADOPTED,
+      'task_id', task_type .. ':' .. n, 'task_type', task_type, 'claimed_ms', now,
+      'expires_ms', expires)
+    redis.call('ZADD', C.K.leases, expires, n)
+    redis.call('SET', C.agent .. it.holder, n, 'EX', C.agent_s, 'NX')
+    adopted = adopted + 1
+    held = true
+  end
+
+  if labels[C.needs_review] then
+    redis.call('SADD', C.K.reviewing, n)
+    redis.call('SET', C.review .. n, now_iso, 'NX')
+  elseif redis.call('SREM', C.K.reviewing, n) == 1 then
+    redis.call('DEL', C.review .. n, C.review_state .. n)
+    drop_task(C, 'review:' .. n)
+    drop_task(C, 'fix:' .. n)
   end
 
   local id = 'development:' .. n
   local eligible = it.task ~= '' and not labels[C.in_progress] and not labels[C.needs_review]
   if eligible then
-    local value = it.score .. '|' .. it.role .. '|' .. it.branch
     local old = redis.call('HGET', C.K.tasks, id)
+    local since = now
+    if old then
+      local _, _, _, _, old_since = task_fields(old)
+      since = old_since
+    end
+    local value = task_value(it.score, it.role, '', '', since, it.branch)
     if old ~= value then
       if old then unready(C.K.tasks, C.K.ready, C.ready_role, id) end
       redis.call('HSET', C.K.tasks, id, value)
@@ -76,10 +108,11 @@ for _, it in ipairs(items) do
     redis.call('HSET', C.K.skipped, n, it.skip)
   elseif it.task ~= '' and labels[C.in_progress] and not held then
     redis.call('HSET', C.K.skipped, n, cjson.encode({
-      code = 'held_on_github', reason = 'labelled in-progress on GitHub but no live lease'}))
+      code = 'held_on_github',
+      reason = 'labelled in-progress on GitHub, no live lease and no single agent label'}))
   else
     redis.call('HDEL', C.K.skipped, n)
   end
 end
 if readied > 0 then redis.call('PUBLISH', C.events, 'ready') end
-return {written, readied, revoked}
+return {written, readied, revoked, adopted}

@@ -1,0 +1,41 @@
+# The few verbs everyone uses; CI calls the same ones.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install install-redis lint test test-fast bench sandbox clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The tests start their own redis-server; install it when missing (Debian, as root).
+install-redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	  else echo "redis-server missing: install it (apt-get install redis-server)" >&2; exit 1; fi; }
+
+lint: install
+	$(BIN)/ruff check github_broker tests benchmarks
+	$(BIN)/mypy
+
+test: install install-redis
+	$(BIN)/pytest
+
+test-fast: install install-redis
+	$(BIN)/pytest -m "not slow"
+
+bench: install install-redis
+	$(BIN)/python -m benchmarks.run
+
+sandbox: install
+	$(BIN)/github-broker sandbox
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,256 @@
+"""The processes a benchmark runs against: redis-server, the GitHub simulator, serve, baseline."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from github_broker.keys import RepoKeys
+
+OWNER, NAME = "acme", "widgets"
+REPOSITORY = f"{OWNER}/{NAME}"
+KEYS = RepoKeys("gb", OWNER, NAME)
+#: Seconds a process may take to answer its first request.
+START_TIMEOUT_S = 60.0
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a live process and all its live descendants (Linux /proc)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        # The command name may contain spaces and parentheses; fields follow the last ')'.
+        fields = raw[raw.rindex(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += times.get(current, 0.0)
+        todo.extend(child for child, parent in parents.items() if parent == current)
+    return total
+
+
+class Process:
+    """A child process with a log file, stopped by SIGTERM (SIGKILL when it hangs)."""
+
+    def __init__(self, name: str, log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(argv, env=env, stdout=kw.pop("stdout", log),
+                                         stderr=log, **kw)
+
+    def cpu_s(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+class RedisServer(Process):
+    """Our own redis-server on a free port, never the machine's shared one."""
+
+    def __init__(self, log_dir: Path) -> None:
+        super().__init__("redis", log_dir)
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = log_dir / "redis"
+
+    def start(self) -> RedisServer:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed (make install-redis)")
+        self.workdir.mkdir(exist_ok=True)
+        self.spawn([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                    "--appendonly", "no", "--dir", str(self.workdir)])
+        client = self.client()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                client.ping()
+                return self
+            except redis.ConnectionError:
+                self.check_alive()
+                if time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not answer") from None
+                time.sleep(0.05)
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url, decode_responses=True)
+
+    def command_calls(self) -> dict[str, int]:
+        """`INFO commandstats` as command -> calls (commands run by Lua scripts included)."""
+        stats = self.client().info("commandstats")
+        return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+    def version(self) -> str:
+        return str(self.client().info("server")["redis_version"])
+
+    def flush(self) -> None:
+        client = self.client()
+        client.flushall()
+        client.config_resetstat()
+
+
+class SimulatorProcess(Process):
+    """`benchmarks.simserver` in a child process; counters through its /_sim control API."""
+
+    def __init__(self, log_dir: Path, issues: int) -> None:
+        super().__init__(f"simulator-{issues}", log_dir)
+        self.issues = issues
+        self.base_url = ""
+        self._http = httpx.Client(timeout=60)
+
+    def start(self) -> SimulatorProcess:
+        self.spawn([sys.executable, "-m", "benchmarks.simserver", "--issues", str(self.issues)],
+                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.proc is not None and self.proc.stdout is not None
+        self.base_url = self.proc.stdout.readline().decode().strip()
+        if not self.base_url.startswith("http"):
+            raise RuntimeError(f"simulator did not start:\n{self.log_tail()}")
+        return self
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self._http.get(f"{self.base_url}/_sim/stats").json())
+
+    def reset_stats(self) -> None:
+        self._http.post(f"{self.base_url}/_sim/stats/reset").raise_for_status()
+
+    def edit_issue(self, number: int, title: str) -> None:
+        url = f"{self.base_url}/_sim/issues/{OWNER}/{NAME}/{number}"
+        self._http.patch(url, json={"title": title}).raise_for_status()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        self._http.close()
+        if self.proc is not None and self.proc.stdin is not None:
+            self.proc.stdin.close()  # the child serves until its stdin closes
+        super().stop(sig)
+
+
+def broker_env(redis_url: str, github_url: str, config_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment `tests/processes.py::broker_env` gives a serve process, plus `extra`."""
+    env = {
+        "GITHUB_BROKER_CONFIG_DIR": str(config_dir),
+        "GITHUB_BROKER_REPOSITORIES": REPOSITORY,
+        "GITHUB_BROKER_REDIS__URL": redis_url,
+        "GITHUB_BROKER_GITHUB__BASE_URL": github_url,
+        "GITHUB_BROKER_GITHUB__TOKEN": "bench-token",
+        "GITHUB_BROKER_GITHUB__SECONDS_BETWEEN_WRITES": "0",
+        "GITHUB_BROKER_POLL__INTERVAL_S": "1",
+        "GITHUB_BROKER_POLL__OUTBOX_INTERVAL_S": "0.2",
+        "GITHUB_BROKER_POLL__LEADER_TTL_S": "3",
+        "GITHUB_BROKER_SERVER__RUN_POLLER": "true",
+    }
+    env.update(extra)
+    return {**os.environ, **env}
+
+
+class HTTPServer(Process):
+    """A uvicorn-served app: `github-broker serve` or the baseline, on a free port."""
+
+    def __init__(self, name: str, log_dir: Path, argv: list[str], env: dict[str, str]) -> None:
+        super().__init__(name, log_dir)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = [part.replace("{port}", str(self.port)) for part in argv]
+        self.env = env
+
+    def start(self) -> HTTPServer:
+        self.spawn(self.argv, env=self.env)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} did not start:\n{self.log_tail()}")
+
+    def stop(self, sig: int = signal.SIGINT) -> None:
+        # uvicorn re-raises the signal once it has shut down: SIGTERM would then kill a
+        # profiled process before pyinstrument writes, SIGINT becomes a KeyboardInterrupt.
+        super().stop(sig)
+
+
+def serve_argv(workers: int, profile: Path | None = None) -> list[str]:
+    """`github-broker serve` as the Makefile and the tests start it, optionally profiled."""
+    argv = ["-m", "github_broker", "serve", "--port", "{port}", "--workers", str(workers)]
+    if profile is None:
+        return [sys.executable, *argv]
+    return [sys.executable, "-m", "pyinstrument", "--renderer", "pyinstrument", "--outfile",
+            str(profile), *argv]
+
+
+def baseline_argv(workers: int) -> list[str]:
+    """The baseline app under uvicorn with serve's settings: factory, log level, no access log."""
+    return [sys.executable, "-m", "uvicorn", "benchmarks.baseline:create_app", "--factory",
+            "--host", "127.0.0.1", "--port", "{port}", "--workers", str(workers),
+            "--log-level", "info", "--no-access-log"]
+
+
+def wait_for_ready(client: redis.Redis, count: int, timeout_s: float) -> float:
+    """Seconds until `count` tasks are claimable (the sync has indexed the backlog)."""
+    started = time.monotonic()
+    while client.zcard(KEYS.ready) < count:
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"only {client.zcard(KEYS.ready)} of {count} tasks became ready")
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def wait_for_outbox_empty(client: redis.Redis, timeout_s: float) -> float:
+    """Seconds until every queued GitHub write has been applied."""
+    started = time.monotonic()
+    while client.zcard(KEYS.outbox) > 0:
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"{client.zcard(KEYS.outbox)} GitHub writes still queued")
+        time.sleep(0.05)
+    return time.monotonic() - started

@@ -1,0 +1,30 @@
+-- task_put.lua: offer a review or fix task built by the poller from a PR's feedback.
+-- KEYS, ARGV[1]: see _lib.lua.
+-- ARGV[2] task id (review:{n} | fix:{n}), ARGV[3] score, ARGV[4] role, ARGV[5] PR number,
+-- ARGV[6] agent that did the development work ('' if unknown), ARGV[7] branch,
+-- ARGV[8] payload JSON (review: kept in review_state:{n}; fix: task:fix:{pr}),
+-- ARGV[9] TTL of task:fix:{pr} in seconds.
+-- An existing task is left alone, and a review is offered only once per needs-review
+-- cycle, so the same feedback is never handed out twice.
+-- Returns 1 when the task was added, 0 when it existed or is not wanted.
+local C = context()
+local task_id, score, role, pr, author, branch, payload =
+  ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local kind, n = string.match(task_id, '^(%a+):(%d+)$')
+if redis.call('SISMEMBER', C.K.reviewing, n) == 0 then return 0 end
+if redis.call('HEXISTS', C.K.tasks, task_id) == 1 then return 0 end
+local state_key = C.review_state .. n
+if kind == 'review' then
+  if redis.call('HGET', state_key, 'reviewed') == '1' then return 0 end
+  redis.call('HSET', state_key, 'payload', payload, 'pr', pr)
+else
+  redis.call('SET', C.fix .. pr, payload, 'EX', tonumber(ARGV[9]))
+  redis.call('HINCRBY', state_key, 'fix_rounds', 1)
+end
+local now = now_ms()
+redis.call('HSET', C.K.tasks, task_id, task_value(score, role, pr, author, now, branch))
+if redis.call('EXISTS', C.lock .. n) == 0 then
+  make_ready(C.K.tasks, C.K.ready, C.ready_role, task_id)
+  redis.call('PUBLISH', C.events, 'ready')
+end
+return 1

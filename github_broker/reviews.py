@@ -1,0 +1,196 @@
+"""Review timers, review tasks, fix tasks from new feedback, and review-done on old PRs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from github_broker.clock import ms_from_iso
+from github_broker.gateway import GitHubGateway
+from github_broker.models import Issue, ReviewComment, TaskType
+from github_broker.rules import Rules, task_score
+from github_broker.settings import Repository, Settings
+from github_broker.store import RepoStore, Store
+
+logger = logging.getLogger(__name__)
+
+#: "Closes #12" and GitHub's other closing keywords link a PR to an issue.
+CLOSING_RE = re.compile(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s*:?\s+#(\d+)\b", re.IGNORECASE)
+
+
+@dataclass
+class ReviewReport:
+    reviews_offered: int = 0
+    fixes_offered: int = 0
+    review_done: int = 0
+    needs_human: int = 0
+    unlinked: int = 0
+
+
+@dataclass(frozen=True)
+class Feedback:
+    key: str  # kind:id, unique across the three kinds
+    created_ms: int
+    comment: ReviewComment
+
+
+def linked_pulls(pulls: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[int, dict[str, Any]]]:
+    """Open PRs by head branch, and by the issue numbers their bodies close."""
+    by_head = {p["head"]["ref"]: p for p in pulls}
+    by_issue: dict[int, dict[str, Any]] = {}
+    for pull in sorted(pulls, key=lambda p: p["number"]):
+        for match in CLOSING_RE.finditer(pull.get("body") or ""):
+            by_issue.setdefault(int(match.group(1)), pull)
+    return by_head, by_issue
+
+
+class ReviewKeeper:
+    """One pass per repository, run by the poller leader after each sync."""
+
+    def __init__(self, settings: Settings, store: Store, gateway: GitHubGateway) -> None:
+        self.settings = settings
+        self.review = settings.review
+        self.store = store
+        self.gateway = gateway
+        self.rules = Rules(settings)
+
+    async def run(self, repo: Repository) -> ReviewReport:
+        report = ReviewReport()
+        rstore = self.store.repo(repo.full_name)
+        numbers = await rstore.reviewing()
+        if not numbers:
+            return report
+        states = await rstore.review_states(numbers)
+        issues = {i.number: i for i in await rstore.get_issues(numbers)}
+        pulls = await asyncio.to_thread(self.gateway.open_pulls, repo.full_name)
+        login = await asyncio.to_thread(self.gateway.login)
+        by_head, by_issue = linked_pulls(pulls)
+        tasks = await rstore.task_index()
+        for n in numbers:
+            detected, state = states[n]
+            issue = issues.get(n)
+            if issue is None or detected is None:
+                continue
+            pull = by_head.get(self.rules.branch(issue) or "") or by_issue.get(n)
+            if pull is None:
+                report.unlinked += 1
+                continue
+            await self._review_done(rstore, n, pull, state, report)
+            if ms_from_iso(detected) + self.review.delay_s * 1000 > time.time() * 1000:
+                continue
+            feedback = await asyncio.to_thread(self._feedback, repo.full_name, pull["number"], login)
+            if state.get("reviewed") != "1":
+                if "payload" not in state:
+                    report.reviews_offered += await self._offer_review(rstore, issue, pull, state, feedback)
+            elif f"fix:{n}" not in tasks:
+                await self._maybe_fix(rstore, issue, pull, state, feedback, report)
+        return report
+
+    async def _review_done(self, rstore: RepoStore, n: int, pull: dict[str, Any],
+                           state: dict[str, str], report: ReviewReport) -> None:
+        if state.get("review_done") == "1":
+            return
+        age_s = time.time() - ms_from_iso(pull["created_at"]) / 1000
+        if age_s < self.review.timeout_s:
+            return
+        await rstore.want_labels(pull["number"], [self.settings.labels.review_done], [])
+        await rstore.mark_review_state(n, "review_done", "1")
+        report.review_done += 1
+        logger.info("labelled %s PR #%d review-done (issue #%d)", rstore.repository, pull["number"], n)
+
+    async def _offer_review(self, rstore: RepoStore, issue: Issue, pull: dict[str, Any],
+                            state: dict[str, str], feedback: list[Feedback]) -> int:
+        payload = {
+            "pr": pull["number"],
+            "pr_url": pull.get("html_url", ""),
+            "feedback_ids": [f.key for f in feedback],
+            "comments": [f.comment.model_dump() for f in feedback],
+        }
+        added = await rstore.put_task(
+            f"{TaskType.REVIEW}:{issue.number}",
+            score=self._score(issue, TaskType.REVIEW),
+            role=self.review.review_role or self.rules.role(issue.labels) or "",
+            pr=pull["number"],
+            author=state.get("dev_agent", ""),
+            branch=pull["head"]["ref"],
+            payload=payload,
+        )
+        return int(added)
+
+    async def _maybe_fix(self, rstore: RepoStore, issue: Issue, pull: dict[str, Any],
+                         state: dict[str, str], feedback: list[Feedback], report: ReviewReport) -> None:
+        handled = set(json.loads(state.get("handled", "[]")))
+        handled |= set(json.loads(state.get("payload", "{}")).get("feedback_ids", []))
+        new = [f for f in feedback if f.key not in handled]
+        if not new:
+            return
+        if time.time() * 1000 - max(f.created_ms for f in new) < self.review.fix_debounce_s * 1000:
+            return  # comments still arriving: wait until they settle
+        rounds = int(state.get("fix_rounds", "0"))
+        if rounds >= self.review.max_fix_rounds:
+            if state.get("needs_human") != "1":
+                await rstore.want_labels(issue.number, [self.settings.labels.needs_human], [])
+                await rstore.mark_review_state(issue.number, "needs_human", "1")
+                report.needs_human += 1
+                logger.warning("%s#%d: %d fix rounds used, labelled needs-human",
+                               rstore.repository, issue.number, rounds)
+            return
+        payload = {
+            "pr": pull["number"],
+            "pr_url": pull.get("html_url", ""),
+            "issue": issue.number,
+            "round": rounds + 1,
+            "status": "pending",
+            "comment_ids": sorted(f.key for f in new),
+            "comments": [f.comment.model_dump() for f in new],
+        }
+        if await rstore.put_task(
+            f"{TaskType.FIX}:{issue.number}",
+            score=self._score(issue, TaskType.FIX),
+            role=self.rules.role(issue.labels) or "",
+            pr=pull["number"],
+            author="",
+            branch=pull["head"]["ref"],
+            payload=payload,
+        ):
+            report.fixes_offered += 1
+
+    def _score(self, issue: Issue, task_type: TaskType) -> int:
+        return task_score(self.rules.priority(issue.labels) or 0, task_type, issue.created_at)
+
+    # --- feedback (runs in a worker thread) ---------------------------------------------
+
+    def _feedback(self, full_name: str, pr: int, login: str) -> list[Feedback]:
+        reviews, inline, conversation = self.gateway.pull_feedback(full_name, pr)
+        out = []
+        for r in reviews:
+            # Approvals are not work; an empty COMMENTED review wraps inline comments.
+            if r.get("state") == "APPROVED" or not (r.get("body") or "").strip():
+                continue
+            out.append(self._item("review", r, r.get("submitted_at"), login))
+        out += [self._item("inline", c, c.get("created_at"), login) for c in inline]
+        out += [self._item("conversation", c, c.get("created_at"), login) for c in conversation]
+        return sorted((f for f in out if f is not None), key=lambda f: (f.created_ms, f.key))
+
+    def _item(self, kind: str, data: dict[str, Any], created: str | None, login: str) -> Feedback | None:
+        user = data.get("user") or {}
+        author = str(user.get("login", ""))
+        if not self._counts(author, str(user.get("type", "")), login):
+            return None
+        comment = ReviewComment(
+            id=int(data["id"]), kind=kind, author=author, body=data.get("body") or "",
+            url=data.get("html_url") or "", path=data.get("path"), line=data.get("line"),
+        )
+        return Feedback(f"{kind}:{data['id']}", ms_from_iso(created) if created else 0, comment)
+
+    def _counts(self, author: str, user_type: str, login: str) -> bool:
+        if user_type == "Bot" or author.endswith("[bot]") or author == login:
+            return False
+        if author in self.review.ignored_authors:
+            return False
+        return not self.review.allowed_authors or author in self.review.allowed_authors

@@ -1,0 +1,138 @@
+"""One issue's whole life: development, PR, review, requested changes, fix, review-done."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+
+from github_broker.events import ReadyWaker
+from github_broker.gateway import GitHubGateway
+from github_broker.models import Task, TaskType
+from github_broker.poller import Daemon
+from github_broker.prompts import Prompts
+from github_broker.settings import Settings
+from github_broker.simulator import Simulator
+from github_broker.store import Store
+from github_broker.tasks import TaskService
+from tests.factories import body
+
+pytestmark = pytest.mark.anyio
+REPO = "acme/widgets"
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    issue = {"number": 1, "title": "Add CSV export", "body": body(), "labels": ["P1", "BACKENDCODER"]}
+    with Simulator({"repositories": [{"owner": "acme", "name": "widgets", "issues": [issue]}]}) as s:
+        yield s
+
+
+class World:
+    def __init__(self, settings: Settings, sim: Simulator) -> None:
+        self.sim = sim
+        self.store = Store.from_settings(settings)
+        self.gateway = GitHubGateway(settings.github)
+        self.daemon = Daemon(settings, self.store, self.gateway)
+        self.tasks = TaskService(settings, self.store, Prompts.load(None), ReadyWaker(1.0))
+        self.rstore = self.store.repo(REPO)
+
+    async def tick(self) -> None:
+        """What the poller leader does each interval: writes out, then sync and reviews."""
+        await self.daemon.hold_leadership()
+        await self.daemon.drain_all()
+        await self.daemon.sync_all()
+        await self.daemon.drain_all()
+
+    async def ask(self, agent: str) -> Task | None:
+        return await self.tasks.request_task(agent)
+
+    def labels(self, n: int) -> set[str]:
+        return set(self.sim.state.issue_labels("acme", "widgets", n))
+
+
+@pytest.fixture
+async def world(sim: Simulator, redis_url: str,
+                make_settings: Callable[..., Settings]) -> AsyncIterator[World]:
+    settings = make_settings(
+        redis={"url": redis_url},
+        github={"base_url": sim.base_url},
+        review={"delay_s": 1, "timeout_s": 2.5, "fix_debounce_s": 0.5},
+    )
+    w = World(settings, sim)
+    yield w
+    await w.daemon.stop()
+    await w.store.close()
+    w.gateway.close()
+
+
+async def test_issue_walks_development_review_fix_review_done(world: World, sim: Simulator) -> None:
+    await world.tick()
+
+    # Development: claimed, labelled, branch created.
+    dev = await world.ask("dev-1")
+    assert dev is not None and dev.task_type == TaskType.DEVELOPMENT and dev.issue_id == 1
+    await world.tick()
+    assert world.labels(1) >= {"in-progress", "dev-1"}
+    assert "feature/issue-1" in sim.state.branches("acme", "widgets")
+
+    # The agent opens its PR and asks again: the development task is completed.
+    pr = sim.state.create_pull("acme", "widgets", title="CSV export", head="feature/issue-1",
+                               body="Closes #1", user="broker-bot")
+    sim.state.add_issue_comment("acme", "widgets", pr["number"], user="alice",
+                                body="Please keep the column order stable.")
+    assert await world.ask("dev-1") is None
+    await world.tick()
+    assert "needs-review" in world.labels(1)
+    assert not world.labels(1) & {"in-progress", "dev-1"}
+    detected = await world.store.client.get(world.rstore.keys.review_detected(1))
+    assert detected is not None and detected.decode().endswith("Z")
+    assert json.loads(await world.store.client.get(world.rstore.keys.task_candidate(1, "dev-1")))[
+        "status"] == "needs_review"
+
+    # Before the review delay nothing is handed out; after it, a review task.
+    assert await world.ask("rev-1") is None
+    await asyncio.sleep(1.1)
+    await world.tick()
+    assert await world.ask("dev-1") is None  # the author waits while others could review
+    review = await world.ask("rev-1")
+    assert review is not None and review.task_type == TaskType.REVIEW
+    assert review.pr_url and review.pr_url.endswith(f"/pull/{pr['number']}")
+    assert [c.body for c in review.review_comments] == ["Please keep the column order stable."]
+    assert "column order" in review.prompt and pr["html_url"] in review.prompt
+    assert await world.ask("rev-1") is None  # completes the review
+    await world.tick()
+    assert await world.ask("rev-2") is None  # a finished review is not handed out again
+
+    # A maintainer requests changes; a bot's noise is ignored.
+    sim.state.add_review("acme", "widgets", pr["number"], user="alice", state="CHANGES_REQUESTED",
+                         body="Add a test for empty exports.")
+    sim.state.add_review_comment("acme", "widgets", pr["number"], user="alice",
+                                 body="Name this export_csv.", path="export.py", line=3)
+    sim.state.add_issue_comment("acme", "widgets", pr["number"], user="ci[bot]", body="Build passed")
+    await world.tick()
+    await asyncio.sleep(0.6)  # comments settle
+    await world.tick()
+    fix = await world.ask("fix-1")
+    assert fix is not None and fix.task_type == TaskType.FIX and fix.issue_id == 1
+    assert sorted(c.body for c in fix.review_comments) == [
+        "Add a test for empty exports.", "Name this export_csv."]
+    stored = json.loads(await world.store.client.get(world.rstore.keys.fix_task(pr["number"])))
+    assert stored["round"] == 1 and len(stored["comment_ids"]) == 2
+    assert await world.ask("fix-1") is None  # completes the fix
+    await world.tick()
+    await asyncio.sleep(0.6)
+    await world.tick()
+    assert await world.ask("fix-2") is None  # the same feedback never makes a second fix
+
+    # The PR is older than the review timeout: review-done, once.
+    await asyncio.sleep(max(0.0, 2.6 - 1.2))
+    await world.tick()
+    pr_labels = set(sim.state.issue_labels("acme", "widgets", pr["number"]))
+    assert "review-done" in pr_labels
+    sim.state.remove_label("acme", "widgets", pr["number"], "review-done")
+    await world.tick()
+    assert "review-done" not in sim.state.issue_labels("acme", "widgets", pr["number"])
+    assert "needs-review" in world.labels(1) and "needs-human" not in world.labels(1)
