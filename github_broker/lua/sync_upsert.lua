@@ -82,7 +82,9 @@ for _, it in ipairs(items) do
   end
 
   local id = 'development:' .. n
-  local eligible = it.task ~= '' and not labels[C.in_progress] and not labels[C.needs_review]
+  -- While a lease is live, in-progress is the lease's own label: the task stays known, so
+  -- the moment the lease ends (expired, released) it is claimable again.
+  local eligible = it.task ~= '' and not labels[C.needs_review] and (held or not labels[C.in_progress])
   if eligible then
     local old = redis.call('HGET', C.K.tasks, id)
     local since = now

@@ -1,0 +1,152 @@
+"""Redis and GitHub converge after crashes, lost data and hand-edited labels."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+
+from github_broker.errors import LeaseError
+from github_broker.simulator import Simulator, generate_issues
+from github_broker.settings import Settings
+from tests.processes import BrokerProcess, broker_env
+from tests.test_lifecycle import World
+
+REPO = "acme/widgets"
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    seed = {"repositories": [{"owner": "acme", "name": "widgets",
+                              "issues": generate_issues(3, priorities=("P1",))}]}
+    with Simulator(seed) as s:
+        yield s
+
+
+@pytest.fixture
+async def world(sim: Simulator, redis_url: str,
+                make_settings: Callable[..., Settings]) -> AsyncIterator[World]:
+    settings = make_settings(redis={"url": redis_url}, github={"base_url": sim.base_url},
+                             leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60})
+    w = World(settings, sim)
+    yield w
+    await w.daemon.stop()
+    await w.store.close()
+    w.gateway.close()
+
+
+@pytest.mark.anyio
+async def test_after_redis_loses_everything_held_issue_is_readopted_for_its_agent(
+    world: World,
+) -> None:
+    await world.tick()
+    task = await world.ask("a1")
+    assert task is not None and task.issue_id == 1
+    await world.tick()
+    assert world.labels(1) >= {"in-progress", "a1"}
+
+    await world.store.client.flushall()
+    await world.tick()
+
+    other = await world.ask("a2")
+    assert other is not None and other.issue_id == 2  # never the issue a1 still holds
+    # a1 is still at work: its next heartbeat binds the rebuilt lease to its token.
+    await world.tasks.heartbeat(REPO, 1, "a1", task.lease.token)
+    with pytest.raises(LeaseError) as refused:
+        await world.tasks.heartbeat(REPO, 1, "a2", other.lease.token)
+    assert refused.value.reason == "not_owner"
+
+
+@pytest.mark.anyio
+async def test_readopted_lease_of_a_vanished_agent_expires_and_issue_returns(world: World) -> None:
+    await world.tick()
+    task = await world.ask("a1")
+    assert task is not None
+    await world.tick()
+    await world.store.client.flushall()
+    await world.tick()
+    assert (await world.ask("a2")).issue_id == 2  # type: ignore[union-attr]
+    await asyncio.sleep(1.2)  # nobody heartbeats the adopted lease
+    await world.daemon.reap_all()
+    await world.tick()  # labels removed on GitHub
+    assert not world.labels(1) & {"in-progress", "a1"}
+    await world.tick()  # the sync sees the clean issue
+    again = await world.ask("a3")
+    assert again is not None and again.issue_id in (1, 3)
+
+
+@pytest.mark.anyio
+async def test_killed_agent_lease_expires_and_issue_goes_to_another(world: World) -> None:
+    await world.tick()
+    task = await world.ask("a1")
+    assert task is not None and task.issue_id == 1
+    await world.tick()
+    await asyncio.sleep(1.2)  # a1 died: no heartbeat
+    other = await world.ask("a2")
+    assert other is not None and other.issue_id == 1
+    with pytest.raises(LeaseError) as refused:
+        await world.tasks.heartbeat(REPO, 1, "a1", task.lease.token)
+    assert refused.value.reason == "expired"
+    await world.tick()
+    assert world.labels(1) >= {"in-progress", "a2"} and "a1" not in world.labels(1)
+
+
+@pytest.mark.anyio
+async def test_in_progress_removed_by_hand_revokes_the_lease(world: World, sim: Simulator) -> None:
+    await world.tick()
+    task = await world.ask("a1")
+    assert task is not None
+    await world.tasks.heartbeat(REPO, 1, "a1", task.lease.token)
+    await world.tick()
+    await world.tick()  # the sync has now seen our in-progress label
+    sim.state.remove_label("acme", "widgets", 1, "in-progress")
+    await world.tick()
+    with pytest.raises(LeaseError) as refused:
+        await world.tasks.heartbeat(REPO, 1, "a1", task.lease.token)
+    assert refused.value.reason == "label_removed"
+
+
+@pytest.mark.slow
+def test_killed_leader_is_replaced_within_one_interval(
+    sim: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    env = broker_env(redis_url, sim.base_url, REPO)
+    brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 15
+        while client.get("gb:leader") is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        leader = client.get("gb:leader").decode()
+        pids = {str(b.proc.pid): b for b in brokers if b.proc}
+        victim = next(b for pid, b in pids.items() if f":{pid}:" in leader)
+        survivor = next(b for b in brokers if b is not victim)
+        victim.kill()
+        killed_at = time.monotonic()
+        while True:
+            current = client.get("gb:leader")
+            if current is not None and current.decode() != leader:
+                break
+            # leader TTL 3 s + renewal every 1 s: well within one poll interval of slack
+            assert time.monotonic() - killed_at < 8, "no new leader"
+            time.sleep(0.1)
+        created = sim.state.create_issue("acme", "widgets", title="After failover",
+                                         body="## Deliverables\n- x\n\nBranch: after-failover\n",
+                                         labels=["P0", "BACKENDCODER"])
+        deadline = time.monotonic() + 10
+        while True:
+            r = requests.post(f"{survivor.url}/request-task", json={"agent_id": "late"}, timeout=10)
+            if r.status_code == 200 and r.json()["issue_id"] == created["number"]:
+                break
+            assert time.monotonic() < deadline, "the new leader never synced"
+            time.sleep(0.3)
+    finally:
+        client.close()
+        for b in brokers:
+            b.stop()
