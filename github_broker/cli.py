@@ -23,7 +23,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _progress(repository: str, page: int, seen: int) -> None:
     if sys.stderr.isatty():
-        print(f"\r{repository}: page {page}, {seen} open issues", end="", file=sys.stderr, flush=True)
+        print(
+            f"\r{repository}: page {page}, {seen} open issues", end="", file=sys.stderr, flush=True
+        )
     elif page % 10 == 0:
         print(f"{repository}: page {page}, {seen} open issues", file=sys.stderr, flush=True)
 
@@ -36,8 +38,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if not settings.repositories:
-        raise ConfigError("no repositories configured: set `repositories` in broker.yaml "
-                          "or GITHUB_BROKER_REPOSITORIES=owner/name")
+        raise ConfigError(
+            "no repositories configured: set `repositories` in broker.yaml "
+            "or GITHUB_BROKER_REPOSITORIES=owner/name"
+        )
 
     async def run() -> None:
         store = Store.from_settings(settings)
@@ -47,8 +51,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
             for repo in settings.repositories:
                 if args.repo and repo.full_name != args.repo:
                     continue
-                report = await syncer.sync(repo, full=True if args.full else None,
-                                           progress=_progress)
+                report = await syncer.sync(
+                    repo, full=True if args.full else None, progress=_progress
+                )
                 if sys.stderr.isatty():
                     print(file=sys.stderr)
                 print(report.summary())
@@ -131,11 +136,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     for repo in data["repositories"]:
         bucket = "none" if repo["bucket"] is None else f"P{repo['bucket']}"
-        print(f"{repo['repository']}  bucket {bucket}  ready {repo['ready_by_priority'] or '{}'}  "
-              f"pending GitHub writes {repo['pending_github_writes']}")
+        print(
+            f"{repo['repository']}  bucket {bucket}  ready {repo['ready_by_priority'] or '{}'}  "
+            f"pending GitHub writes {repo['pending_github_writes']}"
+        )
         for lease in repo["leases"]:
-            print(f"  held  #{lease['issue']:<6} {lease['task_type']:<12} {lease['agent_id']:<20} "
-                  f"until {lease['expires_at']}")
+            print(
+                f"  held  #{lease['issue']:<6} {lease['task_type']:<12} {lease['agent_id']:<20} "
+                f"until {lease['expires_at']}"
+            )
         for number, reason in repo["skipped"].items():
             print(f"  skip  #{number:<6} {reason['code']}: {reason['reason']}")
     quota = data["github_quota"]
@@ -171,10 +180,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="github-broker", description=__doc__)
-    parser.add_argument("--config", type=Path, default=None,
-                        help=f"config directory (default: {default_config_dir()})")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help=f"config directory (default: {default_config_dir()})",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
@@ -200,8 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         return int(args.func(args))
     except ConfigError as e:

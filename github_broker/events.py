@@ -11,6 +11,7 @@ from github_broker.store import Store
 
 logger = logging.getLogger(__name__)
 
+
 class ReadyWaker:
     """One Redis subscription per process, fanned out to every waiting request."""
 

@@ -6,13 +6,14 @@ thread (`asyncio.to_thread`), never on the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
-from collections import OrderedDict
 from urllib.parse import quote, urlencode
 
 import requests
@@ -121,9 +122,7 @@ class GitHubGateway:
                 seen_s=time.time(),
             )
 
-    def _raise(
-        self, verb: str, path: str, status: int, headers: dict[str, str], data: Any
-    ) -> None:
+    def _raise(self, verb: str, path: str, status: int, headers: dict[str, str], data: Any) -> None:
         message = data.get("message", "") if isinstance(data, dict) else str(data or "")
         where = f"{verb} {path}: {status} {message}".strip()
         if status in (403, 429):
@@ -217,23 +216,28 @@ class GitHubGateway:
 
     def add_labels(self, full_name: str, number: int, labels: list[str]) -> None:
         if labels:
-            self._request("POST", f"/repos/{full_name}/issues/{number}/labels", body={"labels": labels})
+            self._request(
+                "POST", f"/repos/{full_name}/issues/{number}/labels", body={"labels": labels}
+            )
 
     def remove_label(self, full_name: str, number: int, label: str) -> None:
-        try:
+        # Already absent (404) means the wish is fulfilled.
+        with contextlib.suppress(GitHubNotFound):
             self._request(
                 "DELETE", f"/repos/{full_name}/issues/{number}/labels/{quote(label, safe='')}"
             )
-        except GitHubNotFound:
-            pass  # already absent: the wish is fulfilled
 
     def create_branch(self, full_name: str, branch: str, base: str) -> bool:
         """Create `branch` at the tip of `base`; False when it already exists."""
-        _, _, ref = self._request("GET", f"/repos/{full_name}/git/ref/heads/{quote(base, safe='/')}")
+        _, _, ref = self._request(
+            "GET", f"/repos/{full_name}/git/ref/heads/{quote(base, safe='/')}"
+        )
         sha = ref["object"]["sha"]
         try:
             self._request(
-                "POST", f"/repos/{full_name}/git/refs", body={"ref": f"refs/heads/{branch}", "sha": sha}
+                "POST",
+                f"/repos/{full_name}/git/refs",
+                body={"ref": f"refs/heads/{branch}", "sha": sha},
             )
         except GitHubError as e:
             if e.status == 422:

@@ -6,46 +6,46 @@ lives in one slot, so each multi-key Lua script touches a single slot.
 
 Seed schema (``seeds/001``), kept verbatim after the prefix:
 
-==========================================  ============  ==================================  ======
-key                                         type          content                             TTL
-==========================================  ============  ==================================  ======
-``issue:{n}``                               string JSON   cached GitHub issue                 none
-``issue_lock_{n}``                          string        agent id holding the lease          600 s
-``review_issue_detected_timestamp:{n}``     string        ISO 8601 UTC, first needs-review    none
-``agent_current_task:{agent}``              string        issue number the agent holds        3600 s
-``task_candidate:{n}:{agent}``              string JSON   hand-out record and status          86400 s
-``task:fix:{pr}``                           string JSON   fix task from review comments       86400 s
-==========================================  ============  ==================================  ======
+======================================  ===========  ===============================  ======
+key                                     type         content                          TTL
+======================================  ===========  ===============================  ======
+``issue:{n}``                           string JSON  cached GitHub issue              none
+``issue_lock_{n}``                      string       agent id holding the lease       600 s
+``review_issue_detected_timestamp:{n}`` string       ISO 8601 UTC, needs-review seen  none
+``agent_current_task:{agent}``          string       issue number the agent holds     3600 s
+``task_candidate:{n}:{agent}``          string JSON  hand-out record and status       86400 s
+``task:fix:{pr}``                       string JSON  fix task from review comments    86400 s
+======================================  ===========  ===============================  ======
 
-Added by this project (all without TTL unless said):
+Added by this project (no TTL unless said):
 
-==========================  ==========  ===================================================
-``lease:{n}``               hash        agent, token, task_type, expires_ms, claimed_ms (TTL = lease)
-``leases``                  zset        issue number -> lease expiry (ms); the reaper's index
-``tasks``                   hash        task id (``development:{n}``, ``review:{n}``,
-                                        ``fix:{n}``) -> "score|role|pr|author|since_ms|branch":
-                                        every task the rules allow, held or not
-``ready``                   zset        task id -> score: tasks in ``tasks`` not held now
-``ready:{role}``            zset        the same, one per role
-``work``                    zset        issue number -> priority: open work issues (bucket)
-``skipped``                 hash        issue number -> JSON reason it is not handed out
-``open``                    set         numbers of the open issues mirrored in ``issue:{n}``
-``sync``                    hash        sync cursors: ``since``, ETags, page contents
-``intent``                  hash        issue number -> JSON label delta the broker wants
-                                        on GitHub, kept until a sync sees it applied
-``outbox``                  zset        job id (``labels:{n}``, ``branch:{n}``) -> due (ms)
-``outbox:data``             hash        job id -> JSON payload (branch jobs)
-``outbox:attempts``         hash        job id -> failed attempts so far
-``lease_end:{token}``       string      why the lease with this token ended (TTL 1 day)
-``reviewing``               set         issues whose (effective) labels include needs-review
-``review_state:{n}``        hash        dev_agent, pr, payload (review task JSON), reviewed,
-                                        handled (JSON feedback ids done), fix_rounds,
-                                        review_done; deleted with the needs-review label
-``events``                  channel     pub/sub: "ready" when a task becomes claimable
-==========================  ==========  ===================================================
+=======================  ======  ==============================================================
+``lease:{n}``            hash    agent, token, task_id, task_type, claimed_ms, expires_ms;
+                                 deleted when the lease ends (``issue_lock_{n}`` carries the TTL)
+``leases``               zset    issue number -> lease expiry (ms): the reaper's index
+``lease_end:{token}``    string  why the lease with this token ended (TTL 1 day)
+``tasks``                hash    task id (``development:{n}``, ``review:{n}``, ``fix:{n}``) ->
+                                 ``score|role|pr|author|since_ms|branch``: every task the
+                                 rules allow, held or not
+``ready``                zset    task id -> score: the tasks in ``tasks`` not held now
+``ready:{role}``         zset    the same, one per role
+``work``                 zset    issue number -> priority of every open work issue (bucket)
+``skipped``              hash    issue number -> JSON reason it is not handed out
+``open``                 set     numbers of the open issues mirrored in ``issue:{n}``
+``sync``                 hash    sync cursors: ``since``, ETags, page contents, default branch
+``intent``               hash    number -> JSON label delta the broker wants on GitHub, kept
+                                 until a sync sees it applied
+``outbox``               zset    write job (``labels:{n}``, ``branch:{n}``) -> due time (ms)
+``outbox:data``          hash    write job -> JSON payload (branch jobs)
+``outbox:attempts``      hash    write job -> failed attempts so far
+``reviewing``            set     issues whose labels (with pending writes) say needs-review
+``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
+                                 review_done, needs_human; deleted with the needs-review label
+``events``               pubsub  "ready" whenever a task becomes claimable
+=======================  ======  ==============================================================
 
-Global keys (no repository): ``{key_prefix}:leader`` (poller leader lease) and
-``{key_prefix}:quota`` (last seen GitHub rate-limit headers).
+Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease) and
+``{key_prefix}:quota`` (the last GitHub rate-limit headers seen).
 """
 
 from __future__ import annotations

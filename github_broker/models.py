@@ -73,7 +73,9 @@ class Issue(BaseModel):
 
     @classmethod
     def from_github(cls, data: dict[str, Any]) -> Issue:
-        labels = [lab["name"] if isinstance(lab, dict) else str(lab) for lab in data.get("labels", [])]
+        labels = [
+            lab["name"] if isinstance(lab, dict) else str(lab) for lab in data.get("labels", [])
+        ]
         user = data.get("user") or {}
         return cls(
             number=data["number"],
@@ -88,7 +90,7 @@ class Issue(BaseModel):
         )
 
     def cache_json(self) -> str:
-        """Canonical JSON for Redis: equal issues give equal bytes, so unchanged ones aren't rewritten."""
+        """Canonical JSON: equal issues give equal bytes, so unchanged ones are not rewritten."""
         return self.model_dump_json()
 
 

@@ -78,8 +78,13 @@ class OutboxDrainer:
                 report.retried += 1
             except GitHubError as e:
                 if attempts + 1 >= MAX_REFUSED_ATTEMPTS:
-                    logger.error("GitHub refused %s on %s %d times, dropping: %s",
-                                 job, repo.full_name, attempts + 1, e)
+                    logger.error(
+                        "GitHub refused %s on %s %d times, dropping: %s",
+                        job,
+                        repo.full_name,
+                        attempts + 1,
+                        e,
+                    )
                     await rstore.outbox_done(job, payload)
                     report.dropped += 1
                 else:
@@ -102,7 +107,11 @@ class OutboxDrainer:
                 self.gateway.remove_label(full_name, int(number), label)
         elif kind == "branch":
             created = self.gateway.create_branch(full_name, data["branch"], data["base"])
-            logger.info("branch %s on %s %s", data["branch"], full_name,
-                        "created" if created else "already existed")
+            logger.info(
+                "branch %s on %s %s",
+                data["branch"],
+                full_name,
+                "created" if created else "already existed",
+            )
         else:
             raise GitHubError(f"unknown write job {job!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -83,8 +84,9 @@ class Daemon:
                 self._failures[name] = failures
                 delay = min(MAX_SYNC_BACKOFF_S, self.settings.poll.interval_s * 2 ** (failures - 1))
                 self._not_before[name] = time.time() + delay
-                logger.warning("sync %s failed (%d in a row), next try in %.0fs: %s",
-                               name, failures, delay, e)
+                logger.warning(
+                    "sync %s failed (%d in a row), next try in %.0fs: %s", name, failures, delay, e
+                )
 
     async def drain_all(self) -> None:
         if not self.is_leader:
@@ -119,8 +121,15 @@ class Daemon:
         ]
         for func, seconds in jobs:
             # max_instances=1: a slow pass is never overlapped by the next one.
-            scheduler.add_job(func, "interval", seconds=seconds, max_instances=1, coalesce=True,
-                              next_run_time=now, misfire_grace_time=None)
+            scheduler.add_job(
+                func,
+                "interval",
+                seconds=seconds,
+                max_instances=1,
+                coalesce=True,
+                next_run_time=now,
+                misfire_grace_time=None,
+            )
         scheduler.start()
         self.scheduler = scheduler
 
@@ -129,10 +138,8 @@ class Daemon:
             self.scheduler.shutdown(wait=False)
             self.scheduler = None
         if self.is_leader:
-            try:
+            with contextlib.suppress(BrokerError):
                 await self.store.leader(self.id, 0, release=True)
-            except BrokerError:
-                pass
             self.is_leader = False
 
     async def run_forever(self) -> None:

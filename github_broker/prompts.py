@@ -12,8 +12,19 @@ from github_broker.settings import DEFAULTS_DIR
 #: Placeholders every template may use.
 PLACEHOLDERS = frozenset(
     {
-        "repository", "issue_number", "issue_url", "title", "body", "labels", "branch",
-        "base_branch", "role", "role_description", "task_type", "pr_url", "feedback",
+        "repository",
+        "issue_number",
+        "issue_url",
+        "title",
+        "body",
+        "labels",
+        "branch",
+        "base_branch",
+        "role",
+        "role_description",
+        "task_type",
+        "pr_url",
+        "feedback",
     }
 )
 
@@ -39,8 +50,8 @@ class Prompts:
             unknown = set(template.get_identifiers()) - PLACEHOLDERS
             if unknown:
                 raise ConfigError(
-                    f"{path}: unknown placeholder(s) {', '.join('$' + u for u in sorted(unknown))}. "
-                    f"Fix: use only {', '.join('$' + p for p in sorted(PLACEHOLDERS))}."
+                    f"{path}: unknown placeholder(s) {_names(unknown)}. "
+                    f"Fix: use only {_names(PLACEHOLDERS)}."
                 )
             templates[task_type] = template
         return cls(templates)
@@ -55,3 +66,7 @@ def _find(config_dir: Path | None, task_type: TaskType) -> Path:
         if candidate.exists():
             return candidate
     return DEFAULTS_DIR / "prompts" / f"{task_type}.md"
+
+
+def _names(names: set[str] | frozenset[str]) -> str:
+    return ", ".join("$" + n for n in sorted(names))

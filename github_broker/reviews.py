@@ -20,7 +20,9 @@ from github_broker.store import RepoStore, Store
 logger = logging.getLogger(__name__)
 
 #: "Closes #12" and GitHub's other closing keywords link a PR to an issue.
-CLOSING_RE = re.compile(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s*:?\s+#(\d+)\b", re.IGNORECASE)
+CLOSING_RE = re.compile(
+    r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s*:?\s+#(\d+)\b", re.IGNORECASE
+)
 
 
 @dataclass
@@ -39,7 +41,9 @@ class Feedback:
     comment: ReviewComment
 
 
-def linked_pulls(pulls: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[int, dict[str, Any]]]:
+def linked_pulls(
+    pulls: list[dict[str, Any]],
+) -> tuple[dict[str, dict[str, Any]], dict[int, dict[str, Any]]]:
     """Open PRs by head branch, and by the issue numbers their bodies close."""
     by_head = {p["head"]["ref"]: p for p in pulls}
     by_issue: dict[int, dict[str, Any]] = {}
@@ -83,16 +87,26 @@ class ReviewKeeper:
             await self._review_done(rstore, n, pull, state, report)
             if ms_from_iso(detected) + self.review.delay_s * 1000 > time.time() * 1000:
                 continue
-            feedback = await asyncio.to_thread(self._feedback, repo.full_name, pull["number"], login)
+            feedback = await asyncio.to_thread(
+                self._feedback, repo.full_name, pull["number"], login
+            )
             if state.get("reviewed") != "1":
                 if "payload" not in state:
-                    report.reviews_offered += await self._offer_review(rstore, issue, pull, state, feedback)
+                    report.reviews_offered += await self._offer_review(
+                        rstore, issue, pull, state, feedback
+                    )
             elif f"fix:{n}" not in tasks:
                 await self._maybe_fix(rstore, issue, pull, state, feedback, report)
         return report
 
-    async def _review_done(self, rstore: RepoStore, n: int, pull: dict[str, Any],
-                           state: dict[str, str], report: ReviewReport) -> None:
+    async def _review_done(
+        self,
+        rstore: RepoStore,
+        n: int,
+        pull: dict[str, Any],
+        state: dict[str, str],
+        report: ReviewReport,
+    ) -> None:
         if state.get("review_done") == "1":
             return
         age_s = time.time() - ms_from_iso(pull["created_at"]) / 1000
@@ -101,10 +115,18 @@ class ReviewKeeper:
         await rstore.want_labels(pull["number"], [self.settings.labels.review_done], [])
         await rstore.mark_review_state(n, "review_done", "1")
         report.review_done += 1
-        logger.info("labelled %s PR #%d review-done (issue #%d)", rstore.repository, pull["number"], n)
+        logger.info(
+            "labelled %s PR #%d review-done (issue #%d)", rstore.repository, pull["number"], n
+        )
 
-    async def _offer_review(self, rstore: RepoStore, issue: Issue, pull: dict[str, Any],
-                            state: dict[str, str], feedback: list[Feedback]) -> int:
+    async def _offer_review(
+        self,
+        rstore: RepoStore,
+        issue: Issue,
+        pull: dict[str, Any],
+        state: dict[str, str],
+        feedback: list[Feedback],
+    ) -> int:
         payload = {
             "pr": pull["number"],
             "pr_url": pull.get("html_url", ""),
@@ -122,8 +144,15 @@ class ReviewKeeper:
         )
         return int(added)
 
-    async def _maybe_fix(self, rstore: RepoStore, issue: Issue, pull: dict[str, Any],
-                         state: dict[str, str], feedback: list[Feedback], report: ReviewReport) -> None:
+    async def _maybe_fix(
+        self,
+        rstore: RepoStore,
+        issue: Issue,
+        pull: dict[str, Any],
+        state: dict[str, str],
+        feedback: list[Feedback],
+        report: ReviewReport,
+    ) -> None:
         handled = set(json.loads(state.get("handled", "[]")))
         handled |= set(json.loads(state.get("payload", "{}")).get("feedback_ids", []))
         new = [f for f in feedback if f.key not in handled]
@@ -137,8 +166,12 @@ class ReviewKeeper:
                 await rstore.want_labels(issue.number, [self.settings.labels.needs_human], [])
                 await rstore.mark_review_state(issue.number, "needs_human", "1")
                 report.needs_human += 1
-                logger.warning("%s#%d: %d fix rounds used, labelled needs-human",
-                               rstore.repository, issue.number, rounds)
+                logger.warning(
+                    "%s#%d: %d fix rounds used, labelled needs-human",
+                    rstore.repository,
+                    issue.number,
+                    rounds,
+                )
             return
         payload = {
             "pr": pull["number"],
@@ -177,14 +210,21 @@ class ReviewKeeper:
         out += [self._item("conversation", c, c.get("created_at"), login) for c in conversation]
         return sorted((f for f in out if f is not None), key=lambda f: (f.created_ms, f.key))
 
-    def _item(self, kind: str, data: dict[str, Any], created: str | None, login: str) -> Feedback | None:
+    def _item(
+        self, kind: str, data: dict[str, Any], created: str | None, login: str
+    ) -> Feedback | None:
         user = data.get("user") or {}
         author = str(user.get("login", ""))
         if not self._counts(author, str(user.get("type", "")), login):
             return None
         comment = ReviewComment(
-            id=int(data["id"]), kind=kind, author=author, body=data.get("body") or "",
-            url=data.get("html_url") or "", path=data.get("path"), line=data.get("line"),
+            id=int(data["id"]),
+            kind=kind,
+            author=author,
+            body=data.get("body") or "",
+            url=data.get("html_url") or "",
+            path=data.get("path"),
+            line=data.get("line"),
         )
         return Feedback(f"{kind}:{data['id']}", ms_from_iso(created) if created else 0, comment)
 

@@ -18,7 +18,9 @@ _AGENT_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 
 
 def task_score(priority: int, task_type: TaskType, created_at: str) -> int:
-    return (priority * 4 + TASK_TYPE_RANK[task_type]) * SCORE_GROUP + ms_from_iso(created_at) // 1000
+    return (priority * 4 + TASK_TYPE_RANK[task_type]) * SCORE_GROUP + ms_from_iso(
+        created_at
+    ) // 1000
 
 
 def priority_of_score(score: float) -> int:
@@ -68,8 +70,13 @@ class Rules:
         self.branch_patterns = [re.compile(p, re.MULTILINE) for p in settings.body.branch]
         self.placeholder = settings.body.placeholder
         self.known_labels = {
-            labels.in_progress, labels.needs_review, labels.review_done, labels.needs_human,
-            labels.story, labels.epic, *self.roles,
+            labels.in_progress,
+            labels.needs_review,
+            labels.review_done,
+            labels.needs_human,
+            labels.story,
+            labels.epic,
+            *self.roles,
         }
         self.in_progress = labels.in_progress
         self.known_agents = set(settings.server.resolved_agent_tokens().values())
@@ -94,8 +101,10 @@ class Rules:
         if self.in_progress not in labels:
             return None
         rest = [
-            lab for lab in labels
-            if lab not in self.known_labels and not self.priority_re.match(lab)
+            lab
+            for lab in labels
+            if lab not in self.known_labels
+            and not self.priority_re.match(lab)
             and _AGENT_LABEL.match(lab)
         ]
         if self.known_agents:
@@ -109,7 +118,9 @@ class Rules:
             return Analysis(None, None, None, None)  # not addressed to the broker at all
         branch = self.branch(issue)
         if self.containers & set(issue.labels):
-            return Analysis(None, role, branch, _skip("container", "story/epic issues are containers"))
+            return Analysis(
+                None, role, branch, _skip("container", "story/epic issues are containers")
+            )
         if self.needs_human in issue.labels:
             return Analysis(None, role, branch, _skip("needs_human", "labelled needs-human"))
         if priority is None:
@@ -118,7 +129,9 @@ class Rules:
             known = ", ".join(self.roles) or "(none configured)"
             return Analysis(None, None, branch, _skip("no_role", f"no role label; roles: {known}"))
         if not any(p.search(issue.body) for p in self.deliverables):
-            return Analysis(priority, role, branch, _skip("no_deliverables", "body has no deliverables section"))
+            return Analysis(
+                priority, role, branch, _skip("no_deliverables", "body has no deliverables section")
+            )
         if branch is None:
             return Analysis(priority, role, None, _skip("no_branch", "body names no branch"))
         problem = branch_problem(branch, base_branch)

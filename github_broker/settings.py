@@ -9,10 +9,10 @@ the YAML itself being committed with them.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from pathlib import Path
-import json
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -162,7 +162,7 @@ class BodyPatterns(_Section):
     deliverables: list[str] = [r"^##\s*成果物", r"^##\s*Deliverables\b"]
     #: Each pattern captures the branch name in group 1.
     branch: list[str] = [
-        r"作業ブランチ[^\n]*?[:：]\*{0,2}\s*`?([^\s`*]+)`?",
+        r"作業ブランチ[^\n]*?[:\uff1a]\*{0,2}\s*`?([^\s`*]+)`?",
         r"^##\s*ブランチ名[ \t]*\n(?:[ \t]*\n)*[ \t]*(?:[-*][ \t]*)?`?([^\s`*]+)`?",
         r"^\s*(?:[-*]\s*)?\**Branch\**\s*:\**\s*`?([^\s`*]+)`?",
     ]
@@ -307,7 +307,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of settings, not a list or text.")
+        raise ConfigError(
+            f"{path}: the top level must be a mapping of settings, not a list or text."
+        )
     return data
 
 

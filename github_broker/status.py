@@ -43,8 +43,13 @@ async def repo_status(rstore: RepoStore) -> RepoStatus:
         bucket=await rstore.bucket(),
         ready_by_priority=dict(sorted(by_priority.items(), key=lambda kv: int(kv[0][1:]))),
         leases=[
-            {"issue": lease.issue, "agent_id": lease.agent_id, "task_type": lease.task_type,
-             "claimed_at": iso_from_ms(lease.claimed_ms), "expires_at": iso_from_ms(lease.expires_ms)}
+            {
+                "issue": lease.issue,
+                "agent_id": lease.agent_id,
+                "task_type": lease.task_type,
+                "claimed_at": iso_from_ms(lease.claimed_ms),
+                "expires_at": iso_from_ms(lease.expires_ms),
+            }
             for lease in await rstore.leases()
         ],
         skipped={n: r.model_dump() for n, r in sorted((await rstore.skipped()).items())},
@@ -63,9 +68,7 @@ async def status(store: Store) -> dict[str, Any]:
     }
 
 
-async def explain(
-    rstore: RepoStore, settings: Settings, roles: list[str] | None
-) -> list[Verdict]:
+async def explain(rstore: RepoStore, settings: Settings, roles: list[str] | None) -> list[Verdict]:
     """For an agent with `roles`, what each open work issue would do for it, in order."""
     work = await rstore.work_priorities()
     tasks = await rstore.task_index()
@@ -82,32 +85,74 @@ async def explain(
         prio = priority_of_score(score)
         role = tasks.get(task_id, (0.0, "", ""))[1]
         if roles and role not in roles:
-            verdicts.append(Verdict(issue=n, priority=prio, verdict="role",
-                                    detail=f"needs role {role}, not one of yours"))
+            verdicts.append(
+                Verdict(
+                    issue=n,
+                    priority=prio,
+                    verdict="role",
+                    detail=f"needs role {role}, not one of yours",
+                )
+            )
         elif strict and bucket is not None and prio > bucket:
-            verdicts.append(Verdict(issue=n, priority=prio, verdict="outside_bucket",
-                                    detail=f"P{prio} waits while P{bucket} work is open"))
+            verdicts.append(
+                Verdict(
+                    issue=n,
+                    priority=prio,
+                    verdict="outside_bucket",
+                    detail=f"P{prio} waits while P{bucket} work is open",
+                )
+            )
         elif first:
             first = False
-            verdicts.append(Verdict(issue=n, priority=prio, verdict="next",
-                                    detail=f"{task_id.split(':')[0]} task you would get now"))
+            verdicts.append(
+                Verdict(
+                    issue=n,
+                    priority=prio,
+                    verdict="next",
+                    detail=f"{task_id.split(':')[0]} task you would get now",
+                )
+            )
         else:
-            verdicts.append(Verdict(issue=n, priority=prio, verdict="queued",
-                                    detail="claimable, behind the tasks above"))
+            verdicts.append(
+                Verdict(
+                    issue=n,
+                    priority=prio,
+                    verdict="queued",
+                    detail="claimable, behind the tasks above",
+                )
+            )
     listed = {v.issue for v in verdicts}
     for n, lease in sorted(held.items()):
-        verdicts.append(Verdict(issue=n, priority=work.get(n), verdict="held",
-                                detail=f"{lease.task_type} held by {lease.agent_id} until "
-                                       f"{iso_from_ms(lease.expires_ms)}"))
+        verdicts.append(
+            Verdict(
+                issue=n,
+                priority=work.get(n),
+                verdict="held",
+                detail=f"{lease.task_type} held by {lease.agent_id} until "
+                f"{iso_from_ms(lease.expires_ms)}",
+            )
+        )
         listed.add(n)
     for n, reason in sorted(skipped.items()):
         if n not in listed:
-            verdicts.append(Verdict(issue=n, priority=work.get(n), verdict="skipped",
-                                    detail=f"{reason.code}: {reason.reason}"))
+            verdicts.append(
+                Verdict(
+                    issue=n,
+                    priority=work.get(n),
+                    verdict="skipped",
+                    detail=f"{reason.code}: {reason.reason}",
+                )
+            )
             listed.add(n)
     rest = [n for n in sorted(work) if n not in listed and n not in numbered]
     for issue in await rstore.get_issues(rest):
         labels = ", ".join(issue.labels)
-        verdicts.append(Verdict(issue=issue.number, priority=work.get(issue.number),
-                                verdict="waiting", detail=f"not development work now ({labels})"))
+        verdicts.append(
+            Verdict(
+                issue=issue.number,
+                priority=work.get(issue.number),
+                verdict="waiting",
+                detail=f"not development work now ({labels})",
+            )
+        )
     return verdicts

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import secrets
@@ -11,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import wraps
 from importlib import resources
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 import redis.asyncio as aioredis
 import redis.exceptions
@@ -33,6 +34,13 @@ LEASE_END_TTL_S = 86400
 CLAIM_SCAN = 16
 #: Memory URL scheme: an in-process fakeredis (sandbox, quick tests).
 MEMORY_URL = "memory://"
+
+
+async def _aw(result: Awaitable[T] | T) -> T:
+    """Await a redis-py call; its asyncio stubs type results as "awaitable or value"."""
+    if inspect.isawaitable(result):
+        return cast(T, await result)
+    return result
 
 
 def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
@@ -191,11 +199,11 @@ class RepoStore:
 
     @translate_errors
     async def open_numbers(self) -> set[int]:
-        return {int(n) for n in await self.client.smembers(self.keys.open)}
+        return {int(n) for n in await _aw(self.client.smembers(self.keys.open))}
 
     @translate_errors
     async def sync_state(self) -> dict[str, str]:
-        raw = await self.client.hgetall(self.keys.sync)
+        raw = await _aw(self.client.hgetall(self.keys.sync))
         return {_text(k): _text(v) for k, v in raw.items()}
 
     @translate_errors
@@ -209,7 +217,7 @@ class RepoStore:
 
     @translate_errors
     async def get_issue(self, number: int) -> Issue | None:
-        raw = await self.client.get(self.keys.issue(number))
+        raw = await _aw(self.client.get(self.keys.issue(number)))
         return Issue.model_validate_json(raw) if raw else None
 
     @translate_errors
@@ -235,8 +243,15 @@ class RepoStore:
         """Settle the agent's held task with `previous`, then lease the next task (one call)."""
         token = secrets.token_urlsafe(18)
         res = await self._run(
-            "claim", agent_id, token, previous, mode, base_branch, CLAIM_SCAN,
-            "1" if settle_only else "0", *(roles or []),
+            "claim",
+            agent_id,
+            token,
+            previous,
+            mode,
+            base_branch,
+            CLAIM_SCAN,
+            "1" if settle_only else "0",
+            *(roles or []),
         )
         if int(res[0]) == 0:
             _, reason, settled, outcome, bucket = res
@@ -246,7 +261,7 @@ class RepoStore:
                 settled_issue=int(settled) if _text(settled) else None,
                 settled_outcome=_text(outcome) if _text(settled) else None,
             )
-        _, task_id, n, tok, expires, issue, role, branch, settled, outcome, payload = res
+        _, task_id, _n, tok, expires, issue, role, branch, settled, outcome, payload = res
         return Claimed(
             repository=self.repository,
             task_id=_text(task_id),
@@ -263,12 +278,26 @@ class RepoStore:
 
     @translate_errors
     async def put_task(
-        self, task_id: str, *, score: int, role: str, pr: int, author: str, branch: str,
+        self,
+        task_id: str,
+        *,
+        score: int,
+        role: str,
+        pr: int,
+        author: str,
+        branch: str,
         payload: dict[str, Any],
     ) -> bool:
         """Offer a review or fix task (see task_put.lua); False when it exists or isn't wanted."""
         res = await self._run(
-            "task_put", task_id, score, role, pr, author, branch, json.dumps(payload),
+            "task_put",
+            task_id,
+            score,
+            role,
+            pr,
+            author,
+            branch,
+            json.dumps(payload),
             self.settings.review.fix_task_ttl_s,
         )
         return bool(int(res))
@@ -280,10 +309,12 @@ class RepoStore:
 
     @translate_errors
     async def reviewing(self) -> list[int]:
-        return sorted(int(n) for n in await self.client.smembers(self.keys.reviewing))
+        return sorted(int(n) for n in await _aw(self.client.smembers(self.keys.reviewing)))
 
     @translate_errors
-    async def review_states(self, numbers: list[int]) -> dict[int, tuple[str | None, dict[str, str]]]:
+    async def review_states(
+        self, numbers: list[int]
+    ) -> dict[int, tuple[str | None, dict[str, str]]]:
         """Per issue: (review_issue_detected_timestamp, review_state hash)."""
         async with self.client.pipeline(transaction=False) as pipe:
             for n in numbers:
@@ -301,11 +332,11 @@ class RepoStore:
 
     @translate_errors
     async def mark_review_state(self, number: int, field: str, value: str) -> None:
-        await self.client.hset(self.keys.review_state(number), field, value)
+        await _aw(self.client.hset(self.keys.review_state(number), field, value))
 
     @translate_errors
     async def fix_task(self, pr: int) -> dict[str, Any] | None:
-        raw = await self.client.get(self.keys.fix_task(pr))
+        raw = await _aw(self.client.get(self.keys.fix_task(pr)))
         return json.loads(raw) if raw else None
 
     @translate_errors
@@ -315,7 +346,9 @@ class RepoStore:
         return (True, int(value)) if int(ok) else (False, _text(value))
 
     @translate_errors
-    async def finish(self, number: int, agent_id: str, token: str, outcome: str) -> tuple[bool, str]:
+    async def finish(
+        self, number: int, agent_id: str, token: str, outcome: str
+    ) -> tuple[bool, str]:
         ok, value = await self._run("finish", number, agent_id, token, outcome)
         return bool(int(ok)), _text(value)
 
@@ -325,12 +358,12 @@ class RepoStore:
 
     @translate_errors
     async def current_task(self, agent_id: str) -> int | None:
-        raw = await self.client.get(self.keys.agent_current_task(agent_id))
+        raw = await _aw(self.client.get(self.keys.agent_current_task(agent_id)))
         return int(raw) if raw else None
 
     @translate_errors
     async def candidate(self, number: int, agent_id: str) -> dict[str, Any] | None:
-        raw = await self.client.get(self.keys.task_candidate(number, agent_id))
+        raw = await _aw(self.client.get(self.keys.task_candidate(number, agent_id)))
         return json.loads(raw) if raw else None
 
     @translate_errors
@@ -360,13 +393,15 @@ class RepoStore:
     @translate_errors
     async def ready_tasks(self, role: str | None = None) -> list[tuple[str, float]]:
         key = self.keys.ready_role(role) if role else self.keys.ready
-        return [(_text(m), float(s)) for m, s in await self.client.zrange(key, 0, -1, withscores=True)]
+        return [
+            (_text(m), float(s)) for m, s in await self.client.zrange(key, 0, -1, withscores=True)
+        ]
 
     @translate_errors
     async def task_index(self) -> dict[str, tuple[float, str, str]]:
         """Every task the rules allow, held or not: id -> (score, role, branch)."""
         out = {}
-        for task_id, raw in (await self.client.hgetall(self.keys.tasks)).items():
+        for task_id, raw in (await _aw(self.client.hgetall(self.keys.tasks))).items():
             score, role, _pr, _author, _since, branch = _text(raw).split("|", 5)
             out[_text(task_id)] = (float(score), role, branch)
         return out
@@ -378,11 +413,14 @@ class RepoStore:
 
     @translate_errors
     async def work_priorities(self) -> dict[int, int]:
-        return {int(m): int(s) for m, s in await self.client.zrange(self.keys.work, 0, -1, withscores=True)}
+        return {
+            int(m): int(s)
+            for m, s in await self.client.zrange(self.keys.work, 0, -1, withscores=True)
+        }
 
     @translate_errors
     async def skipped(self) -> dict[int, SkipReason]:
-        raw = await self.client.hgetall(self.keys.skipped)
+        raw = await _aw(self.client.hgetall(self.keys.skipped))
         return {int(k): SkipReason.model_validate_json(v) for k, v in raw.items()}
 
     # --- GitHub write queue -------------------------------------------------------------
@@ -400,11 +438,11 @@ class RepoStore:
 
     @translate_errors
     async def outbox_size(self) -> int:
-        return int(await self.client.zcard(self.keys.outbox))
+        return int(await _aw(self.client.zcard(self.keys.outbox)))
 
     @translate_errors
     async def intent(self, number: int) -> dict[str, Any] | None:
-        raw = await self.client.hget(self.keys.intent, str(number))
+        raw = await _aw(self.client.hget(self.keys.intent, str(number)))
         return json.loads(raw) if raw else None
 
 
@@ -440,12 +478,14 @@ class Store:
     @translate_errors
     async def leader(self, candidate: str, ttl_ms: int, *, release: bool = False) -> bool:
         action = "release" if release else "acquire"
-        res = await self.scripts.leader(keys=[self.global_keys.leader], args=[candidate, ttl_ms, action])
+        res = await self.scripts.leader(
+            keys=[self.global_keys.leader], args=[candidate, ttl_ms, action]
+        )
         return bool(int(res))
 
     @translate_errors
     async def leader_id(self) -> str | None:
-        raw = await self.client.get(self.global_keys.leader)
+        raw = await _aw(self.client.get(self.global_keys.leader))
         return _text(raw) if raw else None
 
     @translate_errors
@@ -454,7 +494,7 @@ class Store:
 
     @translate_errors
     async def quota(self) -> Quota | None:
-        raw = await self.client.get(self.global_keys.quota)
+        raw = await _aw(self.client.get(self.global_keys.quota))
         return Quota.model_validate_json(raw) if raw else None
 
     @asynccontextmanager
@@ -467,7 +507,11 @@ class Store:
             if channels:
                 try:
                     await pubsub.subscribe(*channels)
-                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
+                except (
+                    redis.exceptions.ConnectionError,
+                    redis.exceptions.TimeoutError,
+                    OSError,
+                ) as e:
                     raise StoreUnavailable(f"Redis unavailable: {e}") from e
             reader = asyncio.create_task(self._pump(pubsub, queue))
             try:
@@ -488,4 +532,3 @@ class Store:
                 continue
             if msg is not None:
                 queue.put_nowait(_text(msg["channel"]))
-

@@ -43,7 +43,8 @@ class SyncReport:
     def summary(self) -> str:
         kind = "full" if self.full else "incremental"
         return (
-            f"{self.repository}: {kind} pass, {self.pages} page(s) ({self.not_modified} unchanged), "
+            f"{self.repository}: {kind} pass, {self.pages} page(s) "
+            f"({self.not_modified} unchanged), "
             f"{self.seen} issue(s) seen, {self.written} written, {self.removed} removed, "
             f"{self.readied} newly claimable, {self.revoked} lease(s) revoked, "
             f"{self.adopted} re-adopted, {self.seconds:.2f}s"
@@ -79,7 +80,10 @@ class Syncer:
         base = await self.base_branch(repo, rstore, state)
         if full is None:
             last_full = float(state.get("full_at", 0))
-            full = "since" not in state or time.time() - last_full >= self.settings.poll.full_sync_interval_s
+            full = (
+                "since" not in state
+                or time.time() - last_full >= self.settings.poll.full_sync_interval_s
+            )
         report = SyncReport(repository=repo.full_name, full=full)
         if full:
             await self._full(repo, rstore, state, base, report, progress)
@@ -136,7 +140,11 @@ class Syncer:
         gone = sorted(await rstore.open_numbers() - seen)
         await self._remove(rstore, gone, report)
         known_pages = int(state.get("full_pages", 0))
-        stale = [f"page:{i}:{f}" for i in range(page_no + 1, known_pages + 1) for f in ("etag", "numbers")]
+        stale = [
+            f"page:{i}:{f}"
+            for i in range(page_no + 1, known_pages + 1)
+            for f in ("etag", "numbers")
+        ]
         saved.update({"full_pages": str(page_no), "full_at": str(time.time())})
         if newest:
             saved["since"] = newest
@@ -146,7 +154,12 @@ class Syncer:
             await self._incremental(repo, rstore, {**state, **saved}, base, report)
 
     async def _incremental(
-        self, repo: Repository, rstore: RepoStore, state: dict[str, str], base: str, report: SyncReport
+        self,
+        repo: Repository,
+        rstore: RepoStore,
+        state: dict[str, str],
+        base: str,
+        report: SyncReport,
     ) -> None:
         # Two rounds at most: the second fetches the cursor the first moved to, so that an
         # unchanged repository answers the *next* pass with a 304.
@@ -195,7 +208,10 @@ class Syncer:
         self, rstore: RepoStore, issues: list[Issue], base: str, report: SyncReport
     ) -> None:
         for start in range(0, len(issues), UPSERT_BATCH):
-            batch = [index_item(self.rules, issue, base) for issue in issues[start : start + UPSERT_BATCH]]
+            batch = [
+                index_item(self.rules, issue, base)
+                for issue in issues[start : start + UPSERT_BATCH]
+            ]
             written, readied, revoked, adopted = await rstore.upsert_issues(batch)
             report.written += written
             report.readied += readied

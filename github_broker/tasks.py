@@ -25,7 +25,9 @@ FALLBACK_BASE_BRANCH = "main"
 class TaskService:
     """Hands out tasks by the assignment rules; all state lives in Redis."""
 
-    def __init__(self, settings: Settings, store: Store, prompts: Prompts, waker: ReadyWaker) -> None:
+    def __init__(
+        self, settings: Settings, store: Store, prompts: Prompts, waker: ReadyWaker
+    ) -> None:
         self.settings = settings
         self.store = store
         self.prompts = prompts
@@ -68,20 +70,35 @@ class TaskService:
             # Settle a task held in any of the repositories, learning each one's bucket.
             settled = await asyncio.gather(
                 *(
-                    s.claim(agent_id, previous=previous, mode=mode, base_branch="",
-                            roles=roles, settle_only=True)
+                    s.claim(
+                        agent_id,
+                        previous=previous,
+                        mode=mode,
+                        base_branch="",
+                        roles=roles,
+                        settle_only=True,
+                    )
                     for s in stores
                 )
             )
-            buckets = [r.bucket if isinstance(r, NoTask) and r.bucket is not None else 1 << 30
-                       for r in settled]
+            buckets = [
+                r.bucket if isinstance(r, NoTask) and r.bucket is not None else 1 << 30
+                for r in settled
+            ]
             stores = [s for _, s in sorted(zip(buckets, stores, strict=True), key=lambda p: p[0])]
         for rstore in stores:
             base = await self.base_branch(rstore)
-            got = await rstore.claim(agent_id, previous=previous, mode=mode, base_branch=base, roles=roles)
+            got = await rstore.claim(
+                agent_id, previous=previous, mode=mode, base_branch=base, roles=roles
+            )
             if isinstance(got, Claimed):
-                logger.info("claimed %s#%d for %s (%s)", got.repository, got.issue.number,
-                            agent_id, got.task_type)
+                logger.info(
+                    "claimed %s#%d for %s (%s)",
+                    got.repository,
+                    got.issue.number,
+                    agent_id,
+                    got.task_type,
+                )
                 return got
         return None
 

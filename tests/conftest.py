@@ -31,15 +31,30 @@ def redis_server() -> Iterator[str]:
     """A redis-server of our own, never the machine's shared one on 6379."""
     exe = shutil.which("redis-server")
     if exe is None:
-        message = "redis-server is not installed (make install-redis, or apt-get install redis-server)"
+        message = (
+            "redis-server is not installed (make install-redis, or apt-get install redis-server)"
+        )
         if IN_CI:
             pytest.fail(message)
         pytest.skip(message)
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="gb-redis-")
     proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir, "--logfile", os.path.join(workdir, "redis.log")],
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+            "--logfile",
+            os.path.join(workdir, "redis.log"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -82,8 +97,12 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
 
     def factory(**overrides: Any) -> Settings:
         overrides.setdefault("repositories", ["acme/widgets"])
-        github = {"base_url": "http://127.0.0.1:9", "token": "test-token",
-                  "seconds_between_writes": 0, "timeout_s": 5}
+        github = {
+            "base_url": "http://127.0.0.1:9",
+            "token": "test-token",
+            "seconds_between_writes": 0,
+            "timeout_s": 5,
+        }
         github.update(overrides.pop("github", {}))
         return load_settings(tmp_path / "no-config", github=github, **overrides)
 

@@ -28,9 +28,19 @@ class BrokerProcess:
     def start(self, timeout_s: float = 20.0) -> BrokerProcess:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "github_broker", "serve", "--port", str(self.port),
-                 "--workers", str(self.workers)],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "github_broker",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    str(self.workers),
+                ],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

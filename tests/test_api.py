@@ -20,14 +20,34 @@ from tests.conftest import free_port
 from tests.factories import body
 
 ISSUES = [
-    {"number": 1, "title": "Urgent fix", "body": body(), "labels": ["P0", "BACKENDCODER"],
-     "created_at": "2026-01-01T00:00:00Z"},
-    {"number": 2, "title": "Frontend", "body": body("ui/issue-xx"), "labels": ["P0", "FRONTENDCODER"],
-     "created_at": "2026-01-01T00:01:00Z"},
-    {"number": 3, "title": "Later", "body": body("later"), "labels": ["P1", "BACKENDCODER"],
-     "created_at": "2026-01-01T00:02:00Z"},
-    {"number": 4, "title": "No branch", "body": "## Deliverables\n- x\n", "labels": ["P0", "TESTER"],
-     "created_at": "2026-01-01T00:03:00Z"},
+    {
+        "number": 1,
+        "title": "Urgent fix",
+        "body": body(),
+        "labels": ["P0", "BACKENDCODER"],
+        "created_at": "2026-01-01T00:00:00Z",
+    },
+    {
+        "number": 2,
+        "title": "Frontend",
+        "body": body("ui/issue-xx"),
+        "labels": ["P0", "FRONTENDCODER"],
+        "created_at": "2026-01-01T00:01:00Z",
+    },
+    {
+        "number": 3,
+        "title": "Later",
+        "body": body("later"),
+        "labels": ["P1", "BACKENDCODER"],
+        "created_at": "2026-01-01T00:02:00Z",
+    },
+    {
+        "number": 4,
+        "title": "No branch",
+        "body": "## Deliverables\n- x\n",
+        "labels": ["P0", "TESTER"],
+        "created_at": "2026-01-01T00:03:00Z",
+    },
 ]
 
 
@@ -52,8 +72,9 @@ def synced(settings: Settings) -> None:
 
 
 @pytest.fixture
-def app_factory(sim: Simulator, redis_url: str,
-                make_settings: Callable[..., Settings]) -> Callable[..., TestClient]:
+def app_factory(
+    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
+) -> Callable[..., TestClient]:
     def factory(**overrides: Any) -> TestClient:
         overrides.setdefault("redis", {"url": redis_url})
         server = {"run_poller": False, **overrides.pop("server", {})}
@@ -97,14 +118,18 @@ def test_roles_pick_matching_work_and_unknown_role_is_422(client: TestClient) ->
     assert bad.status_code == 422 and "PAINTER" in bad.json()["detail"]
 
 
-@pytest.mark.parametrize("payload, field", [
-    ({}, "agent_id"),
-    ({"agent_id": "has space"}, "agent_id"),
-    ({"agent_id": "a", "wait_seconds": 61}, "wait_seconds"),
-    ({"agent_id": "a", "previous": "exploded"}, "previous"),
-])
-def test_malformed_bodies_get_readable_422(client: TestClient, payload: dict[str, Any],
-                                           field: str) -> None:
+@pytest.mark.parametrize(
+    "payload, field",
+    [
+        ({}, "agent_id"),
+        ({"agent_id": "has space"}, "agent_id"),
+        ({"agent_id": "a", "wait_seconds": 61}, "wait_seconds"),
+        ({"agent_id": "a", "previous": "exploded"}, "previous"),
+    ],
+)
+def test_malformed_bodies_get_readable_422(
+    client: TestClient, payload: dict[str, Any], field: str
+) -> None:
     r = client.post("/request-task", json=payload)
     assert r.status_code == 422
     assert field in r.json()["detail"] and "Traceback" not in r.text
@@ -121,8 +146,10 @@ def test_heartbeat_complete_release_and_409_reasons(client: TestClient) -> None:
     late = client.post(f"{base}/heartbeat", json=lease)
     assert late.status_code == 409 and late.json()["reason"] == "completed"
     other = client.post("/request-task", json={"agent_id": "a1"}).json()
-    released = client.post(f"/tasks/acme/widgets/{other['issue_id']}/release",
-                           json={"agent_id": "a1", "token": other["lease"]["token"], "reason": "failed"})
+    released = client.post(
+        f"/tasks/acme/widgets/{other['issue_id']}/release",
+        json={"agent_id": "a1", "token": other["lease"]["token"], "reason": "failed"},
+    )
     assert released.json() == {"status": "failed"}
     again = client.post("/request-task", json={"agent_id": "a2"}).json()
     assert again["issue_id"] == other["issue_id"]
@@ -137,11 +164,13 @@ def test_agent_tokens_bind_agent_ids(app_factory: Callable[..., TestClient]) -> 
     server = {"agent_tokens": {"tok-1": "a1", "tok-2": "a2"}, "admin_token": "boss"}
     with app_factory(server=server) as client:
         assert client.post("/request-task", json={"agent_id": "a1"}).status_code == 401
-        wrong = client.post("/request-task", json={"agent_id": "a1"},
-                            headers={"Authorization": "Bearer tok-2"})
+        wrong = client.post(
+            "/request-task", json={"agent_id": "a1"}, headers={"Authorization": "Bearer tok-2"}
+        )
         assert wrong.status_code == 403
-        ok = client.post("/request-task", json={"agent_id": "a1"},
-                         headers={"Authorization": "Bearer tok-1"})
+        ok = client.post(
+            "/request-task", json={"agent_id": "a1"}, headers={"Authorization": "Bearer tok-1"}
+        )
         assert ok.status_code == 200
         assert client.get("/status", headers={"Authorization": "Bearer tok-1"}).status_code == 403
         status = client.get("/status", headers={"Authorization": "Bearer boss"})
@@ -159,11 +188,17 @@ def test_explain_says_why_each_issue_is_passed_over(client: TestClient) -> None:
     assert verdicts[4]["verdict"] == "skipped" and "no_branch" in verdicts[4]["detail"]
 
 
-def test_redis_down_gives_503_with_retry_after(app_factory: Callable[..., TestClient],
-                                               redis_url: str, make_settings: Callable[..., Settings],
-                                               sim: Simulator) -> None:
-    settings = make_settings(redis={"url": f"redis://127.0.0.1:{free_port()}/0"},
-                             github={"base_url": sim.base_url}, server={"run_poller": False})
+def test_redis_down_gives_503_with_retry_after(
+    app_factory: Callable[..., TestClient],
+    redis_url: str,
+    make_settings: Callable[..., Settings],
+    sim: Simulator,
+) -> None:
+    settings = make_settings(
+        redis={"url": f"redis://127.0.0.1:{free_port()}/0"},
+        github={"base_url": sim.base_url},
+        server={"run_poller": False},
+    )
     with TestClient(create_app(settings)) as client:
         r = client.post("/request-task", json={"agent_id": "a1"})
         assert r.status_code == 503 and r.headers["Retry-After"] == "2"

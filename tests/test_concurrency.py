@@ -25,7 +25,9 @@ KEYS = RepoKeys("gb", "acme", "widgets")
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
     issues = generate_issues(P0_COUNT, priorities=("P0",)) + generate_issues(
-        P1_COUNT, start=P0_COUNT + 1, priorities=("P1",),
+        P1_COUNT,
+        start=P0_COUNT + 1,
+        priorities=("P1",),
         created_from=None,
     )
     with Simulator({"repositories": [{"owner": "acme", "name": "widgets", "issues": issues}]}) as s:
@@ -34,8 +36,9 @@ def sim() -> Iterator[Simulator]:
 
 @pytest.fixture
 def brokers(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
-    env = broker_env(redis_url, sim.base_url, "acme/widgets",
-                     GITHUB_BROKER_SERVER__LONG_POLL_RECHECK_S="30")
+    env = broker_env(
+        redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_SERVER__LONG_POLL_RECHECK_S="30"
+    )
     procs = [BrokerProcess(env, tmp_path, f"broker{i}").start() for i in range(2)]
     yield procs
     for p in procs:
@@ -121,13 +124,18 @@ def test_long_poll_wakes_on_release_in_another_process(
     for i in range(P0_COUNT):
         r = requests.post(f"{a.url}/request-task", json={"agent_id": f"holder-{i}"}, timeout=10)
         held.append(r.json())
-    assert requests.post(f"{a.url}/request-task", json={"agent_id": "w"}, timeout=10).status_code == 204
+    assert (
+        requests.post(f"{a.url}/request-task", json={"agent_id": "w"}, timeout=10).status_code
+        == 204
+    )
 
     async def wait_and_release() -> tuple[int, float]:
         async with httpx.AsyncClient(timeout=40) as client:
             started = time.monotonic()
             waiting = asyncio.create_task(
-                client.post(f"{a.url}/request-task", json={"agent_id": "waiter", "wait_seconds": 25})
+                client.post(
+                    f"{a.url}/request-task", json={"agent_id": "waiter", "wait_seconds": 25}
+                )
             )
             await asyncio.sleep(1.0)
             task = held[0]

@@ -21,8 +21,11 @@ SLOW_MS = 500
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    seed = {"repositories": [{"owner": "acme", "name": "widgets",
-                              "issues": generate_issues(12, priorities=("P1",))}]}
+    seed = {
+        "repositories": [
+            {"owner": "acme", "name": "widgets", "issues": generate_issues(12, priorities=("P1",))}
+        ]
+    }
     with Simulator(seed) as s:
         yield s
 
@@ -51,7 +54,9 @@ def test_slow_github_claims_stay_fast_and_writes_survive_crash_and_5xx(
         tasks, latencies = [], []
         for i in range(6):
             started = time.monotonic()
-            r = requests.post(f"{broker.url}/request-task", json={"agent_id": f"bot-{i}"}, timeout=10)
+            r = requests.post(
+                f"{broker.url}/request-task", json={"agent_id": f"bot-{i}"}, timeout=10
+            )
             latencies.append(time.monotonic() - started)
             assert r.status_code == 200
             tasks.append(r.json())
@@ -63,14 +68,18 @@ def test_slow_github_claims_stay_fast_and_writes_survive_crash_and_5xx(
         sim.faults.add_error(502, method="POST")
         broker = BrokerProcess(env, tmp_path, "broker-restarted").start()
         for i in (0, 1):  # two finish, two give up, two keep working
-            r = requests.post(f"{broker.url}/tasks/acme/widgets/{tasks[i]['issue_id']}/complete",
-                              json={"agent_id": f"bot-{i}", "token": tasks[i]["lease"]["token"]},
-                              timeout=10)
+            r = requests.post(
+                f"{broker.url}/tasks/acme/widgets/{tasks[i]['issue_id']}/complete",
+                json={"agent_id": f"bot-{i}", "token": tasks[i]["lease"]["token"]},
+                timeout=10,
+            )
             assert r.status_code == 200, r.text
         for i in (2, 3):
-            r = requests.post(f"{broker.url}/tasks/acme/widgets/{tasks[i]['issue_id']}/release",
-                              json={"agent_id": f"bot-{i}", "token": tasks[i]["lease"]["token"]},
-                              timeout=10)
+            r = requests.post(
+                f"{broker.url}/tasks/acme/widgets/{tasks[i]['issue_id']}/release",
+                json={"agent_id": f"bot-{i}", "token": tasks[i]["lease"]["token"]},
+                timeout=10,
+            )
             assert r.status_code == 200, r.text
         time.sleep(2)
         sim.faults.clear()

@@ -25,8 +25,15 @@ REPO = "acme/widgets"
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    issue = {"number": 1, "title": "Add CSV export", "body": body(), "labels": ["P1", "BACKENDCODER"]}
-    with Simulator({"repositories": [{"owner": "acme", "name": "widgets", "issues": [issue]}]}) as s:
+    issue = {
+        "number": 1,
+        "title": "Add CSV export",
+        "body": body(),
+        "labels": ["P1", "BACKENDCODER"],
+    }
+    with Simulator(
+        {"repositories": [{"owner": "acme", "name": "widgets", "issues": [issue]}]}
+    ) as s:
         yield s
 
 
@@ -54,8 +61,9 @@ class World:
 
 
 @pytest.fixture
-async def world(sim: Simulator, redis_url: str,
-                make_settings: Callable[..., Settings]) -> AsyncIterator[World]:
+async def world(
+    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
+) -> AsyncIterator[World]:
     settings = make_settings(
         redis={"url": redis_url},
         github={"base_url": sim.base_url},
@@ -79,18 +87,29 @@ async def test_issue_walks_development_review_fix_review_done(world: World, sim:
     assert "feature/issue-1" in sim.state.branches("acme", "widgets")
 
     # The agent opens its PR and asks again: the development task is completed.
-    pr = sim.state.create_pull("acme", "widgets", title="CSV export", head="feature/issue-1",
-                               body="Closes #1", user="broker-bot")
-    sim.state.add_issue_comment("acme", "widgets", pr["number"], user="alice",
-                                body="Please keep the column order stable.")
+    pr = sim.state.create_pull(
+        "acme",
+        "widgets",
+        title="CSV export",
+        head="feature/issue-1",
+        body="Closes #1",
+        user="broker-bot",
+    )
+    sim.state.add_issue_comment(
+        "acme", "widgets", pr["number"], user="alice", body="Please keep the column order stable."
+    )
     assert await world.ask("dev-1") is None
     await world.tick()
     assert "needs-review" in world.labels(1)
     assert not world.labels(1) & {"in-progress", "dev-1"}
     detected = await world.store.client.get(world.rstore.keys.review_detected(1))
     assert detected is not None and detected.decode().endswith("Z")
-    assert json.loads(await world.store.client.get(world.rstore.keys.task_candidate(1, "dev-1")))[
-        "status"] == "needs_review"
+    assert (
+        json.loads(await world.store.client.get(world.rstore.keys.task_candidate(1, "dev-1")))[
+            "status"
+        ]
+        == "needs_review"
+    )
 
     # Before the review delay nothing is handed out; after it, a review task.
     assert await world.ask("rev-1") is None
@@ -107,18 +126,35 @@ async def test_issue_walks_development_review_fix_review_done(world: World, sim:
     assert await world.ask("rev-2") is None  # a finished review is not handed out again
 
     # A maintainer requests changes; a bot's noise is ignored.
-    sim.state.add_review("acme", "widgets", pr["number"], user="alice", state="CHANGES_REQUESTED",
-                         body="Add a test for empty exports.")
-    sim.state.add_review_comment("acme", "widgets", pr["number"], user="alice",
-                                 body="Name this export_csv.", path="export.py", line=3)
-    sim.state.add_issue_comment("acme", "widgets", pr["number"], user="ci[bot]", body="Build passed")
+    sim.state.add_review(
+        "acme",
+        "widgets",
+        pr["number"],
+        user="alice",
+        state="CHANGES_REQUESTED",
+        body="Add a test for empty exports.",
+    )
+    sim.state.add_review_comment(
+        "acme",
+        "widgets",
+        pr["number"],
+        user="alice",
+        body="Name this export_csv.",
+        path="export.py",
+        line=3,
+    )
+    sim.state.add_issue_comment(
+        "acme", "widgets", pr["number"], user="ci[bot]", body="Build passed"
+    )
     await world.tick()
     await asyncio.sleep(0.6)  # comments settle
     await world.tick()
     fix = await world.ask("fix-1")
     assert fix is not None and fix.task_type == TaskType.FIX and fix.issue_id == 1
     assert sorted(c.body for c in fix.review_comments) == [
-        "Add a test for empty exports.", "Name this export_csv."]
+        "Add a test for empty exports.",
+        "Name this export_csv.",
+    ]
     stored = json.loads(await world.store.client.get(world.rstore.keys.fix_task(pr["number"])))
     assert stored["round"] == 1 and len(stored["comment_ids"]) == 2
     assert await world.ask("fix-1") is None  # completes the fix

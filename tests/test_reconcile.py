@@ -12,8 +12,8 @@ import redis
 import requests
 
 from github_broker.errors import LeaseError
-from github_broker.simulator import Simulator, generate_issues
 from github_broker.settings import Settings
+from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, broker_env
 from tests.test_lifecycle import World
 
@@ -22,17 +22,24 @@ REPO = "acme/widgets"
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    seed = {"repositories": [{"owner": "acme", "name": "widgets",
-                              "issues": generate_issues(3, priorities=("P1",))}]}
+    seed = {
+        "repositories": [
+            {"owner": "acme", "name": "widgets", "issues": generate_issues(3, priorities=("P1",))}
+        ]
+    }
     with Simulator(seed) as s:
         yield s
 
 
 @pytest.fixture
-async def world(sim: Simulator, redis_url: str,
-                make_settings: Callable[..., Settings]) -> AsyncIterator[World]:
-    settings = make_settings(redis={"url": redis_url}, github={"base_url": sim.base_url},
-                             leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60})
+async def world(
+    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
+) -> AsyncIterator[World]:
+    settings = make_settings(
+        redis={"url": redis_url},
+        github={"base_url": sim.base_url},
+        leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60},
+    )
     w = World(settings, sim)
     yield w
     await w.daemon.stop()
@@ -136,9 +143,13 @@ def test_killed_leader_is_replaced_within_one_interval(
             # leader TTL 3 s + renewal every 1 s: well within one poll interval of slack
             assert time.monotonic() - killed_at < 8, "no new leader"
             time.sleep(0.1)
-        created = sim.state.create_issue("acme", "widgets", title="After failover",
-                                         body="## Deliverables\n- x\n\nBranch: after-failover\n",
-                                         labels=["P0", "BACKENDCODER"])
+        created = sim.state.create_issue(
+            "acme",
+            "widgets",
+            title="After failover",
+            body="## Deliverables\n- x\n\nBranch: after-failover\n",
+            labels=["P0", "BACKENDCODER"],
+        )
         deadline = time.monotonic() + 10
         while True:
             r = requests.post(f"{survivor.url}/request-task", json={"agent_id": "late"}, timeout=10)

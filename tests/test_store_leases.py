@@ -21,15 +21,21 @@ REPO = "acme/widgets"
 
 @pytest.fixture
 async def store(redis_url: str, make_settings: Callable[..., Settings]) -> AsyncIterator[Store]:
-    settings = make_settings(redis={"url": redis_url}, leases={"lease_ttl_s": 5, "agent_task_ttl_s": 60})
+    settings = make_settings(
+        redis={"url": redis_url}, leases={"lease_ttl_s": 5, "agent_task_ttl_s": 60}
+    )
     s = Store.from_settings(settings)
     yield s
     await s.close()
 
 
 @pytest.fixture
-async def short_store(redis_url: str, make_settings: Callable[..., Settings]) -> AsyncIterator[Store]:
-    settings = make_settings(redis={"url": redis_url}, leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60})
+async def short_store(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> AsyncIterator[Store]:
+    settings = make_settings(
+        redis={"url": redis_url}, leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60}
+    )
     s = Store.from_settings(settings)
     yield s
     await s.close()
@@ -42,14 +48,24 @@ async def load(store: Store, *issues_) -> RepoStore:  # type: ignore[no-untyped-
     return rstore
 
 
-async def claim(rstore: RepoStore, agent: str, *, previous: str = "completed",
-                roles: list[str] | None = None, mode: str = "strict") -> Claimed | NoTask:
+async def claim(
+    rstore: RepoStore,
+    agent: str,
+    *,
+    previous: str = "completed",
+    roles: list[str] | None = None,
+    mode: str = "strict",
+) -> Claimed | NoTask:
     return await rstore.claim(agent, previous=previous, mode=mode, base_branch="main", roles=roles)
 
 
 async def test_claim_takes_most_urgent_oldest_first(store: Store) -> None:
-    rstore = await load(store, issue(3, "P1", "BACKENDCODER"), issue(2, "P0", "BACKENDCODER"),
-                        issue(1, "P0", "BACKENDCODER", minute=50))
+    rstore = await load(
+        store,
+        issue(3, "P1", "BACKENDCODER"),
+        issue(2, "P0", "BACKENDCODER"),
+        issue(1, "P0", "BACKENDCODER", minute=50),
+    )
     got = await claim(rstore, "a1")
     assert isinstance(got, Claimed)
     assert got.issue.number == 2 and got.branch == "feature/issue-2" and got.role == "BACKENDCODER"

@@ -25,10 +25,12 @@ BODY = "## Deliverables\n- a change\n\nBranch: feature/issue-xx\n"
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    seed = {"repositories": [
-        {"owner": "acme", "name": "widgets", "issues": generate_issues(1000)},
-        {"owner": "acme", "name": "gadgets", "issues": generate_issues(30)},
-    ]}
+    seed = {
+        "repositories": [
+            {"owner": "acme", "name": "widgets", "issues": generate_issues(1000)},
+            {"owner": "acme", "name": "gadgets", "issues": generate_issues(30)},
+        ]
+    }
     with Simulator(seed) as s:
         yield s
 
@@ -57,11 +59,15 @@ def repo(settings: Settings, name: str = "acme/widgets") -> Any:
     return found
 
 
-def mirrored(redis_url: str, syncer: Syncer, name: str = "acme/widgets") -> dict[int, dict[str, Any]]:
+def mirrored(
+    redis_url: str, syncer: Syncer, name: str = "acme/widgets"
+) -> dict[int, dict[str, Any]]:
     keys = syncer.store.repo(name).keys
     client = redis.Redis.from_url(redis_url)
     found = {}
-    for key in client.scan_iter(match=keys.issue_prefix.replace("{", "\\{").replace("}", "\\}") + "*"):
+    for key in client.scan_iter(
+        match=keys.issue_prefix.replace("{", "\\{").replace("}", "\\}") + "*"
+    ):
         number = int(key.decode().rsplit(":", 1)[1])
         found[number] = json.loads(client.get(key))
     client.close()
@@ -72,13 +78,22 @@ def write_calls(redis_url: str) -> int:
     client = redis.Redis.from_url(redis_url)
     stats = client.info("commandstats")
     client.close()
-    writes = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_set", "cmdstat_hset", "cmdstat_zadd",
-              "cmdstat_sadd", "cmdstat_del", "cmdstat_hdel")
+    writes = (
+        "cmdstat_evalsha",
+        "cmdstat_eval",
+        "cmdstat_set",
+        "cmdstat_hset",
+        "cmdstat_zadd",
+        "cmdstat_sadd",
+        "cmdstat_del",
+        "cmdstat_hdel",
+    )
     return sum(int(stats[k]["calls"]) for k in writes if k in stats)
 
 
-async def test_first_sync_mirrors_1000_issues_across_pages(sim: Simulator, settings: Settings,
-                                                          syncer: Syncer, redis_url: str) -> None:
+async def test_first_sync_mirrors_1000_issues_across_pages(
+    sim: Simulator, settings: Settings, syncer: Syncer, redis_url: str
+) -> None:
     report = await syncer.sync(repo(settings))
     assert report.full and report.pages >= 10
     cached = mirrored(redis_url, syncer)
@@ -104,8 +119,9 @@ async def test_unchanged_second_pass_writes_nothing_and_costs_only_304s(
     assert write_calls(redis_url) == before
 
 
-async def test_unchanged_full_pass_costs_only_304s(sim: Simulator, settings: Settings,
-                                                   syncer: Syncer) -> None:
+async def test_unchanged_full_pass_costs_only_304s(
+    sim: Simulator, settings: Settings, syncer: Syncer
+) -> None:
     await syncer.sync(repo(settings))
     sim.stats.reset()
     report = await syncer.sync(repo(settings), full=True)
@@ -114,14 +130,16 @@ async def test_unchanged_full_pass_costs_only_304s(sim: Simulator, settings: Set
     assert stats["by_status"] == {"304": stats["total"]} and stats["total"] == report.pages
 
 
-async def test_close_relabel_edit_are_reflected_next_pass(sim: Simulator, settings: Settings,
-                                                          syncer: Syncer, redis_url: str) -> None:
+async def test_close_relabel_edit_are_reflected_next_pass(
+    sim: Simulator, settings: Settings, syncer: Syncer, redis_url: str
+) -> None:
     await syncer.sync(repo(settings))
     sim.state.update_issue("acme", "widgets", 10, state="closed")
     sim.state.update_issue("acme", "widgets", 11, labels=["P0", "TESTER"])
     sim.state.update_issue("acme", "widgets", 12, title="Renamed", body="no deliverables here")
-    created = sim.state.create_issue("acme", "widgets", title="Brand new", body=BODY,
-                                     labels=["P1", "BACKENDCODER"])
+    created = sim.state.create_issue(
+        "acme", "widgets", title="Brand new", body=BODY, labels=["P1", "BACKENDCODER"]
+    )
     report = await syncer.sync(repo(settings))
     assert not report.full and report.written == 3 and report.removed == 1
     cached = mirrored(redis_url, syncer)
@@ -137,16 +155,18 @@ async def test_close_relabel_edit_are_reflected_next_pass(sim: Simulator, settin
     assert await rstore.bucket() == 0  # issue 11 is now P0
 
 
-async def test_pull_requests_are_not_mirrored(sim: Simulator, settings: Settings,
-                                              syncer: Syncer, redis_url: str) -> None:
+async def test_pull_requests_are_not_mirrored(
+    sim: Simulator, settings: Settings, syncer: Syncer, redis_url: str
+) -> None:
     pr = sim.state.create_pull("acme", "gadgets", title="A PR", head="feature/x")
     await syncer.sync(repo(settings, "acme/gadgets"))
     cached = mirrored(redis_url, syncer, "acme/gadgets")
     assert pr["number"] not in cached and len(cached) == 30
 
 
-async def test_two_repositories_stay_separate(sim: Simulator, settings: Settings,
-                                              syncer: Syncer, redis_url: str) -> None:
+async def test_two_repositories_stay_separate(
+    sim: Simulator, settings: Settings, syncer: Syncer, redis_url: str
+) -> None:
     await syncer.sync(repo(settings))
     await syncer.sync(repo(settings, "acme/gadgets"))
     sim.state.update_issue("acme", "gadgets", 3, state="closed")
@@ -157,8 +177,9 @@ async def test_two_repositories_stay_separate(sim: Simulator, settings: Settings
     assert len(gadgets) == 29 and 3 not in gadgets
 
 
-async def test_full_pass_drops_deleted_issue(sim: Simulator, settings: Settings,
-                                             syncer: Syncer, redis_url: str) -> None:
+async def test_full_pass_drops_deleted_issue(
+    sim: Simulator, settings: Settings, syncer: Syncer, redis_url: str
+) -> None:
     await syncer.sync(repo(settings, "acme/gadgets"))
     sim.state.delete_issue("acme", "gadgets", 5)
     await syncer.sync(repo(settings, "acme/gadgets"), full=True)
@@ -197,7 +218,9 @@ async def test_faults_never_corrupt_mirror_and_next_pass_catches_up(
     assert mirrored(redis_url, syncer, "acme/gadgets")[7]["title"] == "Changed during outage"
 
 
-async def test_daemon_survives_failing_pass_and_backs_off(sim: Simulator, settings: Settings) -> None:
+async def test_daemon_survives_failing_pass_and_backs_off(
+    sim: Simulator, settings: Settings
+) -> None:
     store = Store.from_settings(settings)
     gateway = GitHubGateway(settings.github)
     daemon = Daemon(settings, store, gateway)

@@ -46,11 +46,11 @@ class Services:
             return ok, why
         try:
             quota = await asyncio.to_thread(self.gateway.ping)
-            result = (True, f"quota remaining {quota.remaining}")
+            ok, why = True, f"quota remaining {quota.remaining}"
         except BrokerError as e:
-            result = (False, str(e))
-        self._github_ok = (*result[:1], time.monotonic(), result[1])  # type: ignore[assignment]
-        return result
+            ok, why = False, str(e)
+        self._github_ok = (ok, time.monotonic(), why)
+        return ok, why
 
 
 def create_app(settings: Settings | None = None, config_dir: Path | None = None) -> FastAPI:

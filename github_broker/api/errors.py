@@ -37,8 +37,9 @@ STATUS: dict[type[BrokerError], int] = {
 }
 
 
-def _answer(status: int, detail: str, reason: str | None = None,
-            headers: dict[str, str] | None = None) -> JSONResponse:
+def _answer(
+    status: int, detail: str, reason: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse({"detail": detail, "reason": reason}, status_code=status, headers=headers)
 
 

@@ -46,7 +46,7 @@ async def ready(svc: Services) -> JSONResponse:
     try:
         await svc.store.ping()
         checks["redis"] = "ok"
-    except Exception as e:  # noqa: BLE001 - readiness reports any failure as text
+    except Exception as e:
         ok, checks["redis"] = False, str(e)
     github_ok, why = await svc.github_reachable()
     checks["github"] = "ok" if github_ok else why
@@ -75,10 +75,12 @@ async def request_task(body: TaskRequest, request: Request, svc: Services) -> An
     return task
 
 
-@router.post("/tasks/{owner}/{repo}/{number}/heartbeat", response_model=HeartbeatResponse,
-             responses=ERRORS)
-async def heartbeat(owner: str, repo: str, number: int, body: LeaseRequest, request: Request,
-                    svc: Services) -> HeartbeatResponse:
+@router.post(
+    "/tasks/{owner}/{repo}/{number}/heartbeat", response_model=HeartbeatResponse, responses=ERRORS
+)
+async def heartbeat(
+    owner: str, repo: str, number: int, body: LeaseRequest, request: Request, svc: Services
+) -> HeartbeatResponse:
     """Extend the lease (and the agent's current-task key)."""
     svc.auth.agent(request, body.agent_id)
     expires = await svc.tasks.heartbeat(f"{owner}/{repo}", number, body.agent_id, body.token)
@@ -86,8 +88,9 @@ async def heartbeat(owner: str, repo: str, number: int, body: LeaseRequest, requ
 
 
 @router.post("/tasks/{owner}/{repo}/{number}/complete", response_model=Done, responses=ERRORS)
-async def complete(owner: str, repo: str, number: int, body: LeaseRequest, request: Request,
-                   svc: Services) -> Done:
+async def complete(
+    owner: str, repo: str, number: int, body: LeaseRequest, request: Request, svc: Services
+) -> Done:
     """Report the task done; the issue moves on (development work goes to review)."""
     svc.auth.agent(request, body.agent_id)
     await svc.tasks.finish(f"{owner}/{repo}", number, body.agent_id, body.token, Outcome.COMPLETED)
@@ -95,8 +98,9 @@ async def complete(owner: str, repo: str, number: int, body: LeaseRequest, reque
 
 
 @router.post("/tasks/{owner}/{repo}/{number}/release", response_model=Done, responses=ERRORS)
-async def release(owner: str, repo: str, number: int, body: ReleaseRequest, request: Request,
-                  svc: Services) -> Done:
+async def release(
+    owner: str, repo: str, number: int, body: ReleaseRequest, request: Request, svc: Services
+) -> Done:
     """Give the task back (failed or abandoned); it returns to the pool at once."""
     svc.auth.agent(request, body.agent_id)
     outcome = Outcome(body.reason)

@@ -17,7 +17,9 @@ class TaskRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    agent_id: str = Field(pattern=AGENT_ID_PATTERN, description="Your agent id; also a label on GitHub.")
+    agent_id: str = Field(
+        pattern=AGENT_ID_PATTERN, description="Your agent id; also a label on GitHub."
+    )
     roles: list[str] | None = Field(None, description="Roles you accept; omit to take any role.")
     repositories: list[str] | None = Field(None, description="owner/name list; omit for all.")
     wait_seconds: float = Field(0, ge=0, le=60, description="Long-poll up to this many seconds.")
@@ -51,4 +53,3 @@ class Problem(BaseModel):
 
     detail: str
     reason: str | None = None
-
