@@ -210,3 +210,16 @@ def test_redis_down_gives_503_with_retry_after(
 def test_remote_bind_without_tokens_is_refused(make_settings: Callable[..., Settings]) -> None:
     with pytest.raises(ConfigError, match="agent tokens"):
         make_settings(server={"host": "0.0.0.0"})
+
+
+def test_metrics_expose_queues_and_refusals(client: TestClient) -> None:
+    task = client.post("/request-task", json={"agent_id": "a1"}).json()
+    client.post(
+        f"/tasks/acme/widgets/{task['issue_id']}/heartbeat",
+        json={"agent_id": "a1", "token": "stale"},
+    )
+    text = client.get("/metrics").text
+    assert 'gb_task_requests_total{result="task"} 1' in text
+    assert 'gb_lease_refusals_total{reason="revoked"} 1' in text
+    assert 'gb_leases{repository="acme/widgets"} 1' in text
+    assert 'gb_ready_tasks{repository="acme/widgets",priority="P0"} 1' in text

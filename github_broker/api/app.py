@@ -18,6 +18,7 @@ from github_broker.api.auth import Authenticator
 from github_broker.errors import BrokerError
 from github_broker.events import ReadyWaker
 from github_broker.gateway import GitHubGateway
+from github_broker.metrics import Metrics
 from github_broker.poller import Daemon
 from github_broker.prompts import Prompts
 from github_broker.settings import Settings, default_config_dir, load_settings
@@ -38,6 +39,7 @@ class Services:
     tasks: TaskService
     auth: Authenticator
     daemon: Daemon | None
+    metrics: Metrics
     _github_ok: tuple[bool, float, str] = (False, 0.0, "not checked yet")
 
     async def github_reachable(self) -> tuple[bool, str]:
@@ -76,6 +78,7 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
             tasks=TaskService(settings, store, prompts, waker),
             auth=Authenticator(settings.server),
             daemon=daemon,
+            metrics=Metrics(),
         )
         try:
             yield

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from github_broker import status as status_view
 from github_broker.api.schemas import (
@@ -16,7 +18,7 @@ from github_broker.api.schemas import (
     ReleaseRequest,
     TaskRequest,
 )
-from github_broker.errors import NotFound
+from github_broker.errors import LeaseError, NotFound
 from github_broker.models import Outcome, Task
 
 router = APIRouter()
@@ -30,6 +32,15 @@ def services(request: Request) -> Any:
 
 
 Services = Annotated[Any, Depends(services)]
+
+
+@asynccontextmanager
+async def counting_refusals(svc: Any) -> AsyncIterator[None]:
+    try:
+        yield
+    except LeaseError as e:
+        svc.metrics.lease_refusals[e.reason] += 1
+        raise
 
 
 @router.get("/health")
@@ -70,6 +81,7 @@ async def request_task(body: TaskRequest, request: Request, svc: Services) -> An
         wait_s=wait,
         previous=body.previous,
     )
+    svc.metrics.task_requests["none" if task is None else "task"] += 1
     if task is None:
         return Response(status_code=204)
     return task
@@ -83,7 +95,8 @@ async def heartbeat(
 ) -> HeartbeatResponse:
     """Extend the lease (and the agent's current-task key)."""
     svc.auth.agent(request, body.agent_id)
-    expires = await svc.tasks.heartbeat(f"{owner}/{repo}", number, body.agent_id, body.token)
+    async with counting_refusals(svc):
+        expires = await svc.tasks.heartbeat(f"{owner}/{repo}", number, body.agent_id, body.token)
     return HeartbeatResponse(expires_at=expires)
 
 
@@ -93,7 +106,10 @@ async def complete(
 ) -> Done:
     """Report the task done; the issue moves on (development work goes to review)."""
     svc.auth.agent(request, body.agent_id)
-    await svc.tasks.finish(f"{owner}/{repo}", number, body.agent_id, body.token, Outcome.COMPLETED)
+    async with counting_refusals(svc):
+        await svc.tasks.finish(
+            f"{owner}/{repo}", number, body.agent_id, body.token, Outcome.COMPLETED
+        )
     return Done(status="completed")
 
 
@@ -104,8 +120,15 @@ async def release(
     """Give the task back (failed or abandoned); it returns to the pool at once."""
     svc.auth.agent(request, body.agent_id)
     outcome = Outcome(body.reason)
-    await svc.tasks.finish(f"{owner}/{repo}", number, body.agent_id, body.token, outcome)
+    async with counting_refusals(svc):
+        await svc.tasks.finish(f"{owner}/{repo}", number, body.agent_id, body.token, outcome)
     return Done(status=outcome.value)
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+async def metrics(svc: Services) -> str:
+    """Prometheus metrics: this process's counters and deployment-wide gauges."""
+    return str(await svc.metrics.render(svc.store))
 
 
 @router.get("/status", responses=ERRORS)
