@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -12,6 +16,7 @@ import redis
 import requests
 
 from github_broker.errors import LeaseError
+from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, broker_env
@@ -161,3 +166,33 @@ def test_killed_leader_is_replaced_within_one_interval(
         client.close()
         for b in brokers:
             b.stop()
+
+
+@pytest.mark.slow
+def test_poll_daemon_stops_cleanly_on_sigterm_and_hands_back_leadership(
+    sim: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, **broker_env(redis_url, sim.base_url, REPO)}
+    log = tmp_path / "poll.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "github_broker", "poll"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    client = redis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 15
+        while client.zcard(RepoKeys("gb", "acme", "widgets").ready) < 3:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        assert client.get("gb:leader") is not None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert client.get("gb:leader") is None
+        assert "Traceback" not in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        client.close()

@@ -1,0 +1,35 @@
+# github-broker: `serve` (API + poller) by default; `poll` for a poller-only container.
+FROM python:3.11-slim AS base
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+
+# Dependencies first, in their own layer: it is rebuilt only when pyproject.toml changes.
+COPY pyproject.toml README.md ./
+RUN mkdir github_broker && touch github_broker/__init__.py \
+    && pip install . \
+    && pip uninstall -y github-broker \
+    && rm -rf github_broker build *.egg-info
+
+# Then the package itself.
+COPY github_broker ./github_broker
+RUN pip install --no-deps . && rm -rf build *.egg-info
+
+# The deployment config; mount your own over /app/config.
+COPY config ./config
+
+RUN useradd --system --uid 10001 --home-dir /app broker
+USER broker
+
+ENV GITHUB_BROKER_CONFIG_DIR=/app/config \
+    GITHUB_BROKER_SERVER__HOST=0.0.0.0
+EXPOSE 8080
+
+HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/health', timeout=2).status == 200 else 1)"]
+
+CMD ["github-broker", "serve"]
