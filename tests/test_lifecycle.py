@@ -8,16 +8,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from github_broker.events import ReadyWaker
-from github_broker.gateway import GitHubGateway
-from github_broker.models import Task, TaskType
-from github_broker.poller import Daemon
-from github_broker.prompts import Prompts
+from github_broker.models import TaskType
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
-from github_broker.store import Store
-from github_broker.tasks import TaskService
 from tests.factories import body
+from tests.world import World
 
 pytestmark = pytest.mark.anyio
 REPO = "acme/widgets"
@@ -37,29 +32,6 @@ def sim() -> Iterator[Simulator]:
         yield s
 
 
-class World:
-    def __init__(self, settings: Settings, sim: Simulator) -> None:
-        self.sim = sim
-        self.store = Store.from_settings(settings)
-        self.gateway = GitHubGateway(settings.github)
-        self.daemon = Daemon(settings, self.store, self.gateway)
-        self.tasks = TaskService(settings, self.store, Prompts.load(None), ReadyWaker(1.0))
-        self.rstore = self.store.repo(REPO)
-
-    async def tick(self) -> None:
-        """What the poller leader does each interval: writes out, then sync and reviews."""
-        await self.daemon.hold_leadership()
-        await self.daemon.drain_all()
-        await self.daemon.sync_all()
-        await self.daemon.drain_all()
-
-    async def ask(self, agent: str) -> Task | None:
-        return await self.tasks.request_task(agent)
-
-    def labels(self, n: int) -> set[str]:
-        return set(self.sim.state.issue_labels("acme", "widgets", n))
-
-
 @pytest.fixture
 async def world(
     sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
@@ -69,11 +41,8 @@ async def world(
         github={"base_url": sim.base_url},
         review={"delay_s": 1, "timeout_s": 2.5, "fix_debounce_s": 0.5},
     )
-    w = World(settings, sim)
-    yield w
-    await w.daemon.stop()
-    await w.store.close()
-    w.gateway.close()
+    async with World.running(settings, sim) as w:
+        yield w
 
 
 async def test_issue_walks_development_review_fix_review_done(world: World, sim: Simulator) -> None:

@@ -20,7 +20,7 @@ from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, broker_env
-from tests.test_lifecycle import World
+from tests.world import World
 
 REPO = "acme/widgets"
 
@@ -45,11 +45,8 @@ async def world(
         github={"base_url": sim.base_url},
         leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60},
     )
-    w = World(settings, sim)
-    yield w
-    await w.daemon.stop()
-    await w.store.close()
-    w.gateway.close()
+    async with World.running(settings, sim) as w:
+        yield w
 
 
 @pytest.mark.anyio

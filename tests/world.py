@@ -1,0 +1,52 @@
+"""An in-process broker (store, daemon jobs, task service) on the simulator, for scenario tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from github_broker.events import ReadyWaker
+from github_broker.gateway import GitHubGateway
+from github_broker.models import Task
+from github_broker.poller import Daemon
+from github_broker.prompts import Prompts
+from github_broker.settings import Settings
+from github_broker.simulator import Simulator
+from github_broker.store import Store
+from github_broker.tasks import TaskService
+
+REPO = "acme/widgets"
+
+
+class World:
+    def __init__(self, settings: Settings, sim: Simulator) -> None:
+        self.sim = sim
+        self.store = Store.from_settings(settings)
+        self.gateway = GitHubGateway(settings.github)
+        self.daemon = Daemon(settings, self.store, self.gateway)
+        self.tasks = TaskService(settings, self.store, Prompts.load(None), ReadyWaker(1.0))
+        self.rstore = self.store.repo(REPO)
+
+    async def tick(self) -> None:
+        """What the poller leader does each interval: writes out, then sync and reviews."""
+        await self.daemon.hold_leadership()
+        await self.daemon.drain_all()
+        await self.daemon.sync_all()
+        await self.daemon.drain_all()
+
+    async def ask(self, agent: str) -> Task | None:
+        return await self.tasks.request_task(agent)
+
+    def labels(self, n: int) -> set[str]:
+        return set(self.sim.state.issue_labels("acme", "widgets", n))
+
+    @classmethod
+    @asynccontextmanager
+    async def running(cls, settings: Settings, sim: Simulator) -> AsyncIterator[World]:
+        world = cls(settings, sim)
+        try:
+            yield world
+        finally:
+            await world.daemon.stop()
+            await world.store.close()
+            world.gateway.close()
