@@ -59,7 +59,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 print(report.summary())
         finally:
             await store.close()
-            gateway.close()
+            await asyncio.to_thread(gateway.close)
 
     asyncio.run(run())
     return 0
@@ -80,7 +80,7 @@ def cmd_poll(args: argparse.Namespace) -> int:
             await Daemon(settings, store, gateway).run_forever()
         finally:
             await store.close()
-            gateway.close()
+            await asyncio.to_thread(gateway.close)
 
     asyncio.run(run())
     return 0
