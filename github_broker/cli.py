@@ -179,7 +179,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="github-broker", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="github-broker",
+        description="Hands GitHub issues to AI coding agents as leased tasks.",
+    )
     parser.add_argument(
         "--config",
         type=Path,
@@ -209,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = add("explain", cmd_explain)
     p.add_argument("--role", action="append", help="a role the agent accepts (repeatable)")
+    from github_broker.runner import add_agent_command
+    from github_broker.sandbox import add_labels_command, add_sandbox_command
+
+    add_agent_command(sub)
+    add_sandbox_command(sub)
+    add_labels_command(sub)
     return parser
 
 

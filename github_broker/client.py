@@ -1,0 +1,298 @@
+"""Python SDK for agents: request, heartbeat, complete and release tasks over the HTTP API."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from email.utils import parsedate_to_datetime
+from typing import Any, Literal
+from urllib.parse import quote
+
+import requests
+from pydantic import ValidationError
+from urllib3.exceptions import MaxRetryError, NewConnectionError
+
+from github_broker import __version__
+from github_broker.models import Task
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a single call may take (connect and read) unless it long-polls.
+DEFAULT_TIMEOUT_S = 10.0
+#: Extra attempts after the first one fails with a connection error or a 502/503/504.
+DEFAULT_RETRIES = 4
+#: First pause (seconds) between attempts; doubles per attempt, with jitter.
+DEFAULT_BACKOFF_S = 0.5
+#: Longest pause (seconds) between two attempts, whatever Retry-After says.
+MAX_BACKOFF_S = 30.0
+#: Gateway answers worth another attempt: the broker (or a proxy before it) is restarting.
+RETRY_STATUSES = frozenset({502, 503, 504})
+
+Previous = Literal["completed", "failed", "abandoned"]
+ReleaseReason = Literal["failed", "abandoned"]
+
+
+class BrokerClientError(Exception):
+    """Base of every error the client raises; `status` and `reason` come from the broker."""
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class Unauthorized(BrokerClientError):
+    """401/403: the bearer token is missing, unknown, or bound to another agent id."""
+
+
+class LeaseLost(BrokerClientError):
+    """409: the lease is not yours any more; `reason` says why (expired, revoked, ...)."""
+
+    reason: str
+
+    def __init__(self, message: str, *, status: int | None = 409, reason: str | None = None):
+        super().__init__(message, status=status, reason=reason or "unknown")
+
+
+class RequestRejected(BrokerClientError):
+    """Another 4xx: the request itself is wrong (agent id, role, repository, wait)."""
+
+
+class BrokerUnavailable(BrokerClientError):
+    """The broker stayed unreachable, or kept answering 503, through every retry."""
+
+
+class BrokerClient:
+    """A synchronous client for one agent; safe to share between threads (one session each).
+
+    Every call has a timeout and is retried with exponential backoff and jitter on connection
+    errors and 502/503/504 (honouring Retry-After); 4xx answers are never retried. Failures are
+    raised, never turned into "no task".
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        agent_id: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retries: int = DEFAULT_RETRIES,
+        backoff_s: float = DEFAULT_BACKOFF_S,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.agent_id = agent_id
+        self.token = token
+        self.timeout_s = timeout_s
+        self.retries = max(0, retries)
+        self.backoff_s = backoff_s
+        self._local = threading.local()
+        self._sessions: list[requests.Session] = []
+        self._lock = threading.Lock()
+
+    # --- the four calls -----------------------------------------------------------------
+
+    def request_task(
+        self,
+        roles: list[str] | None = None,
+        repositories: list[str] | None = None,
+        wait_seconds: float = 0,
+        previous: Previous = "completed",
+    ) -> Task | None:
+        """The next task, or None when the broker has none for this agent (after long-polling
+        up to `wait_seconds`, at most 60).
+
+        `previous` settles a task this agent still holds, in the same atomic step as the claim.
+        That is what makes a retry safe: once an attempt may have reached the broker (a read
+        timeout, a connection cut mid-answer), the retries send `previous="abandoned"`, so a
+        task claimed for an answer that never arrived goes straight back to the pool instead
+        of being counted as done. Call `complete()` before asking if you finished a task, and
+        no retry can misfile it.
+        """
+        body: dict[str, Any] = {"agent_id": self.agent_id, "wait_seconds": wait_seconds,
+                                "previous": previous}
+        if roles:
+            body["roles"] = list(roles)
+        if repositories:
+            body["repositories"] = list(repositories)
+
+        def attempt_body(maybe_delivered: bool) -> dict[str, Any]:
+            return {**body, "previous": "abandoned"} if maybe_delivered else body
+
+        response, _ = self._post("/request-task", attempt_body, self.timeout_s + wait_seconds)
+        if response.status_code == 204:
+            return None
+        if response.status_code != 200:
+            raise _error(response)
+        try:
+            return Task.model_validate(response.json())
+        except (ValueError, ValidationError) as e:
+            raise BrokerClientError(f"unexpected task from the broker: {e}",
+                                    status=response.status_code) from e
+
+    def heartbeat(self, task: Task) -> str:
+        """Extend the task's lease; returns the new expiry (ISO 8601). LeaseLost if it is gone."""
+        response, _ = self._post(self._task_path(task, "heartbeat"),
+                                 lambda _: self._lease_body(task), self.timeout_s)
+        if response.status_code != 200:
+            raise _error(response)
+        return str(response.json()["expires_at"])
+
+    def complete(self, task: Task) -> None:
+        """Report the task done; development work moves on to review."""
+        self._finish(task, "complete", {}, "completed")
+
+    def release(self, task: Task, reason: ReleaseReason = "abandoned") -> None:
+        """Give the task back (`failed` or `abandoned`); it returns to the pool at once."""
+        self._finish(task, "release", {"reason": reason}, reason)
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            session.close()
+
+    def __enter__(self) -> BrokerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- transport ----------------------------------------------------------------------
+
+    def _finish(self, task: Task, action: str, extra: dict[str, Any], outcome: str) -> None:
+        response, maybe_delivered = self._post(
+            self._task_path(task, action), lambda _: {**self._lease_body(task), **extra},
+            self.timeout_s,
+        )
+        if response.status_code == 200:
+            return
+        # An earlier attempt that got through leaves this outcome as the lease's tombstone.
+        if maybe_delivered and response.status_code == 409 and _reason(response) == outcome:
+            return
+        raise _error(response)
+
+    def _lease_body(self, task: Task) -> dict[str, Any]:
+        return {"agent_id": self.agent_id, "token": task.lease.token}
+
+    def _task_path(self, task: Task, action: str) -> str:
+        owner, _, repo = task.repository.partition("/")
+        return f"/tasks/{quote(owner, safe='')}/{quote(repo, safe='')}/{task.issue_id}/{action}"
+
+    def _session(self) -> requests.Session:
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = requests.Session()
+            session.headers["User-Agent"] = f"github-broker-client/{__version__}"
+            if self.token:
+                session.headers["Authorization"] = f"Bearer {self.token}"
+            self._local.session = session
+            with self._lock:
+                self._sessions.append(session)
+        return session
+
+    def _post(
+        self, path: str, body: Callable[[bool], dict[str, Any]], read_timeout_s: float
+    ) -> tuple[requests.Response, bool]:
+        """POST with retries; returns the answer and whether an earlier attempt may have
+        reached the broker (its effect may already have happened)."""
+        url = self.base_url + path
+        timeout = (min(self.timeout_s, DEFAULT_TIMEOUT_S), read_timeout_s)
+        maybe_delivered = False
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = self._session().post(url, json=body(maybe_delivered), timeout=timeout)
+            except requests.RequestException as e:
+                if not _transient(e):
+                    raise BrokerClientError(f"POST {url}: {e}") from e
+                maybe_delivered = maybe_delivered or not _never_sent(e)
+                if last:
+                    raise BrokerUnavailable(f"POST {path}: broker unreachable: {e}") from e
+                self._pause(attempt, None, f"POST {path}: {type(e).__name__}")
+                continue
+            if response.status_code not in RETRY_STATUSES:
+                return response, maybe_delivered
+            # A gateway timeout may have let the request through; 502/503 did not.
+            maybe_delivered = maybe_delivered or response.status_code == 504
+            if last:
+                raise BrokerUnavailable(
+                    f"POST {path}: broker unavailable ({response.status_code}): "
+                    f"{_detail(response)}", status=response.status_code, reason=_reason(response),
+                )
+            self._pause(attempt, _retry_after_s(response), f"POST {path}: {response.status_code}")
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _pause(self, attempt: int, retry_after_s: float | None, why: str) -> None:
+        ceiling = min(MAX_BACKOFF_S, self.backoff_s * 2**attempt)
+        delay = ceiling / 2 + random.uniform(0, ceiling / 2)
+        if retry_after_s is not None:
+            delay = min(MAX_BACKOFF_S, max(delay, retry_after_s))
+        logger.info("%s; agent %s retries in %.1fs (attempt %d of %d)",
+                    why, self.agent_id, delay, attempt + 2, self.retries + 1)
+        time.sleep(delay)
+
+
+def _never_sent(e: requests.RequestException) -> bool:
+    """True when the request cannot have reached the broker (the connection never opened)."""
+    if isinstance(e, requests.ConnectTimeout):
+        return True
+    cause = e.args[0] if e.args else None
+    return isinstance(cause, MaxRetryError) and isinstance(cause.reason, NewConnectionError)
+
+
+def _transient(e: requests.RequestException) -> bool:
+    # ChunkedEncodingError: the connection was cut while the answer was being read.
+    return isinstance(e, requests.ConnectionError | requests.Timeout
+                      | requests.exceptions.ChunkedEncodingError)
+
+
+def _retry_after_s(response: requests.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _problem(response: requests.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _detail(response: requests.Response) -> str:
+    detail = _problem(response).get("detail")
+    if isinstance(detail, str) and detail:
+        return detail
+    return response.text[:200] or response.reason or "no detail"
+
+
+def _reason(response: requests.Response) -> str | None:
+    reason = _problem(response).get("reason")
+    return reason if isinstance(reason, str) else None
+
+
+def _error(response: requests.Response) -> BrokerClientError:
+    status, detail, reason = response.status_code, _detail(response), _reason(response)
+    message = f"{response.request.method} {response.request.path_url}: {status} {detail}"
+    if status == 409:
+        return LeaseLost(message, reason=reason)
+    if status in (401, 403):
+        return Unauthorized(message, status=status, reason=reason)
+    if 400 <= status < 500:
+        return RequestRejected(message, status=status, reason=reason)
+    return BrokerClientError(message, status=status, reason=reason)

@@ -1,0 +1,104 @@
+"""The sandbox's stand-in coding agent: pretends to work, then acts on the simulated GitHub.
+
+Run by the runner with the GB_* variables of one task. Development work opens a PR from the
+task's branch that closes the issue; a review approves and merges the PR (a maintainer's
+job on real GitHub, done here so the demo backlog keeps moving); a fix answers on the PR.
+Imports only `requests`, so each task starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import requests
+
+#: Seconds the demo agent "works" on a task unless told otherwise.
+DEFAULT_WORK_S = 2.0
+#: The simulator accepts any token; real GitHub would want a real one.
+SIMULATOR_TOKEN = "sandbox-demo-agent"
+#: Seconds before a call to the simulator is abandoned.
+TIMEOUT_S = 10.0
+
+
+class SimulatedGitHub:
+    """The few REST calls the demo agent makes, against the simulator's base URL."""
+
+    def __init__(self, base_url: str, repository: str) -> None:
+        self.repo_url = f"{base_url.rstrip('/')}/repos/{repository}"
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"token {SIMULATOR_TOKEN}"
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
+             params: dict[str, str] | None = None) -> requests.Response:
+        return self.session.request(method, self.repo_url + path, json=body, params=params,
+                                    timeout=TIMEOUT_S)
+
+    def open_pull(self, title: str, head: str, base: str, body: str) -> str:
+        r = self.call("POST", "/pulls", {"title": title, "head": head, "base": base, "body": body})
+        if r.status_code == 422 and "already exists" in r.text:
+            return f"a PR from {head} is open already"
+        r.raise_for_status()
+        return f"opened PR #{r.json()['number']} ({head} -> {base})"
+
+    def pull_for(self, owner: str, branch: str) -> int | None:
+        r = self.call("GET", "/pulls", params={"head": f"{owner}:{branch}", "state": "open"})
+        r.raise_for_status()
+        pulls = r.json()
+        return int(pulls[0]["number"]) if pulls else None
+
+    def approve_and_merge(self, pr: int) -> str:
+        r = self.call("POST", f"/pulls/{pr}/reviews",
+                      {"event": "APPROVE", "body": "Checked against the issue: looks good."})
+        r.raise_for_status()
+        r = self.call("PUT", f"/pulls/{pr}/merge", {"merge_method": "squash"})
+        r.raise_for_status()
+        return f"approved and merged PR #{pr}"
+
+    def comment(self, number: int, body: str) -> str:
+        r = self.call("POST", f"/issues/{number}/comments", {"body": body})
+        r.raise_for_status()
+        return f"answered on PR #{number}"
+
+
+def act(github: SimulatedGitHub, env: Mapping[str, str]) -> str:
+    """Do what the task type asks; returns a one-line summary."""
+    task_type, number, branch = env["GB_TASK_TYPE"], env["GB_ISSUE_ID"], env["GB_BRANCH"]
+    if task_type == "development":
+        body = f"Closes #{number}\n\nDone by {env['GB_AGENT_ID']} in the github-broker sandbox."
+        return github.open_pull(env["GB_TITLE"], branch, env["GB_BASE_BRANCH"], body)
+    owner = env["GB_REPOSITORY"].split("/")[0]
+    pr = github.pull_for(owner, branch)
+    if pr is None:
+        return f"no open PR from {branch}; nothing to do"
+    if task_type == "review":
+        return github.approve_and_merge(pr)
+    return github.comment(pr, "Addressed the review feedback in a new commit.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m github_broker.demo_agent",
+                                     description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--github-url", required=True, help="the simulator's base URL")
+    parser.add_argument("--seconds", type=float, default=DEFAULT_WORK_S,
+                        help="how long to pretend to work (default %(default)s)")
+    args = parser.parse_args(argv)
+    env = os.environ
+    where = f"{env['GB_AGENT_ID']} {env['GB_REPOSITORY']}#{env['GB_ISSUE_ID']}"
+    print(f"{where}: working on the {env['GB_TASK_TYPE']} task for {args.seconds:.1f}s", flush=True)
+    time.sleep(args.seconds)
+    try:
+        summary = act(SimulatedGitHub(args.github_url, env["GB_REPOSITORY"]), env)
+    except requests.RequestException as e:
+        print(f"{where}: the simulated GitHub refused: {e}", file=sys.stderr, flush=True)
+        return 1
+    print(f"{where}: {summary}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

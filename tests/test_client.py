@@ -1,0 +1,294 @@
+"""The Python SDK: against a scripted HTTP stub (retries, timeouts) and a real `serve` process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from github_broker.client import (
+    BrokerClient,
+    BrokerClientError,
+    BrokerUnavailable,
+    LeaseLost,
+    RequestRejected,
+    Unauthorized,
+)
+from github_broker.keys import RepoKeys
+from github_broker.models import Task
+from github_broker.simulator import Simulator, generate_issues
+from tests.conftest import free_port
+from tests.processes import BrokerProcess, broker_env
+
+KEYS = RepoKeys("gb", "acme", "widgets")
+TOKENS = {"agent-a": "tok-a", "agent-b": "tok-b", "agent-c": "tok-c"}
+
+TASK_JSON = {
+    "issue_id": 7, "issue_url": "https://github.com/acme/widgets/issues/7", "title": "t",
+    "body": "b", "labels": ["P1"], "branch_name": "feature/issue-7", "prompt": "p",
+    "required_role": "BACKENDCODER", "task_type": "development", "repository": "acme/widgets",
+    "base_branch": "main",
+    "lease": {"token": "lease-1", "expires_at": "2026-01-01T00:00:00Z",
+              "heartbeat_interval_s": 200},
+}
+
+
+# --- a scripted stub: what the client does with each kind of answer ------------------------
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+class _StubServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, replies: list[Reply]) -> None:
+        super().__init__(("127.0.0.1", 0), _StubHandler)
+        self.replies = replies
+        self.seen: list[dict[str, Any]] = []
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # the client hung up on a delayed answer: that is the point of the test
+
+
+class _StubHandler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        server: _StubServer = self.server  # type: ignore[assignment]
+        length = int(self.headers.get("Content-Length") or 0)
+        server.seen.append(json.loads(self.rfile.read(length) or b"{}"))
+        reply = server.replies.pop(0)
+        time.sleep(reply.delay_s)
+        payload = json.dumps(reply.body).encode() if reply.body is not None else b""
+        self.send_response(reply.status)
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def stub() -> Iterator[Callable[..., tuple[BrokerClient, _StubServer]]]:
+    servers: list[_StubServer] = []
+    clients: list[BrokerClient] = []
+
+    def start(*replies: Reply, **client_options: Any) -> tuple[BrokerClient, _StubServer]:
+        server = _StubServer(list(replies))
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        servers.append(server)
+        options = {"retries": 3, "backoff_s": 0.01, "timeout_s": 2.0, **client_options}
+        client = BrokerClient(f"http://127.0.0.1:{server.server_address[1]}", "agent-a", **options)
+        clients.append(client)
+        return client, server
+
+    yield start
+    for client in clients:
+        client.close()
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_503_is_retried_honouring_retry_after_then_the_answer_counts(stub: Any) -> None:
+    client, server = stub(Reply(503, {"detail": "redis down"}, {"Retry-After": "0.3"}),
+                          Reply(204))
+    started = time.monotonic()
+    assert client.request_task() is None
+    assert time.monotonic() - started >= 0.3
+    assert len(server.seen) == 2
+
+
+def test_503_until_retries_run_out_raises_unavailable_not_none(stub: Any) -> None:
+    client, server = stub(*[Reply(503, {"detail": "redis down"}, {"Retry-After": "0"})] * 3,
+                          retries=2)
+    with pytest.raises(BrokerUnavailable) as err:
+        client.request_task()
+    assert err.value.status == 503
+    assert len(server.seen) == 3
+
+
+@pytest.mark.parametrize(("status", "error"), [(401, Unauthorized), (403, Unauthorized),
+                                               (409, LeaseLost), (422, RequestRejected)])
+def test_4xx_is_raised_at_once_without_retry(
+    stub: Any, status: int, error: type[BrokerClientError]
+) -> None:
+    client, server = stub(Reply(status, {"detail": "no", "reason": "revoked"}))
+    with pytest.raises(error) as err:
+        client.heartbeat(Task.model_validate(TASK_JSON))
+    assert err.value.status == status
+    assert len(server.seen) == 1
+    if status == 409:
+        assert err.value.reason == "revoked"
+
+
+def test_retry_after_a_lost_answer_abandons_what_that_answer_claimed(stub: Any) -> None:
+    client, server = stub(Reply(200, TASK_JSON, delay_s=1.0), Reply(200, TASK_JSON),
+                          timeout_s=0.3)
+    task = client.request_task(previous="completed")
+    assert task is not None and task.issue_id == 7
+    # The first request may have settled our task and claimed another; never call that one done.
+    assert [body["previous"] for body in server.seen] == ["completed", "abandoned"]
+
+
+def test_complete_retried_after_a_lost_answer_accepts_its_own_tombstone(stub: Any) -> None:
+    client, server = stub(Reply(200, {"status": "completed"}, delay_s=1.0),
+                          Reply(409, {"detail": "gone", "reason": "completed"}), timeout_s=0.3)
+    client.complete(Task.model_validate(TASK_JSON))
+    assert len(server.seen) == 2
+
+
+def test_unreachable_broker_raises_unavailable() -> None:
+    with BrokerClient(f"http://127.0.0.1:{free_port()}", "agent-a", retries=2,
+                      backoff_s=0.01) as client, pytest.raises(BrokerUnavailable):
+        client.request_task()
+
+
+# --- against a real broker process ---------------------------------------------------------
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    seed = {"repositories": [{"owner": "acme", "name": "widgets",
+                              "issues": generate_issues(2, priorities=("P1",))}]}
+    with Simulator(seed) as s:
+        yield s
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
+    tokens = json.dumps({token: agent for agent, token in TOKENS.items()})
+    env = broker_env(redis_url, sim.base_url, "acme/widgets",
+                     GITHUB_BROKER_SERVER__AGENT_TOKENS=tokens)
+    proc = BrokerProcess(env, tmp_path, "broker").start()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        wait_until(lambda: client.zcard(KEYS.ready) == 2, 30, "the first sync")
+    finally:
+        client.close()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def agent(broker: BrokerProcess) -> Iterator[Callable[..., BrokerClient]]:
+    clients: list[BrokerClient] = []
+
+    def make(agent_id: str, **options: Any) -> BrokerClient:
+        options = {"token": TOKENS.get(agent_id), "backoff_s": 0.1, **options}
+        client = BrokerClient(broker.url, agent_id, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.mark.slow
+def test_task_lifecycle_and_lease_lost_reasons(agent: Callable[..., BrokerClient]) -> None:
+    a, b = agent("agent-a"), agent("agent-b")
+    task = a.request_task()
+    assert task is not None and task.repository == "acme/widgets"
+    assert task.branch_name == f"feature/issue-{task.issue_id}"
+
+    assert datetime.fromisoformat(a.heartbeat(task).replace("Z", "+00:00"))
+    with pytest.raises(LeaseLost) as err:
+        b.heartbeat(task)
+    assert err.value.reason == "not_owner"
+
+    a.complete(task)
+    with pytest.raises(LeaseLost) as err:
+        a.heartbeat(task)
+    assert err.value.reason == "completed"
+
+
+@pytest.mark.slow
+def test_release_wakes_a_long_poll_and_no_task_is_none(agent: Callable[..., BrokerClient]) -> None:
+    a, b, c = agent("agent-a"), agent("agent-b"), agent("agent-c")
+    held = [a.request_task(), b.request_task()]
+    assert all(t is not None for t in held)
+    assert c.request_task() is None
+    assert c.request_task(roles=["TESTER"]) is None
+
+    got: list[Task | None] = []
+    waiter = threading.Thread(target=lambda: got.append(c.request_task(wait_seconds=20)))
+    waiter.start()
+    time.sleep(0.5)
+    released = time.monotonic()
+    first = held[0]
+    assert first is not None
+    a.release(first, "failed")
+    waiter.join(timeout=25)
+    assert got and got[0] is not None and got[0].issue_id == first.issue_id
+    assert time.monotonic() - released < 5
+
+
+@pytest.mark.slow
+def test_errors_from_the_broker_are_raised(agent: Callable[..., BrokerClient]) -> None:
+    with pytest.raises(Unauthorized) as err:
+        agent("agent-a", token="wrong").request_task()
+    assert err.value.status == 401
+    with pytest.raises(Unauthorized) as err:
+        agent("agent-a", token=TOKENS["agent-b"]).request_task()
+    assert err.value.status == 403
+    with pytest.raises(RequestRejected) as rejected:
+        agent("agent-a").request_task(roles=["NO_SUCH_ROLE"])
+    assert rejected.value.status == 422
+    with pytest.raises(RequestRejected):
+        agent("agent-a").request_task(wait_seconds=600)
+
+
+@pytest.mark.slow
+def test_long_poll_survives_a_broker_killed_and_restarted_mid_call(
+    broker: BrokerProcess, agent: Callable[..., BrokerClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="github_broker.client")
+    a, b = agent("agent-a"), agent("agent-b")
+    first, second = a.request_task(), b.request_task()
+    assert first is not None and second is not None
+    c = agent("agent-c", retries=20, backoff_s=0.2)
+    got: list[Task | None] = []
+    errors: list[Exception] = []
+
+    def wait_for_task() -> None:
+        try:
+            got.append(c.request_task(wait_seconds=15))
+        except Exception as e:  # surfaced by the assertions below
+            errors.append(e)
+
+    waiter = threading.Thread(target=wait_for_task)
+    waiter.start()
+    time.sleep(1.0)
+    broker.kill()
+    broker.start()  # same port: a crash and a restart
+    a.release(first)
+    waiter.join(timeout=40)
+    assert not errors
+    assert got and got[0] is not None and got[0].issue_id == first.issue_id
+    assert any("agent-c retries" in r.getMessage() for r in caplog.records)
