@@ -48,6 +48,8 @@ class Daemon:
         self.is_leader = False
         self._failures: dict[str, int] = {}
         self._not_before: dict[str, float] = {}
+        self._quota_published_s = 0.0
+        self._quota_published_s = 0.0
         self.scheduler: AsyncIOScheduler | None = None
 
     # --- jobs ---------------------------------------------------------------------------
@@ -87,6 +89,7 @@ class Daemon:
                 logger.warning(
                     "sync %s failed (%d in a row), next try in %.0fs: %s", name, failures, delay, e
                 )
+        await self._publish_quota()
 
     async def drain_all(self) -> None:
         if not self.is_leader:
@@ -96,6 +99,15 @@ class Daemon:
                 await self.drainer.drain(repo)
             except BrokerError as e:
                 logger.warning("write queue of %s not drained: %s", repo.full_name, e)
+        await self._publish_quota()
+
+    async def _publish_quota(self) -> None:
+        """Share the last rate-limit headers seen, for /status and /metrics of every process."""
+        quota = self.gateway.quota
+        if quota.seen_s > self._quota_published_s:
+            with contextlib.suppress(BrokerError):
+                await self.store.save_quota(quota)
+                self._quota_published_s = quota.seen_s
 
     async def reap_all(self) -> None:
         if not self.is_leader:

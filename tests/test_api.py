@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -223,3 +224,15 @@ def test_metrics_expose_queues_and_refusals(client: TestClient) -> None:
     assert 'gb_lease_refusals_total{reason="revoked"} 1' in text
     assert 'gb_leases{repository="acme/widgets"} 1' in text
     assert 'gb_ready_tasks{repository="acme/widgets",priority="P0"} 1' in text
+
+
+def test_status_shows_github_quota_after_a_poll(
+    app_factory: Callable[..., TestClient], sim: Simulator
+) -> None:
+    with app_factory(server={"run_poller": True}) as client:
+        deadline = time.monotonic() + 10
+        while client.get("/status").json()["github_quota"] is None:
+            assert time.monotonic() < deadline, "the poller never published the quota"
+            time.sleep(0.1)
+        quota = client.get("/status").json()["github_quota"]
+        assert quota["limit"] == 5000 and 0 < quota["remaining"] < 5000
