@@ -16,6 +16,9 @@ class TaskType(StrEnum):
 
 #: Order inside a priority bucket: finish open PRs before starting new work.
 TASK_TYPE_RANK = {TaskType.FIX: 0, TaskType.REVIEW: 1, TaskType.DEVELOPMENT: 2}
+#: Task score layout: (priority * 4 + type rank) * SCORE_GROUP + creation second. Creation
+#: seconds stay below 1e10 until the year 2286; claim.lua decodes the priority back.
+SCORE_GROUP = 10_000_000_000
 
 
 class Outcome(StrEnum):

@@ -6,12 +6,9 @@ import re
 from dataclasses import dataclass
 
 from github_broker.clock import ms_from_iso
-from github_broker.models import TASK_TYPE_RANK, Issue, SkipReason, TaskType
+from github_broker.models import SCORE_GROUP, TASK_TYPE_RANK, Issue, SkipReason, TaskType
 from github_broker.settings import Settings
 
-#: Score layout: (priority * 4 + task-type rank) * SCORE_GROUP + creation second.
-#: Creation seconds stay below 1e10 until the year 2286; Lua decodes the priority back.
-SCORE_GROUP = 10_000_000_000
 _BAD_REF_CHARS = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]")
 #: Agent ids double as labels; the API accepts only these.
 _AGENT_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")

@@ -20,7 +20,16 @@ import redis.exceptions
 from github_broker.clock import iso_from_ms, now_ms
 from github_broker.errors import StoreUnavailable
 from github_broker.keys import GlobalKeys, RepoKeys
-from github_broker.models import Claimed, Issue, LeaseInfo, NoTask, Quota, SkipReason, TaskType
+from github_broker.models import (
+    SCORE_GROUP,
+    Claimed,
+    Issue,
+    LeaseInfo,
+    NoTask,
+    Quota,
+    SkipReason,
+    TaskType,
+)
 from github_broker.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -174,6 +183,7 @@ class RepoStore:
                 "cand_s": settings.leases.candidate_ttl_s,
                 "tomb_s": LEASE_END_TTL_S,
                 "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
+                "priority_unit": 4 * SCORE_GROUP,
             }
         )
 

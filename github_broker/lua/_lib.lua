@@ -83,7 +83,8 @@ end
 -- ARGV[1]: JSON context built once per repository by store.py: key prefixes for
 --   per-issue keys (issue, lock, lease, agent, cand, ready_role, tomb, review,
 --   review_state, fix), the events channel, label names (in_progress, needs_review)
---   and times (lease_ms, agent_s, cand_s, tomb_s, author_fallback_ms).
+--   and times (lease_ms, agent_s, cand_s, tomb_s, author_fallback_ms), and priority_unit
+--   (a task score divided by it, rounded down, is the task's priority).
 local function context()
   local C = cjson.decode(ARGV[1])
   C.K = {tasks = KEYS[1], ready = KEYS[2], work = KEYS[3], leases = KEYS[4], intent = KEYS[5],

@@ -73,7 +73,7 @@ for _, src in ipairs(sources) do
 end
 
 if best_id == nil then return {0, 'empty', settled_n, prev_outcome, bucket or -1} end
-local priority = math.floor(best_score / 4e10)
+local priority = math.floor(best_score / C.priority_unit)
 if mode == 'strict' and bucket ~= nil and priority > bucket then
   return {0, 'bucket', settled_n, prev_outcome, bucket}
 end
