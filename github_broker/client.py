@@ -112,8 +112,11 @@ class BrokerClient:
         of being counted as done. Call `complete()` before asking if you finished a task, and
         no retry can misfile it.
         """
-        body: dict[str, Any] = {"agent_id": self.agent_id, "wait_seconds": wait_seconds,
-                                "previous": previous}
+        body: dict[str, Any] = {
+            "agent_id": self.agent_id,
+            "wait_seconds": wait_seconds,
+            "previous": previous,
+        }
         if roles:
             body["roles"] = list(roles)
         if repositories:
@@ -130,13 +133,15 @@ class BrokerClient:
         try:
             return Task.model_validate(response.json())
         except (ValueError, ValidationError) as e:
-            raise BrokerClientError(f"unexpected task from the broker: {e}",
-                                    status=response.status_code) from e
+            raise BrokerClientError(
+                f"unexpected task from the broker: {e}", status=response.status_code
+            ) from e
 
     def heartbeat(self, task: Task) -> str:
         """Extend the task's lease; returns the new expiry (ISO 8601). LeaseLost if it is gone."""
-        response, _ = self._post(self._task_path(task, "heartbeat"),
-                                 lambda _: self._lease_body(task), self.timeout_s)
+        response, _ = self._post(
+            self._task_path(task, "heartbeat"), lambda _: self._lease_body(task), self.timeout_s
+        )
         if response.status_code != 200:
             raise _error(response)
         return str(response.json()["expires_at"])
@@ -167,7 +172,8 @@ class BrokerClient:
 
     def _finish(self, task: Task, action: str, extra: dict[str, Any], outcome: str) -> None:
         response, maybe_delivered = self._post(
-            self._task_path(task, action), lambda _: {**self._lease_body(task), **extra},
+            self._task_path(task, action),
+            lambda _: {**self._lease_body(task), **extra},
             self.timeout_s,
         )
         if response.status_code == 200:
@@ -223,7 +229,9 @@ class BrokerClient:
             if last:
                 raise BrokerUnavailable(
                     f"POST {path}: broker unavailable ({response.status_code}): "
-                    f"{_detail(response)}", status=response.status_code, reason=_reason(response),
+                    f"{_detail(response)}",
+                    status=response.status_code,
+                    reason=_reason(response),
                 )
             self._pause(attempt, _retry_after_s(response), f"POST {path}: {response.status_code}")
         raise AssertionError("unreachable: the last attempt returns or raises")
@@ -233,8 +241,14 @@ class BrokerClient:
         delay = ceiling / 2 + random.uniform(0, ceiling / 2)
         if retry_after_s is not None:
             delay = min(MAX_BACKOFF_S, max(delay, retry_after_s))
-        logger.info("%s; agent %s retries in %.1fs (attempt %d of %d)",
-                    why, self.agent_id, delay, attempt + 2, self.retries + 1)
+        logger.info(
+            "%s; agent %s retries in %.1fs (attempt %d of %d)",
+            why,
+            self.agent_id,
+            delay,
+            attempt + 2,
+            self.retries + 1,
+        )
         time.sleep(delay)
 
 
@@ -248,8 +262,9 @@ def _never_sent(e: requests.RequestException) -> bool:
 
 def _transient(e: requests.RequestException) -> bool:
     # ChunkedEncodingError: the connection was cut while the answer was being read.
-    return isinstance(e, requests.ConnectionError | requests.Timeout
-                      | requests.exceptions.ChunkedEncodingError)
+    return isinstance(
+        e, requests.ConnectionError | requests.Timeout | requests.exceptions.ChunkedEncodingError
+    )
 
 
 def _retry_after_s(response: requests.Response) -> float | None:

@@ -33,10 +33,16 @@ class SimulatedGitHub:
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"token {SIMULATOR_TOKEN}"
 
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None,
-             params: dict[str, str] | None = None) -> requests.Response:
-        return self.session.request(method, self.repo_url + path, json=body, params=params,
-                                    timeout=TIMEOUT_S)
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+    ) -> requests.Response:
+        return self.session.request(
+            method, self.repo_url + path, json=body, params=params, timeout=TIMEOUT_S
+        )
 
     def open_pull(self, title: str, head: str, base: str, body: str) -> str:
         r = self.call("POST", "/pulls", {"title": title, "head": head, "base": base, "body": body})
@@ -52,8 +58,11 @@ class SimulatedGitHub:
         return int(pulls[0]["number"]) if pulls else None
 
     def approve_and_merge(self, pr: int) -> str:
-        r = self.call("POST", f"/pulls/{pr}/reviews",
-                      {"event": "APPROVE", "body": "Checked against the issue: looks good."})
+        r = self.call(
+            "POST",
+            f"/pulls/{pr}/reviews",
+            {"event": "APPROVE", "body": "Checked against the issue: looks good."},
+        )
         r.raise_for_status()
         r = self.call("PUT", f"/pulls/{pr}/merge", {"merge_method": "squash"})
         r.raise_for_status()
@@ -81,11 +90,17 @@ def act(github: SimulatedGitHub, env: Mapping[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m github_broker.demo_agent",
-                                     description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m github_broker.demo_agent",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     parser.add_argument("--github-url", required=True, help="the simulator's base URL")
-    parser.add_argument("--seconds", type=float, default=DEFAULT_WORK_S,
-                        help="how long to pretend to work (default %(default)s)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=DEFAULT_WORK_S,
+        help="how long to pretend to work (default %(default)s)",
+    )
     args = parser.parse_args(argv)
     env = os.environ
     where = f"{env['GB_AGENT_ID']} {env['GB_REPOSITORY']}#{env['GB_ISSUE_ID']}"

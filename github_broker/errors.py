@@ -49,6 +49,10 @@ class NotFound(BrokerError):
     """The addressed repository or task is unknown to the broker."""
 
 
+class Conflict(BrokerError):
+    """The request collides with existing state (a fix task already pending)."""
+
+
 class InvalidRequest(BrokerError):
     """The request is well-formed JSON but asks for something impossible."""
 

@@ -7,10 +7,12 @@ import json
 import logging
 import re
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from github_broker.clock import ms_from_iso
+from github_broker.errors import Conflict, InvalidRequest, NotFound
 from github_broker.gateway import GitHubGateway
 from github_broker.models import Issue, ReviewComment, TaskType
 from github_broker.rules import Rules, task_score
@@ -173,15 +175,13 @@ class ReviewKeeper:
                     rounds,
                 )
             return
-        payload = {
-            "pr": pull["number"],
-            "pr_url": pull.get("html_url", ""),
-            "issue": issue.number,
-            "round": rounds + 1,
-            "status": "pending",
-            "comment_ids": sorted(f.key for f in new),
-            "comments": [f.comment.model_dump() for f in new],
-        }
+        payload = fix_payload(
+            issue.number,
+            pull["number"],
+            pull.get("html_url", ""),
+            rounds + 1,
+            {f.key: f.comment for f in new},
+        )
         if await rstore.put_task(
             f"{TaskType.FIX}:{issue.number}",
             score=self._score(issue, TaskType.FIX),
@@ -234,3 +234,55 @@ class ReviewKeeper:
         if author in self.review.ignored_authors:
             return False
         return not self.review.allowed_authors or author in self.review.allowed_authors
+
+
+def fix_payload(
+    issue: int, pr: int, pr_url: str, round_: int, comments: dict[str, ReviewComment]
+) -> dict[str, Any]:
+    """The `task:fix:{pr}` record: which feedback (ids) this round addresses, and its text."""
+    return {
+        "pr": pr,
+        "pr_url": pr_url,
+        "issue": issue,
+        "round": round_,
+        "status": "pending",
+        "comment_ids": sorted(comments),
+        "comments": [c.model_dump() for c in comments.values()],
+    }
+
+
+async def post_fix(
+    rstore: RepoStore,
+    rules: Rules,
+    *,
+    issue_number: int,
+    pr: int,
+    pr_url: str,
+    branch: str | None,
+    comments: list[ReviewComment],
+) -> str:
+    """A fix task posted directly by a maintainer or a bot (`POST /tasks/fix`)."""
+    issue = await rstore.get_issue(issue_number)
+    if issue is None:
+        raise NotFound(f"issue #{issue_number} is not an open issue of {rstore.repository}")
+    branch = branch or rules.branch(issue)
+    if not branch:
+        raise InvalidRequest(f"issue #{issue_number} names no branch; pass `branch`")
+    _, state = (await rstore.review_states([issue_number]))[issue_number]
+    round_ = int(state.get("fix_rounds", "0")) + 1
+    keyed = {f"direct:{uuid.uuid4().hex[:12]}": c for c in comments}
+    task_id = f"{TaskType.FIX}:{issue_number}"
+    added = await rstore.put_task(
+        task_id,
+        score=task_score(rules.priority(issue.labels) or 0, TaskType.FIX, issue.created_at),
+        role=rules.role(issue.labels) or "",
+        pr=pr,
+        author="",
+        branch=branch,
+        payload=fix_payload(issue_number, pr, pr_url, round_, keyed),
+        direct=True,
+    )
+    if not added:
+        raise Conflict(f"a fix task for {rstore.repository}#{issue_number} is already pending")
+    logger.info("fix task posted for %s#%d (PR #%d)", rstore.repository, issue_number, pr)
+    return task_id

@@ -47,7 +47,9 @@ WATCH_INTERVAL_S = 0.2
 MAX_ENV_JSON_BYTES = 64 * 1024
 #: Environment variables the `agent` options default to.
 TOKEN_ENV, URL_ENV, AGENT_ENV = (
-    "GITHUB_BROKER_AGENT_TOKEN", "GITHUB_BROKER_URL", "GITHUB_BROKER_AGENT_ID"
+    "GITHUB_BROKER_AGENT_TOKEN",
+    "GITHUB_BROKER_URL",
+    "GITHUB_BROKER_AGENT_ID",
 )
 
 
@@ -178,11 +180,22 @@ class Heartbeat:
                 return
             except BrokerClientError as e:
                 # The lease lasts three intervals: one missed beat does not cost it.
-                logger.warning("%s heartbeat on %s#%d failed, next in %ds: %s",
-                               agent, task.repository, task.issue_id, self.interval_s, e)
+                logger.warning(
+                    "%s heartbeat on %s#%d failed, next in %ds: %s",
+                    agent,
+                    task.repository,
+                    task.issue_id,
+                    self.interval_s,
+                    e,
+                )
             else:
-                logger.debug("%s heartbeat on %s#%d: lease until %s",
-                             agent, task.repository, task.issue_id, expires)
+                logger.debug(
+                    "%s heartbeat on %s#%d: lease until %s",
+                    agent,
+                    task.repository,
+                    task.issue_id,
+                    expires,
+                )
 
 
 class Runner:
@@ -233,8 +246,9 @@ class Runner:
                     previous=self._unsettled or "abandoned",
                 )
             except BrokerUnavailable as e:
-                logger.warning("%s: broker unreachable, asking again in %.0fs: %s",
-                               self.agent, pause, e)
+                logger.warning(
+                    "%s: broker unreachable, asking again in %.0fs: %s", self.agent, pause, e
+                )
                 self.stop.wait(pause)
                 pause = min(pause * 2, MAX_UNREACHABLE_PAUSE_S)
                 continue
@@ -244,9 +258,16 @@ class Runner:
 
     def work(self, task: Task) -> Ending:
         """Run the command on one task, heartbeating meanwhile, then report how it ended."""
-        logger.info("%s claimed %s#%d (%s, role %s, branch %s): %s", self.agent, task.repository,
-                    task.issue_id, task.task_type.value, task.required_role, task.branch_name,
-                    task.title)
+        logger.info(
+            "%s claimed %s#%d (%s, role %s, branch %s): %s",
+            self.agent,
+            task.repository,
+            task.issue_id,
+            task.task_type.value,
+            task.required_role,
+            task.branch_name,
+            task.title,
+        )
         started = time.monotonic()
         if self.stop.is_set():  # the task arrived while we were asked to stop
             ending, code = Ending.STOPPED, None
@@ -280,23 +301,30 @@ class Runner:
                         _signal_group(proc, signal.SIGKILL)
                         proc.wait()
 
-    def _spawn(self, env: dict[str, str], stdin: IO[bytes], output: IO[bytes] | None
-               ) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, env: dict[str, str], stdin: IO[bytes], output: IO[bytes] | None
+    ) -> subprocess.Popen[bytes]:
         command = self.config.command
         shell = isinstance(command, str)
         try:
             # A session of its own: a terminal's Ctrl-C reaches only the runner, which stops
             # the whole group (shell and grandchildren) and releases the lease itself.
             return subprocess.Popen(
-                command if shell else list(command), shell=shell, cwd=self.config.workdir,
-                env=env, stdin=stdin, stdout=output,
-                stderr=subprocess.STDOUT if output else None, start_new_session=True,
+                command if shell else list(command),
+                shell=shell,
+                cwd=self.config.workdir,
+                env=env,
+                stdin=stdin,
+                stdout=output,
+                stderr=subprocess.STDOUT if output else None,
+                start_new_session=True,
             )
         except OSError as e:
             raise RunnerError(f"cannot start {command!r}: {e}") from e
 
-    def _watch(self, proc: subprocess.Popen[bytes], heartbeat: Heartbeat
-               ) -> tuple[Ending, int | None]:
+    def _watch(
+        self, proc: subprocess.Popen[bytes], heartbeat: Heartbeat
+    ) -> tuple[Ending, int | None]:
         timeout_s = self.config.timeout_s
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
@@ -325,8 +353,12 @@ class Runner:
         try:
             return proc.wait(timeout=self.config.kill_grace_s)
         except subprocess.TimeoutExpired:
-            logger.warning("%s: command %d ignored SIGTERM for %.0fs; killing it",
-                           self.agent, proc.pid, self.config.kill_grace_s)
+            logger.warning(
+                "%s: command %d ignored SIGTERM for %.0fs; killing it",
+                self.agent,
+                proc.pid,
+                self.config.kill_grace_s,
+            )
         _signal_group(proc, signal.SIGKILL)
         return proc.wait()
 
@@ -349,12 +381,17 @@ class Runner:
             else:
                 self.client.release(task, "failed" if outcome == "failed" else "abandoned")
         except LeaseLost as e:
-            logger.warning("%s could not report %s#%d as %s: the lease ended (%s)",
-                           *where, outcome, e.reason)
+            logger.warning(
+                "%s could not report %s#%d as %s: the lease ended (%s)", *where, outcome, e.reason
+            )
         except BrokerUnavailable as e:
             self._unsettled = outcome
-            logger.warning("%s could not report %s#%d as %s (%s); the next task request will",
-                           *where, outcome, e)
+            logger.warning(
+                "%s could not report %s#%d as %s (%s); the next task request will",
+                *where,
+                outcome,
+                e,
+            )
         except BrokerClientError as e:
             logger.error("%s could not report %s#%d as %s: %s", *where, outcome, e)
 
@@ -363,11 +400,18 @@ class Runner:
         if ending is Ending.COMPLETED:
             logger.info("%s completed %s#%d (exit 0 after %.1fs)", *where, elapsed_s)
         elif ending is Ending.FAILED:
-            logger.info("%s failed %s#%d (exit %s after %.1fs); releasing it as failed",
-                        *where, code, elapsed_s)
+            logger.info(
+                "%s failed %s#%d (exit %s after %.1fs); releasing it as failed",
+                *where,
+                code,
+                elapsed_s,
+            )
         elif ending is Ending.TIMED_OUT:
-            logger.warning("%s timed out on %s#%d after %.1fs; command stopped, releasing it "
-                           "as failed", *where, elapsed_s)
+            logger.warning(
+                "%s timed out on %s#%d after %.1fs; command stopped, releasing it as failed",
+                *where,
+                elapsed_s,
+            )
         elif ending is Ending.LEASE_LOST:
             logger.warning("%s lost %s#%d (%s); command stopped", *where, self._lost_reason)
         else:
@@ -381,8 +425,9 @@ class Runner:
             return
         self._failures += 1
         pause = min(MAX_FAILURE_PAUSE_S, FAILURE_PAUSE_S * 2 ** (self._failures - 1))
-        logger.info("%s: %d failed task(s) in a row, pausing %.0fs", self.agent, self._failures,
-                    pause)
+        logger.info(
+            "%s: %d failed task(s) in a row, pausing %.0fs", self.agent, self._failures, pause
+        )
         self.stop.wait(pause)
 
 
@@ -404,8 +449,10 @@ def stop_on_signals(stop: threading.Event) -> Iterator[list[int]]:
             raise KeyboardInterrupt
         received.append(signum)
         stop.set()
-        logger.warning("%s: stopping after the current step (send it again to quit at once)",
-                       signal.Signals(signum).name)
+        logger.warning(
+            "%s: stopping after the current step (send it again to quit at once)",
+            signal.Signals(signum).name,
+        )
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -458,8 +505,12 @@ def cmd_agent(args: argparse.Namespace) -> int:
         BrokerClient(args.broker_url, args.agent_id, token=args.token) as client,
         stop_on_signals(stop) as received,
     ):
-        logger.info("%s asking %s for tasks (roles %s)", args.agent_id, args.broker_url,
-                    ", ".join(config.roles) or "any")
+        logger.info(
+            "%s asking %s for tasks (roles %s)",
+            args.agent_id,
+            args.broker_url,
+            ", ".join(config.roles) or "any",
+        )
         try:
             code = Runner(client, config, stop).run()
         except (RunnerError, BrokerClientError) as e:
@@ -472,30 +523,59 @@ def cmd_agent(args: argparse.Namespace) -> int:
 def add_agent_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `agent` on a parser's subcommands."""
     p = subparsers.add_parser(
-        "agent", help="run an agent command on tasks from a broker",
+        "agent",
+        help="run an agent command on tasks from a broker",
         description="Ask a broker for tasks and run an agent command on each, heartbeating "
-                    "while it runs and reporting how it ended.",
-        epilog=AGENT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "while it runs and reporting how it ended.",
+        epilog=AGENT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--broker-url", default=os.environ.get(URL_ENV, "http://127.0.0.1:8080"),
-                   help=f"broker base URL (env {URL_ENV}; default %(default)s)")
+    p.add_argument(
+        "--broker-url",
+        default=os.environ.get(URL_ENV, "http://127.0.0.1:8080"),
+        help=f"broker base URL (env {URL_ENV}; default %(default)s)",
+    )
     agent_id = os.environ.get(AGENT_ENV)
-    p.add_argument("--agent-id", default=agent_id, required=agent_id is None,
-                   help=f"this agent's id, also a GitHub label (env {AGENT_ENV})")
-    p.add_argument("--token", default=os.environ.get(TOKEN_ENV),
-                   help=f"agent bearer token (env {TOKEN_ENV})")
+    p.add_argument(
+        "--agent-id",
+        default=agent_id,
+        required=agent_id is None,
+        help=f"this agent's id, also a GitHub label (env {AGENT_ENV})",
+    )
+    p.add_argument(
+        "--token", default=os.environ.get(TOKEN_ENV), help=f"agent bearer token (env {TOKEN_ENV})"
+    )
     p.add_argument("--role", action="append", help="a role this agent accepts (repeatable)")
     p.add_argument("--repository", action="append", help="only this owner/name (repeatable)")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="stop the command after this long and release the task as failed")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop the command after this long and release the task as failed",
+    )
     p.add_argument("--workdir", type=Path, default=Path("."), help="where the command runs")
     p.add_argument("--once", action="store_true", help="take one task, report it and exit")
-    p.add_argument("--wait", type=float, default=DEFAULT_WAIT_S, metavar="SECONDS",
-                   help="long-poll of each task request, 0-60 (default %(default)s)")
-    p.add_argument("--kill-grace", type=float, default=DEFAULT_KILL_GRACE_S, metavar="SECONDS",
-                   help="time between SIGTERM and SIGKILL (default %(default)s)")
-    p.add_argument("agent_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
-                   help="the agent command and its arguments")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=DEFAULT_WAIT_S,
+        metavar="SECONDS",
+        help="long-poll of each task request, 0-60 (default %(default)s)",
+    )
+    p.add_argument(
+        "--kill-grace",
+        type=float,
+        default=DEFAULT_KILL_GRACE_S,
+        metavar="SECONDS",
+        help="time between SIGTERM and SIGKILL (default %(default)s)",
+    )
+    p.add_argument(
+        "agent_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the agent command and its arguments",
+    )
     p.set_defaults(func=cmd_agent)
     return p
 
@@ -503,12 +583,14 @@ def add_agent_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
 def main(argv: list[str] | None = None) -> int:
     """`python -m github_broker.runner agent ...`: the same command without the full CLI."""
     parser = argparse.ArgumentParser(prog="python -m github_broker.runner")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
     add_agent_command(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

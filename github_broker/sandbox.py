@@ -44,8 +44,12 @@ AGENT_STOP_TIMEOUT_S = 30.0
 #: Short intervals so a demo shows a whole task cycle in seconds (the defaults are minutes).
 SANDBOX_OVERRIDES: dict[str, Any] = {
     "repositories": [SANDBOX_REPO],
-    "poll": {"interval_s": 2, "outbox_interval_s": 0.5, "leader_ttl_s": 6,
-             "full_sync_interval_s": 60},
+    "poll": {
+        "interval_s": 2,
+        "outbox_interval_s": 0.5,
+        "leader_ttl_s": 6,
+        "full_sync_interval_s": 60,
+    },
     "leases": {"lease_ttl_s": 120},
     "review": {"delay_s": 10, "timeout_s": 60},
 }
@@ -60,8 +64,12 @@ def sandbox_settings(github_url: str, redis_url: str, port: int) -> Settings:
     settings = load_settings(
         DEFAULTS_DIR,
         **SANDBOX_OVERRIDES,
-        github={"base_url": github_url, "token": "sandbox", "seconds_between_writes": 0,
-                "timeout_s": 5},
+        github={
+            "base_url": github_url,
+            "token": "sandbox",
+            "seconds_between_writes": 0,
+            "timeout_s": 5,
+        },
         # A prefix of its own: a real Redis given with --redis-url may hold a real broker's keys.
         redis={"url": redis_url, "key_prefix": "gb-sandbox"},
         server={"host": "127.0.0.1", "port": port, "long_poll_recheck_s": 2},
@@ -74,8 +82,9 @@ def sandbox_settings(github_url: str, redis_url: str, port: int) -> Settings:
         and settings.server.admin_token is None
     )
     if not offline:
-        names = sorted(k for k in os.environ
-                       if k.startswith(ENV_PREFIX) and k != f"{ENV_PREFIX}CONFIG_DIR")
+        names = sorted(
+            k for k in os.environ if k.startswith(ENV_PREFIX) and k != f"{ENV_PREFIX}CONFIG_DIR"
+        )
         raise ConfigError(
             "the sandbox runs offline on its own settings, but environment variables override "
             f"them ({', '.join(names)}); unset them to run the sandbox"
@@ -101,8 +110,13 @@ class ApiServer:
         from github_broker.api.app import create_app
 
         config = uvicorn.Config(
-            create_app(settings, config_dir=DEFAULTS_DIR), host=host, port=port,
-            log_config=None, log_level="warning", access_log=False, lifespan="on",
+            create_app(settings, config_dir=DEFAULTS_DIR),
+            host=host,
+            port=port,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="sandbox-api", daemon=True)
@@ -158,7 +172,8 @@ class GitHubWatcher:
             for d in batch:
                 items[d["number"]] = Item(
                     kind="PR" if "pull_request" in d else "issue",
-                    state=d["state"], labels=frozenset(lab["name"] for lab in d["labels"]),
+                    state=d["state"],
+                    labels=frozenset(lab["name"] for lab in d["labels"]),
                     title=d["title"],
                 )
             if page * 100 >= total:
@@ -177,16 +192,25 @@ class GitHubWatcher:
             if item.kind == "PR":
                 pull = self.sim.state.get_pull(SANDBOX_OWNER, SANDBOX_NAME, number)
                 first_line = (pull.get("body") or "").splitlines()[:1]
-                logger.info("github: PR #%d opened: %s -> %s, %r", number, pull["head"]["ref"],
-                            pull["base"]["ref"], first_line[0] if first_line else "")
+                logger.info(
+                    "github: PR #%d opened: %s -> %s, %r",
+                    number,
+                    pull["head"]["ref"],
+                    pull["base"]["ref"],
+                    first_line[0] if first_line else "",
+                )
             else:
                 logger.info("github: issue #%d opened: %s", number, item.title)
             return
         added, removed = item.labels - before.labels, before.labels - item.labels
         if added or removed:
             changes = [f"+{n}" for n in sorted(added)] + [f"-{n}" for n in sorted(removed)]
-            logger.info("github: %s#%d labels %s", "PR " if item.kind == "PR" else "", number,
-                        " ".join(changes))
+            logger.info(
+                "github: %s#%d labels %s",
+                "PR " if item.kind == "PR" else "",
+                number,
+                " ".join(changes),
+            )
         if item.state != before.state:
             logger.info("github: %s #%d %s", item.kind, number, item.state)
 
@@ -269,16 +293,30 @@ class Sandbox:
         self.watcher.start()
         print(banner(self.url, self.sim, self.redis_url, self.agent_ids, self.logs), flush=True)
         for agent_id in self.agent_ids:
-            thread = threading.Thread(target=self._agent, args=(agent_id,), name=agent_id,
-                                      daemon=True)
+            thread = threading.Thread(
+                target=self._agent, args=(agent_id,), name=agent_id, daemon=True
+            )
             thread.start()
             self.threads.append(thread)
 
     def _agent(self, agent_id: str) -> None:
-        command = [sys.executable, "-m", "github_broker.demo_agent",
-                   "--github-url", self.sim.base_url, "--seconds", str(self.work_s)]
-        config = RunnerConfig(command=command, workdir=self.logs, timeout_s=AGENT_TIMEOUT_S,
-                              wait_s=AGENT_WAIT_S, kill_grace_s=5, output_dir=self.logs)
+        command = [
+            sys.executable,
+            "-m",
+            "github_broker.demo_agent",
+            "--github-url",
+            self.sim.base_url,
+            "--seconds",
+            str(self.work_s),
+        ]
+        config = RunnerConfig(
+            command=command,
+            workdir=self.logs,
+            timeout_s=AGENT_TIMEOUT_S,
+            wait_s=AGENT_WAIT_S,
+            kill_grace_s=5,
+            output_dir=self.logs,
+        )
         with BrokerClient(self.url, agent_id) as client:
             try:
                 Runner(client, config, self.stop).run()
@@ -328,17 +366,30 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 def add_sandbox_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `sandbox` on a parser's subcommands."""
     p = subparsers.add_parser(
-        "sandbox", help="try the broker offline: simulated GitHub, broker and demo agents",
+        "sandbox",
+        help="try the broker offline: simulated GitHub, broker and demo agents",
         description="Start a simulated GitHub seeded with a demo backlog, the broker API and "
-                    "its poller, and demo agents that open PRs; all in one offline process.",
+        "its poller, and demo agents that open PRs; all in one offline process.",
     )
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="API port (default %(default)s)")
-    p.add_argument("--redis-url", default="memory://",
-                   help="Redis to use (default: in-process memory://)")
-    p.add_argument("--agents", type=int, default=DEFAULT_AGENTS, choices=range(0, 11),
-                   metavar="N", help="demo agents to run, 0-10 (default %(default)s)")
-    p.add_argument("--work-seconds", type=float, default=DEFAULT_WORK_S, metavar="SECONDS",
-                   help="how long a demo agent works on a task (default %(default)s)")
+    p.add_argument(
+        "--redis-url", default="memory://", help="Redis to use (default: in-process memory://)"
+    )
+    p.add_argument(
+        "--agents",
+        type=int,
+        default=DEFAULT_AGENTS,
+        choices=range(0, 11),
+        metavar="N",
+        help="demo agents to run, 0-10 (default %(default)s)",
+    )
+    p.add_argument(
+        "--work-seconds",
+        type=float,
+        default=DEFAULT_WORK_S,
+        metavar="SECONDS",
+        help="how long a demo agent works on a task (default %(default)s)",
+    )
     p.set_defaults(func=cmd_sandbox)
     return p
 
@@ -374,8 +425,9 @@ def label_set(settings: Settings) -> list[tuple[str, str, str]]:
         (names.story, "c5def5", "Groups issues; never handed out"),
         (names.epic, "3e4b9e", "Groups stories; never handed out"),
     ]
-    roles = [(a.role, ROLE_COLOR, a.description or f"Work for a {a.role} agent")
-             for a in settings.agents]
+    roles = [
+        (a.role, ROLE_COLOR, a.description or f"Work for a {a.role} agent") for a in settings.agents
+    ]
     return [(n, c, d[:MAX_LABEL_DESCRIPTION]) for n, c, d in PRIORITY_LABELS + roles + broker]
 
 
@@ -386,8 +438,10 @@ def cmd_labels_init(args: argparse.Namespace) -> int:
     settings = load_settings(getattr(args, "config", None))
     repos = [args.repo] if args.repo else [r.full_name for r in settings.repositories]
     if not repos:
-        raise ConfigError("no repository: pass --repo owner/name or set `repositories` "
-                          "in broker.yaml (or GITHUB_BROKER_REPOSITORIES)")
+        raise ConfigError(
+            "no repository: pass --repo owner/name or set `repositories` "
+            "in broker.yaml (or GITHUB_BROKER_REPOSITORIES)"
+        )
     labels = label_set(settings)
     gateway = GitHubGateway(settings.github)
     try:
@@ -414,13 +468,18 @@ def add_labels_command(subparsers: argparse._SubParsersAction) -> argparse.Argum
     p = subparsers.add_parser("labels", help="manage the labels the broker uses on GitHub")
     sub = p.add_subparsers(dest="labels_command", required=True)
     init = sub.add_parser(
-        "init", help="create priorities P0-P3, the roles of agents.yml and the broker's labels",
+        "init",
+        help="create priorities P0-P3, the roles of agents.yml and the broker's labels",
         description="Create the label set (priorities P0-P3, roles from agents.yml, "
-                    "in-progress, needs-review, review-done, needs-human, story, epic). "
-                    "Labels that exist are left as they are.",
+        "in-progress, needs-review, review-done, needs-human, story, epic). "
+        "Labels that exist are left as they are.",
     )
-    init.add_argument("--repo", type=_repo_name, metavar="OWNER/NAME",
-                      help="only this repository (default: every configured one)")
+    init.add_argument(
+        "--repo",
+        type=_repo_name,
+        metavar="OWNER/NAME",
+        help="only this repository (default: every configured one)",
+    )
     init.set_defaults(func=cmd_labels_init)
     return p
 
@@ -429,14 +488,16 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m github_broker.sandbox sandbox|labels ...` without the full CLI."""
     parser = argparse.ArgumentParser(prog="python -m github_broker.sandbox")
     parser.add_argument("--config", type=Path, default=None, help="config directory")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     add_sandbox_command(sub)
     add_labels_command(sub)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         return int(args.func(args))
     except BrokerError as e:

@@ -297,6 +297,7 @@ class RepoStore:
         author: str,
         branch: str,
         payload: dict[str, Any],
+        direct: bool = False,
     ) -> bool:
         """Offer a review or fix task (see task_put.lua); False when it exists or isn't wanted."""
         res = await self._run(
@@ -309,6 +310,7 @@ class RepoStore:
             branch,
             json.dumps(payload),
             self.settings.review.fix_task_ttl_s,
+            "1" if direct else "0",
         )
         return bool(int(res))
 

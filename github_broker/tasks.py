@@ -11,6 +11,7 @@ from github_broker.errors import InvalidRequest, LeaseError, NotFound
 from github_broker.events import ReadyWaker
 from github_broker.models import Claimed, LeaseGrant, NoTask, Outcome, ReviewComment, Task
 from github_broker.prompts import Prompts
+from github_broker.rules import Rules
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
 
@@ -34,6 +35,7 @@ class TaskService:
         self.waker = waker
         self.role_descriptions = {a.role: a.description for a in settings.agents}
         self._base_branches: dict[str, tuple[str, float]] = {}
+        self.rules = Rules(settings)
 
     # --- request-task -------------------------------------------------------------------
 
@@ -179,6 +181,9 @@ class TaskService:
         logger.info("%s %s#%d by %s", outcome.value, repository, number, agent_id)
 
     # --- validation ---------------------------------------------------------------------
+
+    def repo(self, repository: str) -> RepoStore:
+        return self._repo(repository)
 
     def _repo(self, repository: str) -> RepoStore:
         if repository not in self.store.repos:

@@ -236,3 +236,52 @@ def test_status_shows_github_quota_after_a_poll(
             time.sleep(0.1)
         quota = client.get("/status").json()["github_quota"]
         assert quota["limit"] == 5000 and 0 < quota["remaining"] < 5000
+
+
+def test_posted_fix_is_queued_handed_out_once_and_duplicates_refused(
+    app_factory: Callable[..., TestClient],
+) -> None:
+    with app_factory(server={"admin_token": "boss", "agent_tokens": {"t1": "a1", "t2": "a2"}}) as c:
+        admin = {"Authorization": "Bearer boss"}
+        body = {
+            "repository": "acme/widgets",
+            "issue": 3,
+            "pr": 40,
+            "pr_url": "https://github.example/acme/widgets/pull/40",
+            "comments": [
+                {"author": "alice", "body": "Handle the empty file.", "path": "a.py", "line": 7}
+            ],
+        }
+        assert (
+            c.post("/tasks/fix", json=body, headers={"Authorization": "Bearer t1"}).status_code
+            == 403
+        )
+        r = c.post("/tasks/fix", json=body, headers=admin)
+        assert r.status_code == 202 and r.json() == {"task_id": "fix:3", "status": "queued"}
+        again = c.post("/tasks/fix", json=body, headers=admin)
+        assert again.status_code == 409 and "already pending" in again.json()["detail"]
+        # Fixes come before development work, but only inside the strict bucket: P1 waits.
+        best = c.post(
+            "/request-task",
+            json={"agent_id": "a1", "repositories": ["acme/widgets"]},
+            headers={"Authorization": "Bearer t1"},
+        )
+        assert best.json()["task_type"] == "development" and best.json()["issue_id"] in (1, 2)
+        missing = c.post("/tasks/fix", json={**body, "issue": 99}, headers=admin)
+        assert missing.status_code == 404
+
+
+def test_posted_fix_in_the_bucket_comes_first(app_factory: Callable[..., TestClient]) -> None:
+    with app_factory() as c:
+        body = {
+            "repository": "acme/widgets",
+            "issue": 2,
+            "pr": 41,
+            "comments": [{"author": "alice", "body": "Rename the CSS class."}],
+        }
+        assert c.post("/tasks/fix", json=body).status_code == 202
+        task = c.post("/request-task", json={"agent_id": "a1"}).json()
+        assert task["task_type"] == "fix" and task["issue_id"] == 2
+        assert task["branch_name"] == "ui/issue-2" and task["pr_url"] is None
+        assert [cm["body"] for cm in task["review_comments"]] == ["Rename the CSS class."]
+        assert "Rename the CSS class." in task["prompt"]

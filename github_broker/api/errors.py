@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from github_broker.errors import (
     AuthError,
     BrokerError,
+    Conflict,
     GitHubUnavailable,
     InvalidRequest,
     LeaseError,
@@ -30,6 +31,7 @@ STATUS: dict[type[BrokerError], int] = {
     InvalidRequest: 422,
     NotFound: 404,
     LeaseError: 409,
+    Conflict: 409,
     AuthError: 401,
     StoreUnavailable: 503,
     GitHubUnavailable: 503,

@@ -9,9 +9,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from github_broker import reviews
 from github_broker import status as status_view
 from github_broker.api.schemas import (
     Done,
+    FixAccepted,
+    FixRequest,
     HeartbeatResponse,
     LeaseRequest,
     Problem,
@@ -19,7 +22,7 @@ from github_broker.api.schemas import (
     TaskRequest,
 )
 from github_broker.errors import LeaseError, NotFound
-from github_broker.models import Outcome, Task
+from github_broker.models import Outcome, ReviewComment, Task
 
 router = APIRouter()
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -123,6 +126,33 @@ async def release(
     async with counting_refusals(svc):
         await svc.tasks.finish(f"{owner}/{repo}", number, body.agent_id, body.token, outcome)
     return Done(status=outcome.value)
+
+
+@router.post("/tasks/fix", status_code=202, response_model=FixAccepted, responses=ERRORS)
+async def post_fix(body: FixRequest, request: Request, svc: Services) -> FixAccepted:
+    """Queue a fix task from feedback given here (admin): handed out like any other task."""
+    svc.auth.admin(request)
+    task_id = await reviews.post_fix(
+        svc.tasks.repo(body.repository),
+        svc.tasks.rules,
+        issue_number=body.issue,
+        pr=body.pr,
+        pr_url=body.pr_url,
+        branch=body.branch,
+        comments=[
+            ReviewComment(
+                id=i,
+                kind="direct",
+                author=c.author,
+                body=c.body,
+                url=c.url,
+                path=c.path,
+                line=c.line,
+            )
+            for i, c in enumerate(body.comments, start=1)
+        ],
+    )
+    return FixAccepted(task_id=task_id, status="queued")
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

@@ -40,6 +40,30 @@ class ReleaseRequest(LeaseRequest):
     reason: Literal["failed", "abandoned"] = "abandoned"
 
 
+class FixComment(BaseModel):
+    author: str = Field(min_length=1, max_length=100)
+    body: str = Field(min_length=1, max_length=65536)
+    path: str | None = None
+    line: int | None = Field(None, ge=1)
+    url: str = ""
+
+
+class FixRequest(BaseModel):
+    """`POST /tasks/fix`: feedback on a PR that should become a fix task now."""
+
+    repository: str = Field(description="owner/name")
+    issue: int = Field(ge=1, description="the issue the PR works on")
+    pr: int = Field(ge=1, description="the pull request to fix")
+    pr_url: str = ""
+    branch: str | None = Field(None, description="default: the issue's branch")
+    comments: list[FixComment] = Field(min_length=1, max_length=100)
+
+
+class FixAccepted(BaseModel):
+    task_id: str
+    status: str
+
+
 class HeartbeatResponse(BaseModel):
     expires_at: str
 

@@ -3,7 +3,8 @@
 -- ARGV[2] task id (review:{n} | fix:{n}), ARGV[3] score, ARGV[4] role, ARGV[5] PR number,
 -- ARGV[6] agent that did the development work ('' if unknown), ARGV[7] branch,
 -- ARGV[8] payload JSON (review: kept in review_state:{n}; fix: task:fix:{pr}),
--- ARGV[9] TTL of task:fix:{pr} in seconds.
+-- ARGV[9] TTL of task:fix:{pr} in seconds, ARGV[10] '1' for a fix posted directly by a
+-- maintainer (allowed outside a needs-review cycle).
 -- An existing task is left alone, and a review is offered only once per needs-review
 -- cycle, so the same feedback is never handed out twice.
 -- Returns 1 when the task was added, 0 when it existed or is not wanted.
@@ -11,7 +12,7 @@ local C = context()
 local task_id, score, role, pr, author, branch, payload =
   ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local kind, n = string.match(task_id, '^(%a+):(%d+)$')
-if redis.call('SISMEMBER', C.K.reviewing, n) == 0 then return 0 end
+if ARGV[10] ~= '1' and redis.call('SISMEMBER', C.K.reviewing, n) == 0 then return 0 end
 if redis.call('HEXISTS', C.K.tasks, task_id) == 1 then return 0 end
 local state_key = C.review_state .. n
 if kind == 'review' then
