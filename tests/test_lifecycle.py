@@ -141,3 +141,43 @@ async def test_issue_walks_development_review_fix_review_done(world: World, sim:
     await world.tick()
     assert "review-done" not in sim.state.issue_labels("acme", "widgets", pr["number"])
     assert "needs-review" in world.labels(1) and "needs-human" not in world.labels(1)
+
+
+@pytest.fixture
+async def strict_world(
+    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
+) -> AsyncIterator[World]:
+    settings = make_settings(
+        redis={"url": redis_url},
+        github={"base_url": sim.base_url},
+        review={"delay_s": 0, "timeout_s": 3600, "fix_debounce_s": 0, "max_fix_rounds": 1},
+    )
+    async with World.running(settings, sim) as w:
+        yield w
+
+
+async def test_feedback_after_the_last_fix_round_asks_for_a_human(
+    strict_world: World, sim: Simulator
+) -> None:
+    world = strict_world
+    await world.tick()
+    assert await world.ask("dev-1") is not None
+    pr = sim.state.create_pull("acme", "widgets", title="x", head="feature/issue-1", body="")
+    assert await world.ask("dev-1") is None
+    await world.tick()
+    await world.tick()
+    assert (await world.ask("rev-1")) is not None and await world.ask("rev-1") is None
+    sim.state.add_review(
+        "acme", "widgets", pr["number"], user="alice", state="CHANGES_REQUESTED", body="Round one."
+    )
+    await world.tick()
+    fix = await world.ask("fix-1")
+    assert fix is not None and fix.task_type == TaskType.FIX
+    assert await world.ask("fix-1") is None
+    sim.state.add_review(
+        "acme", "widgets", pr["number"], user="alice", state="CHANGES_REQUESTED", body="Round two."
+    )
+    await world.tick()
+    await world.tick()
+    assert await world.ask("fix-2") is None
+    assert "needs-human" in world.labels(1)
