@@ -1,25 +1,73 @@
-"""The load generator: concurrent agents over HTTP (asyncio + httpx), timed per operation."""
+"""The load generator: concurrent agents over HTTP on one asyncio loop, timed per operation."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
+
+from benchmarks.rawhttp import Connection, HTTPStatusError
 
 #: How each agent loops. `request-task` is the original's flow: asking again completes the
 #: held task. `claim-complete` reports completion explicitly with the lease token.
 #: `claim-abandon` gives the task back on the next ask, so the backlog never shrinks.
 #: `baseline` posts the same body to the baseline app.
 FLOWS = ("request-task", "claim-complete", "claim-abandon", "baseline")
+#: HTTP clients: `raw` (benchmarks.rawhttp, the default) or `httpx` (one client per agent;
+#: a shared pool of 50 connections costs ~4 ms of CPU per request in httpx 0.28).
+#: `raw-quickack` ACKs every response head at once (see rawhttp.Connection).
+CLIENTS = ("raw", "httpx", "raw-quickack")
 #: Seconds one HTTP request may take before it counts as an error.
 REQUEST_TIMEOUT_S = 30.0
+
+
+class Client(Protocol):
+    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]: ...
+
+    async def close(self) -> None: ...
+
+
+class RawClient:
+    def __init__(self, url: str, *, quickack: bool = False) -> None:
+        parts = urlsplit(url)
+        self._conn = Connection(parts.hostname or "127.0.0.1", parts.port or 80,
+                                quickack=quickack)
+
+    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
+        return await asyncio.wait_for(self._conn.post(path, json.dumps(payload).encode()),
+                                      REQUEST_TIMEOUT_S)
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+
+class HttpxClient:
+    def __init__(self, url: str) -> None:
+        self._client = httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_S)
+
+    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
+        response = await self._client.post(path, json=payload)
+        return response.status_code, response.content
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def make_client(kind: str, url: str) -> Client:
+    if kind not in CLIENTS:
+        raise ValueError(f"unknown client {kind!r}; one of {CLIENTS}")
+    if kind == "httpx":
+        return HttpxClient(url)
+    return RawClient(url, quickack=kind == "raw-quickack")
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -75,113 +123,113 @@ class LoadResult:
 class _Agent:
     """One agent's loop; records only operations that finish inside the window."""
 
-    def __init__(self, agent_id: str, url: str, client: httpx.AsyncClient, flow: str,
-                 result: LoadResult, window: tuple[float, float]) -> None:
+    def __init__(self, agent_id: str, client: Client, flow: str, result: LoadResult,
+                 window: tuple[float, float]) -> None:
         self.agent_id = agent_id
-        self.url = url
         self.client = client
         self.flow = flow
         self.result = result
         self.start, self.end = window
 
-    async def _post(self, op: str, path: str, body: dict[str, Any]) -> httpx.Response | None:
+    async def post(self, op: str, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
         began = time.perf_counter()
         try:
-            response = await self.client.post(self.url + path, json=body)
-        except httpx.HTTPError as e:
+            status, body = await self.client.post(path, payload)
+        except (httpx.HTTPError, HTTPStatusError, OSError, TimeoutError) as e:
             self.result.errors.append(f"{op}: {type(e).__name__}: {e}")
-            return None
+            return 0, b""
         done = time.perf_counter()
         if self.start <= done <= self.end:
             self.result.latencies_ms.setdefault(op, []).append((done - began) * 1000)
-            self.result.statuses[f"{op} {response.status_code}"] += 1
-            if response.status_code not in (200, 204):
-                self.result.errors.append(f"{op}: {response.status_code} {response.text[:200]}")
-        return response
+            self.result.statuses[f"{op} {status}"] += 1
+            if status not in (200, 204):
+                self.result.errors.append(f"{op}: {status} {body[:200]!r}")
+        return status, body
 
-    def _in_window(self) -> bool:
-        return self.start <= time.perf_counter() <= self.end
+    async def cycle(self, previous: str) -> None:
+        """One claim (and, in the explicit flow, its completion)."""
+        status, body = await self.post(
+            "claim", "/request-task", {"agent_id": self.agent_id, "previous": previous}
+        )
+        counted = self.start <= time.perf_counter() <= self.end
+        if status == 204:
+            self.result.empty += counted
+            return
+        if status != 200:
+            await asyncio.sleep(0.05)  # don't spin on a failing server
+            return
+        self.result.claims += counted
+        if self.flow == "baseline":
+            return
+        task = json.loads(body)
+        if counted and self.flow != "claim-abandon":
+            self.result.issues[task["issue_id"]] += 1
+        if self.flow == "claim-complete":
+            path = f"/tasks/{task['repository']}/{task['issue_id']}/complete"
+            await self.post("complete", path,
+                            {"agent_id": self.agent_id, "token": task["lease"]["token"]})
 
     async def run(self) -> None:
         previous = "abandoned" if self.flow == "claim-abandon" else "completed"
-        body = {"agent_id": self.agent_id, "previous": previous}
-        while time.perf_counter() < self.end:
-            response = await self._post("claim", "/request-task", body)
-            if response is None or response.status_code not in (200, 204):
-                await asyncio.sleep(0.05)  # don't spin on a failing server
-                continue
-            counted = self._in_window()
-            if response.status_code == 204:
-                self.result.empty += counted
-                continue
-            self.result.claims += counted
-            if self.flow == "baseline":
-                continue
-            task = response.json()
-            if counted and self.flow != "claim-abandon":
-                self.result.issues[task["issue_id"]] += 1
-            if self.flow == "claim-complete":
-                path = f"/tasks/{task['repository']}/{task['issue_id']}/complete"
-                token = task["lease"]["token"]
-                await self._post("complete", path, {"agent_id": self.agent_id, "token": token})
+        try:
+            while time.perf_counter() < self.end:
+                await self.cycle(previous)
+        finally:
+            await self.client.close()
 
 
-async def _run(url: str, agents: int, flow: str, warmup_s: float, duration_s: float,
-               probe: Callable[[], Any] | None) -> LoadResult:
+def agent_ids(count: int, prefix: str) -> list[str]:
+    # Unique per run, so no agent starts out holding a task from an earlier scenario.
+    tag = f"{os.getpid()}-{time.time_ns() // 1_000_000 % 10**8}"
+    return [f"{prefix}-{tag}-{i:03d}" for i in range(count)]
+
+
+async def _run(url: str, agents: int, flow: str, client: str, warmup_s: float,
+               duration_s: float, probe: Callable[[], Any] | None) -> LoadResult:
     result = LoadResult(flow=flow, agents=agents, window_s=duration_s)
-    limits = httpx.Limits(max_connections=agents, max_keepalive_connections=agents)
-    tag = f"{os.getpid()}-{int(time.time() * 1000) % 10**8}"
-    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
-        start = time.perf_counter() + warmup_s
-        window = (start, start + duration_s)
-        tasks = [
-            asyncio.create_task(_Agent(f"bench-{tag}-{i:03d}", url, client, flow, result,
-                                       window).run())
-            for i in range(agents)
-        ]
-        await asyncio.sleep(warmup_s)
-        # The probe reads /proc; a thread keeps it from stalling the agents.
-        before = await asyncio.to_thread(probe) if probe else None
-        cpu0 = time.process_time()
-        await asyncio.sleep(max(0.0, window[1] - time.perf_counter()))
-        result.generator_cpu_s = time.process_time() - cpu0
-        after = await asyncio.to_thread(probe) if probe else None
-        await asyncio.gather(*tasks)
+    start = time.perf_counter() + warmup_s
+    window = (start, start + duration_s)
+    tasks = [
+        asyncio.create_task(_Agent(agent_id, make_client(client, url), flow, result,
+                                   window).run())
+        for agent_id in agent_ids(agents, "bench")
+    ]
+    await asyncio.sleep(warmup_s)
+    # The probe reads /proc; a thread keeps it from stalling the agents.
+    before = await asyncio.to_thread(probe) if probe else None
+    cpu0 = time.process_time()
+    await asyncio.sleep(max(0.0, window[1] - time.perf_counter()))
+    result.generator_cpu_s = time.process_time() - cpu0
+    after = await asyncio.to_thread(probe) if probe else None
+    await asyncio.gather(*tasks)
     if probe:
         result.extra["probe"] = {"before": before, "after": after}
     return result
 
 
 def run_load(url: str, *, agents: int, flow: str, warmup_s: float, duration_s: float,
-             probe: Callable[[], Any] | None = None) -> LoadResult:
+             client: str = "raw", probe: Callable[[], Any] | None = None) -> LoadResult:
     """Run `agents` concurrent agents against `url` doing `flow`; `probe` is called at the
     window's start and end (e.g. to read the CPU of the server processes)."""
     if flow not in FLOWS:
         raise ValueError(f"unknown flow {flow!r}; one of {FLOWS}")
-    return asyncio.run(_run(url, agents, flow, warmup_s, duration_s, probe))
+    return asyncio.run(_run(url, agents, flow, client, warmup_s, duration_s, probe))
 
 
-async def _sequential(url: str, flow: str, count: int) -> LoadResult:
+async def _sequential(url: str, flow: str, count: int, client: str) -> LoadResult:
     result = LoadResult(flow=flow, agents=1, window_s=0.0)
-    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
-        agent = _Agent(f"solo-{os.getpid()}-{int(time.time()) % 10**6}", url, client, flow,
-                       result, (0.0, float("inf")))
-        began = time.perf_counter()
-        body = {"agent_id": agent.agent_id, "previous": "completed"}
+    agent = _Agent(agent_ids(1, "solo")[0], make_client(client, url), flow, result,
+                   (0.0, float("inf")))
+    began = time.perf_counter()
+    try:
         for _ in range(count):
-            response = await agent._post("claim", "/request-task", body)
-            if response is None or response.status_code != 200:
-                continue
-            result.claims += 1
-            if flow == "claim-complete":
-                task = response.json()
-                path = f"/tasks/{task['repository']}/{task['issue_id']}/complete"
-                token = task["lease"]["token"]
-                await agent._post("complete", path, {"agent_id": agent.agent_id, "token": token})
-        result.window_s = time.perf_counter() - began
+            await agent.cycle("completed")
+    finally:
+        await agent.client.close()
+    result.window_s = time.perf_counter() - began
     return result
 
 
-def run_sequential(url: str, *, flow: str, count: int) -> LoadResult:
+def run_sequential(url: str, *, flow: str, count: int, client: str = "raw") -> LoadResult:
     """One agent, one request at a time: latency with no load."""
-    return asyncio.run(_sequential(url, flow, count))
+    return asyncio.run(_sequential(url, flow, count, client))

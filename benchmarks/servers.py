@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import redis
@@ -126,11 +126,11 @@ class RedisServer(Process):
 
     def command_calls(self) -> dict[str, int]:
         """`INFO commandstats` as command -> calls (commands run by Lua scripts included)."""
-        stats = self.client().info("commandstats")
+        stats = cast(dict[str, Any], self.client().info("commandstats"))
         return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
     def version(self) -> str:
-        return str(self.client().info("server")["redis_version"])
+        return str(cast(dict[str, Any], self.client().info("server"))["redis_version"])
 
     def flush(self) -> None:
         client = self.client()
@@ -225,7 +225,7 @@ def serve_argv(workers: int, profile: Path | None = None) -> list[str]:
     argv = ["-m", "github_broker", "serve", "--port", "{port}", "--workers", str(workers)]
     if profile is None:
         return [sys.executable, *argv]
-    return [sys.executable, "-m", "pyinstrument", "--renderer", "pyinstrument", "--outfile",
+    return [sys.executable, "-m", "pyinstrument", "--renderer", "pyisession", "--outfile",
             str(profile), *argv]
 
 
@@ -236,12 +236,18 @@ def baseline_argv(workers: int) -> list[str]:
             "--log-level", "info", "--no-access-log"]
 
 
+def size(client: redis.Redis, key: str) -> int:
+    """Members of a sorted set or a set (redis-py types its sync answers as maybe-awaitable)."""
+    kind = client.type(key)
+    return int(cast(int, client.scard(key) if kind == "set" else client.zcard(key)))
+
+
 def wait_for_ready(client: redis.Redis, count: int, timeout_s: float) -> float:
     """Seconds until `count` tasks are claimable (the sync has indexed the backlog)."""
     started = time.monotonic()
-    while client.zcard(KEYS.ready) < count:
+    while size(client, KEYS.ready) < count:
         if time.monotonic() - started > timeout_s:
-            raise RuntimeError(f"only {client.zcard(KEYS.ready)} of {count} tasks became ready")
+            raise RuntimeError(f"only {size(client, KEYS.ready)} of {count} tasks became ready")
         time.sleep(0.1)
     return time.monotonic() - started
 
@@ -249,8 +255,8 @@ def wait_for_ready(client: redis.Redis, count: int, timeout_s: float) -> float:
 def wait_for_outbox_empty(client: redis.Redis, timeout_s: float) -> float:
     """Seconds until every queued GitHub write has been applied."""
     started = time.monotonic()
-    while client.zcard(KEYS.outbox) > 0:
+    while size(client, KEYS.outbox) > 0:
         if time.monotonic() - started > timeout_s:
-            raise RuntimeError(f"{client.zcard(KEYS.outbox)} GitHub writes still queued")
+            raise RuntimeError(f"{size(client, KEYS.outbox)} GitHub writes still queued")
         time.sleep(0.05)
     return time.monotonic() - started

@@ -1,0 +1,163 @@
+"""`python -m benchmarks.run`: start Redis, the simulator and serve, measure, write the results."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report, scenarios
+from benchmarks.load import CLIENTS
+from benchmarks.scenarios import GROUPS, Bench, Options
+from benchmarks.servers import RedisServer
+
+logger = logging.getLogger("benchmarks")
+
+
+def parse_args(argv: list[str] | None) -> tuple[Options, bool]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run (~1 min): 2 s windows, a 30,000-issue backlog")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile serve under load with pyinstrument")
+    parser.add_argument("--only", action="append", choices=[*GROUPS, "profile"],
+                        help="run only this group of figures (repeatable); `profile` alone "
+                             "runs just the profile")
+    parser.add_argument("--agents", type=int, default=Options.agents)
+    parser.add_argument("--duration", type=float, help="measured seconds per load run")
+    parser.add_argument("--client", choices=CLIENTS, default=Options.client,
+                        help="HTTP client of the load generator")
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="keep the process logs (their directory is printed)")
+    args = parser.parse_args(argv)
+    only = [g for g in args.only or GROUPS if g != "profile"]
+    profile = args.profile or "profile" in (args.only or [])
+    options = Options(agents=args.agents, client=args.client, profile=profile, only=tuple(only))
+    if args.quick:
+        options = options.quick_version()
+    if args.duration:
+        options = replace(options, duration_s=args.duration)
+    return options, args.keep_logs
+
+
+def measure(bench: Bench) -> None:
+    """Every selected figure, grouped by the data set it needs (a sync per data set)."""
+    o = bench.options
+    only = set(o.only)
+    if only & {"sync", "costs", "latency", "backlog"}:
+        logger.info("data set: %d issues", o.sync_issues)
+        with bench.dataset(o.sync_issues) as (sim, env, first):
+            if "sync" in only:
+                scenarios.sync_figures(bench, sim, env, first)
+            if "costs" in only:
+                scenarios.cost_figures(bench, sim, env)
+            if "latency" in only:
+                scenarios.latency_figures(bench, env)
+            if "backlog" in only:
+                scenarios.backlog_figure(bench, sim, env, o.sync_issues)
+    if "backlog" in only:
+        logger.info("data set: %d issues", o.small_backlog)
+        with bench.dataset(o.small_backlog) as (sim, env, _):
+            scenarios.backlog_figure(bench, sim, env, o.small_backlog)
+    if only & {"throughput", "backlog"} or o.profile:
+        logger.info("data set: %d issues", o.big_backlog)
+        with bench.dataset(o.big_backlog) as (sim, env, first):
+            rep = o.reproduce("throughput")
+            bench.add("sync", {"figure": f"first sync, {o.big_backlog:,} issues (`sync --full`)",
+                               **first, "reproduce": rep})
+            # Backlog first: it starts, like the smaller data sets, with an empty write queue.
+            if "backlog" in only:
+                scenarios.backlog_figure(bench, sim, env, o.big_backlog)
+            if "throughput" in only:
+                scenarios.throughput_figures(bench, sim, env)
+            if o.profile:
+                scenarios.profile_figure(bench, sim, env)
+    bench.figures.get("backlog", []).sort(key=lambda row: (row["poller"], row["open_issues"]))
+
+
+def findings(figures: dict[str, Any]) -> list[str]:
+    """Observations the numbers themselves support, written into the Markdown."""
+    out = []
+    rows = figures.get("throughput", [])
+    serve = [r for r in rows if r["server"] == "serve"]
+    if serve:
+        worst = min(serve, key=lambda r: r["ratio_to_baseline"])
+        out.append(f"Largest gap to the baseline: serve {worst['workers']}w `{worst['flow']}` "
+                   f"({worst['client']} client) at {worst['ratio_to_baseline']:.2f} x the "
+                   "baseline's requests/s.")
+        busiest = max(rows, key=lambda r: r["generator_cpu_pct"])
+        out.append(f"The load generator used at most {busiest['generator_cpu_pct']:.0f} % of a "
+                   "core, so it was not the bottleneck.")
+        queued = max(r["outbox_after"] for r in serve)
+        growth = max(r["outbox_growth_per_s"] for r in serve)
+        if queued:
+            out.append(f"Under sustained load the GitHub write queue falls behind: it grew by up "
+                       f"to {growth:,.0f} jobs/s and held {queued:,} jobs after a run "
+                       "(claims queue two jobs each; the drainer shares serve's event loop).")
+    for poller in ("on", "off"):
+        rows = [r for r in figures.get("backlog", []) if r["poller"] == poller]
+        if len(rows) < 2:
+            continue
+        small, big = rows[0], rows[-1]
+        out.append(
+            f"Poller {poller}: claims/s with {big['open_issues']:,} open issues is "
+            f"{big['claims_per_s'] / small['claims_per_s']:.2f} x the rate with "
+            f"{small['open_issues']:,}; claim p99 {small['ops']['claim']['p99_ms']:.0f} ms -> "
+            f"{big['ops']['claim']['p99_ms']:.0f} ms.")
+    lat = {(r["server"], r["workers"], r["operation"]): r for r in figures.get("latency", [])}
+    one, two = lat.get(("baseline", 1, "request")), lat.get(("baseline", 2, "request"))
+    if one and two and two["p50_ms"] > 10 * one["p50_ms"] and two["p50_ms"] > 30:
+        out.append(f"With 2 uvicorn workers even the baseline answers in {two['p50_ms']:.0f} ms "
+                   f"(1 worker: {one['p50_ms']:.1f} ms): uvicorn's multi-process mode leaves "
+                   "TCP_NODELAY off, so each kept-alive response body waits for the client's "
+                   "delayed ACK (uvicorn issue #3149); the raw-quickack rows remove the wait "
+                   "on the client side.")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    options, keep_logs = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per control call otherwise
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="gb-bench-"))
+    redis_server = RedisServer(workdir).start()
+    redis_version = redis_server.version()
+    bench = Bench(options, workdir, redis_server)
+    try:
+        measure(bench)
+    finally:
+        redis_server.stop()
+        if keep_logs:
+            print(f"process logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    results = {
+        "machine": report.machine(redis_version),
+        "settings": asdict(options),
+        "runtime_s": time.monotonic() - started,
+        "figures": bench.figures,
+        "findings": findings(bench.figures),
+    }
+    full = options.only == GROUPS and not options.quick
+    parts = ["quick"] if options.quick else []
+    if options.only != GROUPS:
+        parts += ["only", *options.only, *(["profile"] if options.profile else [])]
+    name = "latest" if full else "-".join(parts)
+    path = report.write_json(results, name)
+    text = report.markdown(results)
+    if full:
+        report.DOCS_PATH.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    print(f"\nresults: {path}" + (f", {report.DOCS_PATH}" if full else ""), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,324 @@
+"""The figures: each scenario starts what it needs, measures, and returns table rows."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks import costs, polling, profiling
+from benchmarks.load import LoadResult, run_load, run_sequential
+from benchmarks.servers import (
+    KEYS,
+    HTTPServer,
+    RedisServer,
+    SimulatorProcess,
+    baseline_argv,
+    broker_env,
+    serve_argv,
+    size,
+    wait_for_ready,
+)
+
+#: Figure groups, each reproducible alone with `--only`.
+GROUPS = ("sync", "costs", "latency", "backlog", "throughput")
+#: Generator CPU (% of one core) above which its own speed may cap the measured rate.
+GENERATOR_LIMIT_PCT = 80.0
+#: Issues sent to review before a backlog run: production always has some, and the poller's
+#: review upkeep only runs when there are.
+IN_REVIEW = 10
+#: Seconds the write queue and a sync pass may take to show those issues in review.
+REVIEW_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Options:
+    agents: int = 50
+    warmup_s: float = 2.0
+    duration_s: float = 10.0
+    client: str = "raw"
+    sync_issues: int = 10_000
+    big_backlog: int = 100_000
+    small_backlog: int = 100
+    #: Sequential requests per latency row; fewer where each takes ~40 ms (2 workers).
+    latency_samples: int = 500
+    slow_latency_samples: int = 100
+    lifecycles: int = 50
+    redis_claims: int = 100
+    quick: bool = False
+    profile: bool = False
+    only: tuple[str, ...] = GROUPS
+
+    def quick_version(self) -> Options:
+        return replace(self, warmup_s=0.5, duration_s=2.0, big_backlog=30_000,
+                       latency_samples=100, slow_latency_samples=30, lifecycles=20,
+                       redis_claims=30, quick=True)
+
+    def reproduce(self, group: str, *extra: str) -> str:
+        parts = [".venv/bin/python -m benchmarks.run", f"--only {group}"]
+        if self.quick:
+            parts.append("--quick")
+        if self.agents != Options.agents:
+            parts.append(f"--agents {self.agents}")
+        if self.client != Options.client:
+            parts.append(f"--client {self.client}")
+        return " ".join([*parts, *extra])
+
+
+@dataclass
+class Bench:
+    """One run: its Redis, its log directory, the figures gathered so far."""
+
+    options: Options
+    workdir: Path
+    redis: RedisServer
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, section: str, row: Any) -> None:
+        self.figures.setdefault(section, []).append(row)
+
+    @contextmanager
+    def dataset(self, issues: int) -> Iterator[tuple[SimulatorProcess, dict[str, str], dict]]:
+        """Empty Redis, a simulator holding `issues` open P1 issues, and the first full sync."""
+        self.redis.flush()
+        sim = SimulatorProcess(self.workdir, issues).start()
+        try:
+            env = broker_env(self.redis.url, sim.base_url, self.workdir / "no-config")
+            first = polling.sync_pass(self.redis, sim, env, full=True)
+            wait_for_ready(self.redis.client(), issues, timeout_s=30)
+            first["issues"] = issues
+            yield sim, env, first
+        finally:
+            sim.stop()
+
+    @contextmanager
+    def server(self, name: str, argv: list[str], env: dict[str, str]) -> Iterator[HTTPServer]:
+        server = HTTPServer(name, self.workdir, argv, env).start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+    def serve(self, env: dict[str, str], workers: int, profile: Path | None = None,
+              **extra: str) -> Any:
+        return self.server(f"serve-{workers}w-{time.monotonic_ns()}",
+                           serve_argv(workers, profile), {**env, **extra})
+
+    def baseline(self, workers: int) -> Any:
+        env = {**os.environ, "BENCH_REDIS_URL": self.redis.url}
+        return self.server(f"baseline-{workers}w", baseline_argv(workers), env)
+
+    def load(self, server: HTTPServer, sim: SimulatorProcess, flow: str,
+             client: str | None = None) -> dict[str, Any]:
+        """`options.agents` agents doing `flow`, with the CPU of every process involved."""
+        o = self.options
+
+        def probe() -> dict[str, Any]:
+            return {
+                "cpu": {"server": server.cpu_s(), "redis": self.redis.cpu_s(),
+                        "simulator": sim.cpu_s()},
+                "github_calls": sim.stats()["total"],
+                "outbox": size(self.redis.client(), KEYS.outbox),
+            }
+
+        result = run_load(server.url, agents=o.agents, flow=flow, warmup_s=o.warmup_s,
+                          duration_s=o.duration_s, client=client or o.client, probe=probe)
+        return {**_row(result, o.duration_s), "client": client or o.client}
+
+
+def _row(result: LoadResult, window_s: float) -> dict[str, Any]:
+    summary = result.summary()
+    before, after = summary.pop("probe").values()
+    summary["cpu_pct"] = {
+        name: 100 * (after["cpu"][name] - before["cpu"][name]) / window_s
+        for name in before["cpu"]
+    }
+    summary["github_calls_per_s"] = (after["github_calls"] - before["github_calls"]) / window_s
+    summary["outbox_growth_per_s"] = (after["outbox"] - before["outbox"]) / window_s
+    summary["outbox_after"] = after["outbox"]
+    summary["requests_per_s"] = sum(op["count"] for op in summary["ops"].values()) / window_s
+    warnings = []
+    if summary["generator_cpu_pct"] > GENERATOR_LIMIT_PCT:
+        warnings.append(f"generator at {summary['generator_cpu_pct']:.0f} % of a core")
+    if summary["no_task_204"]:
+        warnings.append(f"{summary['no_task_204']} answers were 204 (backlog ran dry)")
+    if summary["errors"]:
+        warnings.append(f"{summary['errors']} errors, e.g. {summary['error_samples'][:1]}")
+    if summary["handed_out_twice"]:
+        warnings.append(f"{summary['handed_out_twice']} issues handed out twice")
+    summary["warning"] = "; ".join(warnings)
+    return summary
+
+
+# --- the 10,000-issue data set: sync, costs, latency, backlog -----------------------------
+
+
+def sync_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str],
+                 first: dict[str, Any]) -> None:
+    o = bench.options
+    rep = o.reproduce("sync")
+    bench.add("sync", {"figure": f"first sync, {o.sync_issues:,} issues (`sync --full`)",
+                       **first, "reproduce": rep})
+    passes = polling.poll_passes(bench.redis, sim, env, o.sync_issues)
+    unchanged, changed = passes["unchanged"], passes["one_percent_changed"]
+    bench.add("sync", {"figure": "poll pass, nothing changed (`sync`)", **unchanged,
+                       "reproduce": rep})
+    bench.add("sync", {"figure": f"poll pass, 1 % changed ({changed['issues_changed']} "
+                                 f"of {o.sync_issues:,} edited)", **changed, "reproduce": rep})
+    answers = ", ".join(f"{n}x {code}" for code, n in unchanged["github_by_status"].items())
+    bench.add("poll_costs", {"figure": "GitHub calls per unchanged poll pass",
+                             "value": unchanged["github_calls"], "detail": f"answers: {answers}",
+                             "reproduce": rep})
+    bench.add("poll_costs", {"figure": "GitHub calls per poll pass with 1 % of issues changed",
+                             "value": changed["github_calls"],
+                             "detail": f"{changed['issues_changed']} of {o.sync_issues:,} "
+                                       f"edited; {_pass_summary(changed['report'])}",
+                             "reproduce": rep})
+
+
+def _pass_summary(report: str) -> str:
+    # "acme/widgets: incremental pass, 3 page(s) (0 unchanged), 201 issue(s) seen, ..."
+    parts = report.split(": ", 1)[-1].split(", ")
+    return ", ".join(p for p in parts[1:5] if not p.startswith("0 "))
+
+
+def cost_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
+    o = bench.options
+    rep = o.reproduce("costs")
+    # No poller: every Redis command and GitHub call counted comes from the requests.
+    with bench.serve(env, 1, GITHUB_BROKER_SERVER__RUN_POLLER="false") as server:
+        red = costs.redis_per_claim(bench.redis, sim, server.url, o.redis_claims)
+    original, explicit = red["request_task_flow"], red["explicit_flow"]
+    top = ", ".join(f"{n} {c / original['claims']:.1f}"
+                    for n, c in list(original["commandstats_delta"].items())[:6])
+    bench.add("costs", {"figure": "Redis commands per claim (request-task: settle held + claim)",
+                        "value": original["commands_per_claim"],
+                        "detail": f"INFO commandstats delta over {original['claims']} claims, "
+                                  f"Lua's own calls included: {top} ...", "reproduce": rep})
+    bench.add("costs", {"figure": "Redis round trips per claim",
+                        "value": original["round_trips_per_claim"],
+                        "detail": "client commands seen by MONITOR (Lua calls excluded)",
+                        "reproduce": rep})
+    for op in ("claim", "complete"):
+        script = explicit["per_script"].get(op, {})
+        bench.add("costs", {"figure": f"Redis commands per explicit {op} (EVALSHA + inside)",
+                            "value": 1 + script.get("inner_commands_per_call", 0),
+                            "detail": f"{script.get('calls', 0)} calls; 1 round trip each",
+                            "reproduce": rep})
+    bench.add("costs", {"figure": "GitHub calls made while answering a claim",
+                        "value": original["github_calls_during_claims"],
+                        "detail": f"over {original['claims']} claims: writes are queued "
+                                  "(outbox), never made on the request path",
+                        "reproduce": rep})
+    bench.figures["redis_costs"] = red
+    # The periodic sync is pushed out of the window so only the write queue talks to GitHub.
+    with bench.serve(env, 1, GITHUB_BROKER_POLL__INTERVAL_S="3600") as server:
+        time.sleep(1.0)  # the start-up sync pass
+        life = costs.github_per_lifecycle(bench.redis.client(), sim, server.url, o.lifecycles)
+    bench.figures["github_costs"] = life
+    claim_routes = ", ".join(f"{k} {v / o.lifecycles:g}"
+                             for k, v in life["claim_writes"]["by_route"].items())
+    done_routes = ", ".join(f"{k} {v / o.lifecycles:g}"
+                            for k, v in life["complete_writes"]["by_route"].items())
+    bench.add("costs", {"figure": "GitHub calls per claim (its queued writes drained)",
+                        "value": life["per_claim"], "detail": claim_routes, "reproduce": rep})
+    bench.add("costs", {"figure": "GitHub calls per completion (writes drained)",
+                        "value": life["per_complete"], "detail": done_routes, "reproduce": rep})
+    bench.add("costs", {"figure": "GitHub calls per issue lifecycle (claim → complete)",
+                        "value": life["per_lifecycle"],
+                        "detail": f"{o.lifecycles} issues; outbox empty after each phase",
+                        "reproduce": rep})
+
+
+def _latency_rows(bench: Bench, server_kind: str, workers: int, url: str, samples: int) -> None:
+    o = bench.options
+    rep = o.reproduce("latency")
+    flows = [("baseline", {"claim": "request"})] if server_kind == "baseline" else [
+        ("request-task", {"claim": "claim (settles the held task)"}),
+        ("claim-complete", {"claim": "explicit claim", "complete": "explicit complete"}),
+    ]
+    for flow, names in flows:
+        result = run_sequential(url, flow=flow, count=samples, client=o.client)
+        for op, summary in result.summary()["ops"].items():
+            bench.add("latency", {"server": server_kind, "workers": workers,
+                                  "operation": names[op], "flow": flow, **summary,
+                                  "reproduce": rep})
+
+
+def latency_figures(bench: Bench, env: dict[str, str]) -> None:
+    o = bench.options
+    for workers in (1, 2):
+        samples = o.latency_samples if workers == 1 else o.slow_latency_samples
+        with bench.serve(env, workers) as server:
+            _latency_rows(bench, "serve", workers, server.url, samples)
+        with bench.baseline(workers) as server:
+            _latency_rows(bench, "baseline", workers, server.url, samples)
+
+
+def _put_in_review(bench: Bench, server: HTTPServer, count: int) -> int:
+    """Claim and complete `count` issues, then wait until serve's sync sees them in review
+    (their label writes must land on GitHub first)."""
+    client = bench.redis.client()
+    costs.claim_and_complete(server.url, count)
+    deadline = time.monotonic() + REVIEW_TIMEOUT_S
+    while size(client, KEYS.reviewing) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return size(client, KEYS.reviewing)
+
+
+def backlog_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str],
+                   issues: int) -> None:
+    # With and without serve's poller: the claim script's cost and the upkeep sharing
+    # serve's event loop grow differently with the backlog.
+    in_review = 0
+    for poller in ("on", "off"):
+        with bench.serve(env, 1, GITHUB_BROKER_SERVER__RUN_POLLER=str(poller == "on").lower()
+                         ) as server:
+            if poller == "on":
+                in_review = _put_in_review(bench, server, IN_REVIEW)
+            row = bench.load(server, sim, "claim-abandon")
+        bench.add("backlog", {**row, "open_issues": issues, "poller": poller,
+                              "in_review": in_review,
+                              "reproduce": bench.options.reproduce("backlog")})
+
+
+# --- the big data set: throughput, the largest backlog, the profile -----------------------
+
+
+def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
+    o = bench.options
+    rep = o.reproduce("throughput")
+    # uvicorn's multi-process mode leaves Nagle on, so a plain client waits ~40 ms for every
+    # response body; the quick-ACK client shows what two workers could do without that.
+    plans = [(1, o.client), (2, o.client), (2, "raw-quickack")]
+    for workers, client in plans:
+        with bench.baseline(workers) as server:
+            base = bench.load(server, sim, "baseline", client)
+        bench.add("throughput", {**base, "server": "baseline", "workers": workers,
+                                 "open_issues": o.big_backlog, "reproduce": rep})
+        with bench.serve(env, workers) as server:
+            for flow in ("request-task", "claim-complete"):
+                row = bench.load(server, sim, flow, client)
+                row["ratio_to_baseline"] = row["requests_per_s"] / base["requests_per_s"]
+                bench.add("throughput", {**row, "server": "serve", "workers": workers,
+                                         "open_issues": o.big_backlog, "reproduce": rep})
+
+
+def profile_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
+    o = bench.options
+    path = bench.workdir / "profile-serve.pyisession"
+    with bench.serve(env, 1, profile=path) as server:
+        row = bench.load(server, sim, "request-task")
+    # The profiler writes its session while serve shuts down; the server context waited.
+    target = Path(__file__).resolve().parent / "results" / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(path.read_bytes())
+    bench.figures["profile"] = {
+        "flow": "request-task", "agents": o.agents, "claims_per_s": row["claims_per_s"],
+        "ops": row["ops"], "summary": profiling.render(target),
+        "reproduce": o.reproduce("profile"),
+    }
