@@ -16,11 +16,14 @@ from github_broker.store import Store
 
 logger = logging.getLogger(__name__)
 
-#: Jobs one drain takes at most; the rest wait for the next drain.
+#: Jobs taken from Redis at a time.
 DRAIN_BATCH = 50
+#: Seconds one drain may run before yielding to the next scheduled one.
+DRAIN_BUDGET_S = 10.0
 #: A taken job is hidden from other drainers this long (ms); longer than any GitHub call.
 HIDE_MS = 60_000
-#: Backoff of a failing job: BASE * 2^attempts seconds, capped, with jitter.
+#: Backoff of a failing job (and of the whole queue while GitHub is down):
+#: BASE * 2^attempts seconds, capped, with jitter.
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 300.0
 #: Attempts after which a job GitHub keeps refusing (4xx) is dropped and logged.
@@ -47,35 +50,48 @@ class OutboxDrainer:
         self.store = store
         self.gateway = gateway
         self.paused_until_s = 0.0
+        self._outages = 0  # consecutive drains cut short by an unavailable GitHub
 
     async def drain(self, repo: Repository) -> DrainReport:
+        """Apply due writes, batch after batch, until none is due or the time budget is spent."""
         report = DrainReport()
-        if time.time() < self.paused_until_s:
-            report.paused_until_s = self.paused_until_s
-            return report
+        started = time.monotonic()
+        while time.monotonic() - started < DRAIN_BUDGET_S:
+            if time.time() < self.paused_until_s:
+                report.paused_until_s = self.paused_until_s
+                break
+            taken = await self._drain_batch(repo, report)
+            if taken < DRAIN_BATCH:
+                break
+        return report
+
+    async def _drain_batch(self, repo: Repository, report: DrainReport) -> int:
         rstore = self.store.repo(repo.full_name)
         jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS)
         for index, (job, payload, attempts) in enumerate(jobs):
             try:
                 await asyncio.to_thread(self._apply, repo.full_name, job, payload)
-            except RateLimited as e:
-                # Every job still in hand waits for the quota; none is lost or reordered.
-                self.paused_until_s = e.retry_at_s
-                report.paused_until_s = e.retry_at_s
-                delay = max(0, int((e.retry_at_s - time.time()) * 1000))
+            except (RateLimited, GitHubUnavailable) as e:
+                # GitHub can't take writes now: every job still in hand waits, none is lost
+                # or reordered, and no other job is tried until then.
+                if isinstance(e, RateLimited):
+                    self.paused_until_s = e.retry_at_s
+                else:
+                    self._outages += 1
+                    self.paused_until_s = time.time() + backoff_ms(self._outages) / 1000
+                delay_ms = max(0, int((self.paused_until_s - time.time()) * 1000))
                 for later, later_payload, _ in jobs[index:]:
-                    await rstore.outbox_done(later, later_payload, retry_in_ms=delay)
-                logger.warning("GitHub rate limit; writes paused for %.0fs: %s", delay / 1000, e)
+                    await rstore.outbox_done(later, later_payload, retry_in_ms=delay_ms)
+                report.paused_until_s = self.paused_until_s
                 report.retried += len(jobs) - index
-                break
+                logger.warning(
+                    "GitHub writes for %s paused %.1fs: %s", repo.full_name, delay_ms / 1000, e
+                )
+                return 0
             except GitHubNotFound as e:
                 logger.warning("dropping write %s on %s: %s", job, repo.full_name, e)
                 await rstore.outbox_done(job, payload)
                 report.dropped += 1
-            except GitHubUnavailable as e:
-                await rstore.outbox_done(job, payload, retry_in_ms=backoff_ms(attempts))
-                logger.info("GitHub unavailable for %s on %s, retrying: %s", job, repo.full_name, e)
-                report.retried += 1
             except GitHubError as e:
                 if attempts + 1 >= MAX_REFUSED_ATTEMPTS:
                     logger.error(
@@ -93,7 +109,8 @@ class OutboxDrainer:
             else:
                 await rstore.outbox_done(job, payload)
                 report.applied += 1
-        return report
+                self._outages = 0
+        return len(jobs)
 
     def _apply(self, full_name: str, job: str, payload: str) -> None:
         kind, _, number = job.partition(":")

@@ -76,7 +76,7 @@ class ReviewKeeper:
         pulls = await asyncio.to_thread(self.gateway.open_pulls, repo.full_name)
         login = await asyncio.to_thread(self.gateway.login)
         by_head, by_issue = linked_pulls(pulls)
-        tasks = await rstore.task_index()
+        pending_fixes = await rstore.existing_tasks([f"{TaskType.FIX}:{n}" for n in numbers])
         for n in numbers:
             detected, state = states[n]
             issue = issues.get(n)
@@ -97,7 +97,7 @@ class ReviewKeeper:
                     report.reviews_offered += await self._offer_review(
                         rstore, issue, pull, state, feedback
                     )
-            elif f"fix:{n}" not in tasks:
+            elif f"{TaskType.FIX}:{n}" not in pending_fixes:
                 await self._maybe_fix(rstore, issue, pull, state, feedback, report)
         return report
 

@@ -419,6 +419,19 @@ class RepoStore:
         return out
 
     @translate_errors
+    async def existing_tasks(self, task_ids: list[str]) -> set[str]:
+        """Those of `task_ids` that are in the tasks hash (one HMGET, not the whole hash)."""
+        if not task_ids:
+            return set()
+        values = await _aw(self.client.hmget(self.keys.tasks, task_ids))
+        return {t for t, v in zip(task_ids, values, strict=True) if v is not None}
+
+    @translate_errors
+    async def default_branch(self) -> str | None:
+        raw = await _aw(self.client.hget(self.keys.sync, "default_branch"))
+        return _text(raw) if raw else None
+
+    @translate_errors
     async def bucket(self) -> int | None:
         top = await self.client.zrange(self.keys.work, 0, 0, withscores=True)
         return int(top[0][1]) if top else None

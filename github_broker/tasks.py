@@ -35,6 +35,7 @@ class TaskService:
         self.waker = waker
         self.role_descriptions = {a.role: a.description for a in settings.agents}
         self._base_branches: dict[str, tuple[str, float]] = {}
+        self._base_branch_locks: dict[str, asyncio.Lock] = {}
         self.rules = Rules(settings)
 
     # --- request-task -------------------------------------------------------------------
@@ -155,13 +156,20 @@ class TaskService:
         repo = self.settings.repository(rstore.repository)
         if repo is not None and repo.base_branch:
             return repo.base_branch
-        cached = self._base_branches.get(rstore.repository)
+        name = rstore.repository
+        cached = self._base_branches.get(name)
         if cached and cached[1] > time.monotonic():
             return cached[0]
-        state = await rstore.sync_state()
-        branch = state.get("default_branch", FALLBACK_BASE_BRANCH)
-        self._base_branches[rstore.repository] = (branch, time.monotonic() + BASE_BRANCH_CACHE_S)
-        return branch
+        lock = self._base_branch_locks.setdefault(name, asyncio.Lock())
+        if cached and lock.locked():
+            return cached[0]  # another request is refreshing it; a minute-old value is fine
+        async with lock:
+            cached = self._base_branches.get(name)
+            if cached and cached[1] > time.monotonic():
+                return cached[0]
+            branch = await rstore.default_branch() or FALLBACK_BASE_BRANCH
+            self._base_branches[name] = (branch, time.monotonic() + BASE_BRANCH_CACHE_S)
+            return branch
 
     # --- lease operations ---------------------------------------------------------------
 

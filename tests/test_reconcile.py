@@ -193,3 +193,24 @@ def test_poll_daemon_stops_cleanly_on_sigterm_and_hands_back_leadership(
         if proc.poll() is None:
             proc.kill()
         client.close()
+
+
+@pytest.mark.anyio
+async def test_write_queue_stops_at_first_outage_and_resumes_without_loss(
+    world: World, sim: Simulator
+) -> None:
+    await world.tick()
+    held = [await world.ask(f"a{i}") for i in range(3)]
+    assert all(t is not None for t in held)
+    sim.faults.add_error(503, method="POST")
+    sim.stats.reset()
+    report = await world.daemon.drainer.drain(world.settings.repositories[0])
+    assert report.applied == 0 and report.paused_until_s > time.time()
+    assert sim.stats.snapshot()["by_method"].get("POST", 0) == 1  # no hammering a down GitHub
+    assert await world.rstore.outbox_size() == 6  # 3 label + 3 branch jobs, none lost
+    sim.faults.clear()
+    await asyncio.sleep(max(0.0, report.paused_until_s - time.time()) + 0.2)
+    resumed = await world.daemon.drainer.drain(world.settings.repositories[0])
+    assert resumed.applied == 6 and await world.rstore.outbox_size() == 0
+    for i, task in enumerate(held):
+        assert task is not None and world.labels(task.issue_id) >= {"in-progress", f"a{i}"}

@@ -20,6 +20,7 @@ REPO = "acme/widgets"
 
 class World:
     def __init__(self, settings: Settings, sim: Simulator) -> None:
+        self.settings = settings
         self.sim = sim
         self.store = Store.from_settings(settings)
         self.gateway = GitHubGateway(settings.github)
