@@ -49,3 +49,24 @@ def create_app() -> FastAPI:
         return {"agent_id": body.agent_id, "echo": value.decode()}
 
     return app
+
+
+def main() -> None:
+    """Serve the baseline exactly as `github-broker serve` serves the broker."""
+    import argparse
+
+    import uvicorn
+
+    from github_broker.api.protocol import NoDelayH11Protocol
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    uvicorn.run("benchmarks.baseline:create_app", factory=True, host="127.0.0.1", port=args.port,
+                workers=args.workers, http=NoDelayH11Protocol, log_level="info",
+                access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -230,10 +230,9 @@ def serve_argv(workers: int, profile: Path | None = None) -> list[str]:
 
 
 def baseline_argv(workers: int) -> list[str]:
-    """The baseline app under uvicorn with serve's settings: factory, log level, no access log."""
-    return [sys.executable, "-m", "uvicorn", "benchmarks.baseline:create_app", "--factory",
-            "--host", "127.0.0.1", "--port", "{port}", "--workers", str(workers),
-            "--log-level", "info", "--no-access-log"]
+    """The baseline app under uvicorn with serve's settings (protocol, log level, no access log)."""
+    return [sys.executable, "-m", "benchmarks.baseline", "--port", "{port}",
+            "--workers", str(workers)]
 
 
 def size(client: redis.Redis, key: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import logging
 import sys
@@ -15,6 +16,7 @@ from github_broker.errors import BrokerError, ConfigError
 from github_broker.settings import Settings, default_config_dir, load_settings
 
 logger = logging.getLogger("github_broker")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -100,16 +102,39 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if host != settings.server.host:
         os.environ["GITHUB_BROKER_SERVER__HOST"] = host
         load_settings(args.config)  # the loopback-without-auth rule applies to --host too
+    from github_broker.api.protocol import NoDelayH11Protocol
+
     uvicorn.run(
         "github_broker.api.app:create_app",
         factory=True,
         host=host,
         port=port,
         workers=args.workers,
+        http=NoDelayH11Protocol,
+        log_config=_uvicorn_logging(args.log_level),
         log_level=args.log_level.lower(),
         access_log=args.access_log,
     )
     return 0
+
+
+def _uvicorn_logging(level: str) -> dict[str, Any]:
+    """uvicorn's logging plus the broker's own loggers; applied in every worker process."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["formatters"]["broker"] = {"format": LOG_FORMAT}
+    config["handlers"]["broker"] = {
+        "formatter": "broker",
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stderr",
+    }
+    config["loggers"]["github_broker"] = {
+        "handlers": ["broker"],
+        "level": level,
+        "propagate": False,
+    }
+    return config
 
 
 def _print(data: Any) -> None:
@@ -223,9 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
     try:
         return int(args.func(args))
     except ConfigError as e:

@@ -90,7 +90,8 @@ class Syncer:
         else:
             await self._incremental(repo, rstore, state, base, report)
         report.seconds = time.monotonic() - started
-        logger.info("sync %s", report.summary(), extra={"repository": repo.full_name})
+        changed = report.written or report.removed or report.revoked or report.adopted
+        logger.log(logging.INFO if changed else logging.DEBUG, "sync %s", report.summary())
         return report
 
     # --- passes -------------------------------------------------------------------------
