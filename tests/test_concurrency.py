@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,3 +152,35 @@ def test_long_poll_wakes_on_release_in_another_process(
     assert issue == held[0]["issue_id"]
     # The recheck timer is 30 s here, so only the cross-process event can explain this.
     assert elapsed < 10
+
+
+def test_task_claimed_for_a_long_poll_the_agent_left_goes_back_to_the_pool(
+    sim: Simulator, brokers: list[BrokerProcess], redis_url: str
+) -> None:
+    wait_for_ready(redis_url, P0_COUNT + P1_COUNT)
+    a, b = brokers
+    held = [
+        requests.post(f"{a.url}/request-task", json={"agent_id": f"holder-{i}"}, timeout=10).json()
+        for i in range(P0_COUNT)
+    ]
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.post(
+            f"{a.url}/request-task", json={"agent_id": "impatient", "wait_seconds": 20}, timeout=1
+        )
+    task = held[0]
+    r = requests.post(
+        f"{b.url}/tasks/acme/widgets/{task['issue_id']}/release",
+        json={"agent_id": "holder-0", "token": task["lease"]["token"]},
+        timeout=10,
+    )
+    assert r.status_code == 200
+    time.sleep(1.0)  # the impatient agent's server-side wait wakes, claims it, sees it gone
+    client = redis.Redis.from_url(redis_url)
+    try:
+        record = client.get(KEYS.task_candidate(task["issue_id"], "impatient"))
+        assert record is not None and json.loads(record)["status"] == "abandoned"
+        assert client.get(KEYS.agent_current_task("impatient")) is None
+    finally:
+        client.close()
+    r = requests.post(f"{b.url}/request-task", json={"agent_id": "next"}, timeout=10)
+    assert r.status_code == 200 and r.json()["issue_id"] == task["issue_id"]

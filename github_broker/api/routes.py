@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -24,6 +25,7 @@ from github_broker.api.schemas import (
 from github_broker.errors import LeaseError, NotFound
 from github_broker.models import Outcome, ReviewComment, Task
 
+logger = logging.getLogger(__name__)
 router = APIRouter()
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem} for code in (401, 403, 404, 409, 422, 503)
@@ -84,6 +86,19 @@ async def request_task(body: TaskRequest, request: Request, svc: Services) -> An
         wait_s=wait,
         previous=body.previous,
     )
+    if task is not None and body.wait_seconds > 0 and await request.is_disconnected():
+        # The agent gave up waiting: it will never see this task, so don't let it hold it
+        # (its next request would otherwise settle the task as completed).
+        await svc.tasks.finish(
+            task.repository, task.issue_id, body.agent_id, task.lease.token, Outcome.ABANDONED
+        )
+        logger.info(
+            "%s left before its task arrived; %s#%d released",
+            body.agent_id,
+            task.repository,
+            task.issue_id,
+        )
+        task = None
     svc.metrics.task_requests["none" if task is None else "task"] += 1
     if task is None:
         return Response(status_code=204)
