@@ -91,6 +91,13 @@ def _memory_server() -> Any:
     return _MEMORY
 
 
+def flush_memory() -> None:
+    """Empty the in-process fake server (tests)."""
+    import fakeredis
+
+    fakeredis.FakeRedis(server=_memory_server()).flushall()
+
+
 def _sentinel(url: str) -> aioredis.Redis:
     # redis+sentinel://host1:26379,host2:26379/service_name[/db]
     from redis.asyncio.sentinel import Sentinel
@@ -467,8 +474,17 @@ class RepoStore:
 
     @translate_errors
     async def intent(self, number: int) -> dict[str, Any] | None:
+        """The label delta still to be seen on GitHub: {"add": [...], "remove": [...], "v": n}."""
         raw = await _aw(self.client.hget(self.keys.intent, str(number)))
-        return json.loads(raw) if raw else None
+        if not raw:
+            return None
+        data = json.loads(raw)
+        # Redis's cjson writes an empty list as {}, fakeredis's as []: both mean none.
+        return {
+            "add": list(data.get("add") or []),
+            "remove": list(data.get("remove") or []),
+            "v": data.get("v"),
+        }
 
 
 class Store:

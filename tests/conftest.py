@@ -86,6 +86,19 @@ def redis_url(redis_server: str) -> Iterator[str]:
     yield redis_server
 
 
+@pytest.fixture(params=["redis-server", "fakeredis"])
+def lua_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Both engines the Lua scripts must behave the same on: a real server (Lua 5.1) and the
+    sandbox's in-process fakeredis (lupa)."""
+    if request.param == "fakeredis":
+        from github_broker.store import MEMORY_URL, flush_memory
+
+        flush_memory()
+        yield MEMORY_URL
+    else:
+        yield request.getfixturevalue("redis_url")
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -34,12 +34,22 @@ KEYS = RepoKeys("gb", "acme", "widgets")
 TOKENS = {"agent-a": "tok-a", "agent-b": "tok-b", "agent-c": "tok-c"}
 
 TASK_JSON = {
-    "issue_id": 7, "issue_url": "https://github.com/acme/widgets/issues/7", "title": "t",
-    "body": "b", "labels": ["P1"], "branch_name": "feature/issue-7", "prompt": "p",
-    "required_role": "BACKENDCODER", "task_type": "development", "repository": "acme/widgets",
+    "issue_id": 7,
+    "issue_url": "https://github.com/acme/widgets/issues/7",
+    "title": "t",
+    "body": "b",
+    "labels": ["P1"],
+    "branch_name": "feature/issue-7",
+    "prompt": "p",
+    "required_role": "BACKENDCODER",
+    "task_type": "development",
+    "repository": "acme/widgets",
     "base_branch": "main",
-    "lease": {"token": "lease-1", "expires_at": "2026-01-01T00:00:00Z",
-              "heartbeat_interval_s": 200},
+    "lease": {
+        "token": "lease-1",
+        "expires_at": "2026-01-01T00:00:00Z",
+        "heartbeat_interval_s": 200,
+    },
 }
 
 
@@ -109,8 +119,7 @@ def stub() -> Iterator[Callable[..., tuple[BrokerClient, _StubServer]]]:
 
 
 def test_503_is_retried_honouring_retry_after_then_the_answer_counts(stub: Any) -> None:
-    client, server = stub(Reply(503, {"detail": "redis down"}, {"Retry-After": "0.3"}),
-                          Reply(204))
+    client, server = stub(Reply(503, {"detail": "redis down"}, {"Retry-After": "0.3"}), Reply(204))
     started = time.monotonic()
     assert client.request_task() is None
     assert time.monotonic() - started >= 0.3
@@ -118,16 +127,19 @@ def test_503_is_retried_honouring_retry_after_then_the_answer_counts(stub: Any) 
 
 
 def test_503_until_retries_run_out_raises_unavailable_not_none(stub: Any) -> None:
-    client, server = stub(*[Reply(503, {"detail": "redis down"}, {"Retry-After": "0"})] * 3,
-                          retries=2)
+    client, server = stub(
+        *[Reply(503, {"detail": "redis down"}, {"Retry-After": "0"})] * 3, retries=2
+    )
     with pytest.raises(BrokerUnavailable) as err:
         client.request_task()
     assert err.value.status == 503
     assert len(server.seen) == 3
 
 
-@pytest.mark.parametrize(("status", "error"), [(401, Unauthorized), (403, Unauthorized),
-                                               (409, LeaseLost), (422, RequestRejected)])
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(401, Unauthorized), (403, Unauthorized), (409, LeaseLost), (422, RequestRejected)],
+)
 def test_4xx_is_raised_at_once_without_retry(
     stub: Any, status: int, error: type[BrokerClientError]
 ) -> None:
@@ -141,8 +153,7 @@ def test_4xx_is_raised_at_once_without_retry(
 
 
 def test_retry_after_a_lost_answer_abandons_what_that_answer_claimed(stub: Any) -> None:
-    client, server = stub(Reply(200, TASK_JSON, delay_s=1.0), Reply(200, TASK_JSON),
-                          timeout_s=0.3)
+    client, server = stub(Reply(200, TASK_JSON, delay_s=1.0), Reply(200, TASK_JSON), timeout_s=0.3)
     task = client.request_task(previous="completed")
     assert task is not None and task.issue_id == 7
     # The first request may have settled our task and claimed another; never call that one done.
@@ -150,15 +161,22 @@ def test_retry_after_a_lost_answer_abandons_what_that_answer_claimed(stub: Any) 
 
 
 def test_complete_retried_after_a_lost_answer_accepts_its_own_tombstone(stub: Any) -> None:
-    client, server = stub(Reply(200, {"status": "completed"}, delay_s=1.0),
-                          Reply(409, {"detail": "gone", "reason": "completed"}), timeout_s=0.3)
+    client, server = stub(
+        Reply(200, {"status": "completed"}, delay_s=1.0),
+        Reply(409, {"detail": "gone", "reason": "completed"}),
+        timeout_s=0.3,
+    )
     client.complete(Task.model_validate(TASK_JSON))
     assert len(server.seen) == 2
 
 
 def test_unreachable_broker_raises_unavailable() -> None:
-    with BrokerClient(f"http://127.0.0.1:{free_port()}", "agent-a", retries=2,
-                      backoff_s=0.01) as client, pytest.raises(BrokerUnavailable):
+    with (
+        BrokerClient(
+            f"http://127.0.0.1:{free_port()}", "agent-a", retries=2, backoff_s=0.01
+        ) as client,
+        pytest.raises(BrokerUnavailable),
+    ):
         client.request_task()
 
 
@@ -167,8 +185,11 @@ def test_unreachable_broker_raises_unavailable() -> None:
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    seed = {"repositories": [{"owner": "acme", "name": "widgets",
-                              "issues": generate_issues(2, priorities=("P1",))}]}
+    seed = {
+        "repositories": [
+            {"owner": "acme", "name": "widgets", "issues": generate_issues(2, priorities=("P1",))}
+        ]
+    }
     with Simulator(seed) as s:
         yield s
 
@@ -183,8 +204,9 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 @pytest.fixture
 def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
     tokens = json.dumps({token: agent for agent, token in TOKENS.items()})
-    env = broker_env(redis_url, sim.base_url, "acme/widgets",
-                     GITHUB_BROKER_SERVER__AGENT_TOKENS=tokens)
+    env = broker_env(
+        redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_SERVER__AGENT_TOKENS=tokens
+    )
     proc = BrokerProcess(env, tmp_path, "broker").start()
     client = redis.Redis.from_url(redis_url)
     try:

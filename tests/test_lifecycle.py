@@ -34,10 +34,10 @@ def sim() -> Iterator[Simulator]:
 
 @pytest.fixture
 async def world(
-    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
+    sim: Simulator, lua_redis_url: str, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[World]:
     settings = make_settings(
-        redis={"url": redis_url},
+        redis={"url": lua_redis_url},
         github={"base_url": sim.base_url},
         review={"delay_s": 1, "timeout_s": 2.5, "fix_debounce_s": 0.5},
     )
@@ -145,10 +145,10 @@ async def test_issue_walks_development_review_fix_review_done(world: World, sim:
 
 @pytest.fixture
 async def strict_world(
-    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
+    sim: Simulator, lua_redis_url: str, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[World]:
     settings = make_settings(
-        redis={"url": redis_url},
+        redis={"url": lua_redis_url},
         github={"base_url": sim.base_url},
         review={"delay_s": 0, "timeout_s": 3600, "fix_debounce_s": 0, "max_fix_rounds": 1},
     )

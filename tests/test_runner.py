@@ -53,14 +53,26 @@ if mode == "stubborn":
 time.sleep(60)
 """
 
-TASK = Task.model_validate({
-    "issue_id": 7, "issue_url": "https://github.com/acme/widgets/issues/7", "title": "Fix it",
-    "body": "body", "labels": ["P1", "BACKENDCODER"], "branch_name": "feature/issue-7",
-    "prompt": "Do the work", "required_role": "BACKENDCODER", "task_type": "development",
-    "repository": "acme/widgets", "base_branch": "main",
-    "lease": {"token": "secret-lease", "expires_at": "2026-01-01T00:00:00Z",
-              "heartbeat_interval_s": 1},
-})
+TASK = Task.model_validate(
+    {
+        "issue_id": 7,
+        "issue_url": "https://github.com/acme/widgets/issues/7",
+        "title": "Fix it",
+        "body": "body",
+        "labels": ["P1", "BACKENDCODER"],
+        "branch_name": "feature/issue-7",
+        "prompt": "Do the work",
+        "required_role": "BACKENDCODER",
+        "task_type": "development",
+        "repository": "acme/widgets",
+        "base_branch": "main",
+        "lease": {
+            "token": "secret-lease",
+            "expires_at": "2026-01-01T00:00:00Z",
+            "heartbeat_interval_s": 1,
+        },
+    }
+)
 
 
 def agent_cli(*args: str) -> list[str]:
@@ -142,8 +154,11 @@ def test_unreachable_broker_is_retried_until_stopped(tmp_path: Path) -> None:
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    seed = {"repositories": [{"owner": "acme", "name": "widgets",
-                              "issues": generate_issues(1, priorities=("P1",))}]}
+    seed = {
+        "repositories": [
+            {"owner": "acme", "name": "widgets", "issues": generate_issues(1, priorities=("P1",))}
+        ]
+    }
     with Simulator(seed) as s:
         yield s
 
@@ -211,9 +226,15 @@ def test_success_completes_and_the_issue_gets_needs_review(
     record = seen(workdir)
     env = record["env"]
     assert (env["GB_ISSUE_ID"], env["GB_BRANCH"], env["GB_REPOSITORY"]) == (
-        "1", "feature/issue-1", "acme/widgets")
+        "1",
+        "feature/issue-1",
+        "acme/widgets",
+    )
     assert (env["GB_BASE_BRANCH"], env["GB_TASK_TYPE"], env["GB_ROLE"]) == (
-        "main", "development", "BACKENDCODER")
+        "main",
+        "development",
+        "BACKENDCODER",
+    )
     assert record["stdin"] == json.loads(env["GB_TASK_JSON"])["prompt"] != ""
     assert Path(record["cwd"]) == workdir
     wait_until(lambda: "needs-review" in labels(sim), 15, "needs-review on the simulator")
@@ -242,7 +263,9 @@ def test_time_limit_kills_a_command_that_ignores_sigterm_and_releases(
 
 @pytest.mark.slow
 def test_revoked_lease_stops_the_command(
-    sim: Simulator, workdir: Path, run_agent: Callable[..., int],
+    sim: Simulator,
+    workdir: Path,
+    run_agent: Callable[..., int],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="github_broker.runner")
@@ -254,16 +277,29 @@ def test_revoked_lease_stops_the_command(
     worker.join(timeout=30)
     assert result == [1]
     assert process_gone(seen(workdir)["pid"])
-    assert any("agent-a lost acme/widgets#1 (issue_closed)" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "agent-a lost acme/widgets#1 (issue_closed)" in r.getMessage() for r in caplog.records
+    )
 
 
 @pytest.mark.slow
 def test_sigterm_stops_the_command_and_releases_the_lease(
     sim: Simulator, broker: BrokerProcess, workdir: Path, tmp_path: Path
 ) -> None:
-    command = agent_cli("--broker-url", broker.url, "--agent-id", "agent-a", "--wait", "2",
-                        "--workdir", str(workdir), "--", sys.executable, "agent.py", "sleep")
+    command = agent_cli(
+        "--broker-url",
+        broker.url,
+        "--agent-id",
+        "agent-a",
+        "--wait",
+        "2",
+        "--workdir",
+        str(workdir),
+        "--",
+        sys.executable,
+        "agent.py",
+        "sleep",
+    )
     with (tmp_path / "runner.log").open("wb") as log:
         runner = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:

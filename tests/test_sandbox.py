@@ -70,7 +70,9 @@ def sandbox() -> Iterator[tuple[subprocess.Popen[str], Output, str]]:
     port = free_port()
     proc = subprocess.Popen(
         sandbox_cli("--port", str(port), "--agents", "1", "--work-seconds", "1"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     output = Output(proc)
     yield proc, output, f"http://127.0.0.1:{port}"
@@ -94,8 +96,9 @@ def test_sandbox_runs_a_task_cycle_serves_an_sdk_client_and_stops_on_sigint(
         task = client.request_task(wait_seconds=20)
         assert task is not None and task.repository == "demo/sandbox"
 
-        claimed, match = output.index(r"demo-agent-1 claimed demo/sandbox#(\d+) \(development", 60,
-                                      ready)
+        claimed, match = output.index(
+            r"demo-agent-1 claimed demo/sandbox#(\d+) \(development", 60, ready
+        )
         n = match.group(1)
         assert n != str(task.issue_id)
         completed, _ = output.index(rf"demo-agent-1 completed demo/sandbox#{n}\b", 60, claimed)
@@ -141,8 +144,20 @@ def test_labels_init_creates_the_label_set_once(
         second = capsys.readouterr().out
 
         names = {label["name"] for label in sim.state.list_labels("acme", "widgets")}
-    expected = {"P0", "P1", "P2", "P3", "BACKENDCODER", "TESTER", "in-progress", "needs-review",
-                "review-done", "needs-human", "story", "epic"}
+    expected = {
+        "P0",
+        "P1",
+        "P2",
+        "P3",
+        "BACKENDCODER",
+        "TESTER",
+        "in-progress",
+        "needs-review",
+        "review-done",
+        "needs-human",
+        "story",
+        "epic",
+    }
     assert expected <= names
     assert "exists   acme/widgets  P0" in first and "created  acme/widgets  P1" in first
     assert "created" not in second.replace(" 0 created", "")

@@ -20,9 +20,9 @@ REPO = "acme/widgets"
 
 
 @pytest.fixture
-async def store(redis_url: str, make_settings: Callable[..., Settings]) -> AsyncIterator[Store]:
+async def store(lua_redis_url: str, make_settings: Callable[..., Settings]) -> AsyncIterator[Store]:
     settings = make_settings(
-        redis={"url": redis_url}, leases={"lease_ttl_s": 5, "agent_task_ttl_s": 60}
+        redis={"url": lua_redis_url}, leases={"lease_ttl_s": 5, "agent_task_ttl_s": 60}
     )
     s = Store.from_settings(settings)
     yield s
@@ -31,10 +31,10 @@ async def store(redis_url: str, make_settings: Callable[..., Settings]) -> Async
 
 @pytest.fixture
 async def short_store(
-    redis_url: str, make_settings: Callable[..., Settings]
+    lua_redis_url: str, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[Store]:
     settings = make_settings(
-        redis={"url": redis_url}, leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60}
+        redis={"url": lua_redis_url}, leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60}
     )
     s = Store.from_settings(settings)
     yield s
@@ -142,7 +142,7 @@ async def test_release_returns_task_to_pool_and_removes_labels(store: Store) -> 
     assert isinstance(got, Claimed)
     assert await rstore.finish(1, "a1", got.token, "abandoned") == (True, "abandoned")
     assert await rstore.heartbeat(1, "a1", got.token) == (False, "abandoned")
-    assert await rstore.intent(1) == {"add": {}, "remove": ["a1", "in-progress"], "v": 2}
+    assert await rstore.intent(1) == {"add": [], "remove": ["a1", "in-progress"], "v": 2}
     again = await claim(rstore, "a2")
     assert isinstance(again, Claimed) and again.issue.number == 1
 
