@@ -67,15 +67,40 @@ def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]
     return wrapper
 
 
-def connect(url: str) -> aioredis.Redis:
-    """A client for `url`: redis://, rediss://, unix://, redis+sentinel://, or memory://."""
+#: Redis Cluster: `redis+cluster://host:port[,host:port...]` (any reachable nodes).
+CLUSTER_SCHEME = "redis+cluster://"
+_TIMEOUTS: dict[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5}
+
+
+def connect(url: str) -> Any:
+    """A client for `url`: redis://, rediss://, unix://, redis+sentinel://, redis+cluster://,
+    or memory:// (an in-process fakeredis)."""
     if url.startswith(MEMORY_URL):
         import fakeredis
 
         return fakeredis.FakeAsyncRedis(server=_memory_server())
     if url.startswith("redis+sentinel://"):
         return _sentinel(url)
-    return aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    if url.startswith(CLUSTER_SCHEME):
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+        nodes = [
+            ClusterNode(h, int(p or 6379))
+            for h, _, p in (
+                n.partition(":") for n in url.removeprefix(CLUSTER_SCHEME).split("/")[0].split(",")
+            )
+        ]
+        return RedisCluster(startup_nodes=nodes, **_TIMEOUTS)
+    return aioredis.Redis.from_url(url, **_TIMEOUTS)
+
+
+def _pubsub_client(url: str, client: Any) -> Any:
+    """Who to SUBSCRIBE through: the client itself, or for a cluster one node (a classic
+    PUBLISH reaches every node of a cluster)."""
+    if not url.startswith(CLUSTER_SCHEME):
+        return client
+    host, _, port = url.removeprefix(CLUSTER_SCHEME).split("/")[0].split(",")[0].partition(":")
+    return aioredis.Redis(host=host, port=int(port or 6379), **_TIMEOUTS)
 
 
 _MEMORY: Any = None
@@ -490,9 +515,10 @@ class RepoStore:
 class Store:
     """All repositories' stores plus the deployment-wide keys."""
 
-    def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
+    def __init__(self, client: Any, settings: Settings) -> None:
         self.client = client
         self.settings = settings
+        self.pubsub_client = _pubsub_client(settings.redis.url, client)
         self.scripts = Scripts(client)
         self.global_keys = GlobalKeys(settings.redis.key_prefix)
         self.repos = {
@@ -507,6 +533,8 @@ class Store:
         return cls(connect(settings.redis.url), settings)
 
     async def close(self) -> None:
+        if self.pubsub_client is not self.client:
+            await self.pubsub_client.aclose()
         await self.client.aclose()
 
     def repo(self, full_name: str) -> RepoStore:
@@ -542,7 +570,7 @@ class Store:
     async def ready_events(self) -> AsyncIterator[asyncio.Queue[str]]:
         """Subscribe to every repository's "a task became claimable" channel."""
         queue: asyncio.Queue[str] = asyncio.Queue()
-        pubsub = self.client.pubsub()
+        pubsub = self.pubsub_client.pubsub()
         channels = [r.keys.events for r in self.repos.values()]
         try:
             if channels:

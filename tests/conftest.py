@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.cluster
 
 from github_broker.settings import Settings, load_settings
 
@@ -26,52 +27,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def sync_client(url: str) -> Any:
+    """A blocking client for test assertions, for a redis:// or redis+cluster:// URL."""
+    if url.startswith("redis+cluster://"):
+        nodes = [
+            redis.cluster.ClusterNode(h, int(p))
+            for h, _, p in (
+                a.partition(":") for a in url.removeprefix("redis+cluster://").split(",")
+            )
+        ]
+        return redis.RedisCluster(startup_nodes=nodes)
+    return redis.Redis.from_url(url)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[str]:
     """A redis-server of our own, never the machine's shared one on 6379."""
-    exe = shutil.which("redis-server")
-    if exe is None:
-        message = (
-            "redis-server is not installed (make install-redis, or apt-get install redis-server)"
-        )
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    port = free_port()
     workdir = tempfile.mkdtemp(prefix="gb-redis-")
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            workdir,
-            "--logfile",
-            os.path.join(workdir, "redis.log"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
-    client.close()
-    yield url
+    proc, port = _start_redis(_redis_exe(), workdir)
+    yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()
     proc.wait(timeout=10)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -86,15 +60,120 @@ def redis_url(redis_server: str) -> Iterator[str]:
     yield redis_server
 
 
-@pytest.fixture(params=["redis-server", "fakeredis"])
+#: Masters of the test cluster; Redis needs at least three.
+CLUSTER_NODES = 3
+
+
+def _start_redis(exe: str, workdir: str, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+            "--logfile",
+            os.path.join(workdir, f"redis-{port}.log"),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail(f"redis-server did not start on port {port}")
+            time.sleep(0.05)
+    client.close()
+    return proc, port
+
+
+def _redis_exe() -> str:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        message = (
+            "redis-server is not installed (make install-redis, or apt-get install redis-server)"
+        )
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return exe
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[str]:
+    """A three-master Redis Cluster of our own, as a redis+cluster:// URL."""
+    exe = _redis_exe()
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        pytest.fail("redis-cli is missing (it comes with redis-server's redis-tools)")
+    workdir = tempfile.mkdtemp(prefix="gb-cluster-")
+    nodes = [
+        _start_redis(
+            exe,
+            workdir,
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            f"nodes-{i}.conf",
+            "--cluster-node-timeout",
+            "2000",
+            # The bus port defaults to port + 10000, impossible for ports above 55535.
+            "--cluster-port",
+            str(free_port()),
+        )
+        for i in range(CLUSTER_NODES)
+    ]
+    addresses = [f"127.0.0.1:{port}" for _, port in nodes]
+    subprocess.run(
+        [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    probe = redis.Redis(port=nodes[0][1])
+    deadline = time.monotonic() + 20
+    while probe.cluster("info")["cluster_state"] != "ok":
+        assert time.monotonic() < deadline, "the test cluster never became ok"
+        time.sleep(0.1)
+    probe.close()
+    yield "redis+cluster://" + ",".join(addresses)
+    for proc, _ in nodes:
+        proc.terminate()
+        proc.wait(timeout=10)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(params=["redis-server", "fakeredis", "redis-cluster"])
 def lua_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Both engines the Lua scripts must behave the same on: a real server (Lua 5.1) and the
-    sandbox's in-process fakeredis (lupa)."""
+    """Every engine the Lua scripts must behave the same on: a real server (Lua 5.1), a real
+    Redis Cluster (every key of a repository in one slot) and the sandbox's in-process
+    fakeredis (lupa)."""
     if request.param == "fakeredis":
         from github_broker.store import MEMORY_URL, flush_memory
 
         flush_memory()
         yield MEMORY_URL
+    elif request.param == "redis-cluster":
+        url = request.getfixturevalue("redis_cluster")
+        for address in url.removeprefix("redis+cluster://").split(","):
+            node = redis.Redis(port=int(address.rsplit(":", 1)[1]))
+            node.flushall()
+            node.close()
+        yield url
     else:
         yield request.getfixturevalue("redis_url")
 

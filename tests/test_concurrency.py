@@ -10,11 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 import requests
 
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
+from tests.conftest import sync_client
 from tests.processes import BrokerProcess, broker_env
 
 pytestmark = pytest.mark.slow
@@ -35,10 +35,22 @@ def sim() -> Iterator[Simulator]:
         yield s
 
 
+@pytest.fixture(params=["redis-server", "redis-cluster"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The Redis the brokers share: one server, or a three-master cluster."""
+    if request.param == "redis-cluster":
+        url = request.getfixturevalue("redis_cluster")
+        client = sync_client(url)
+        client.flushall(target_nodes="all")  # type: ignore[call-arg]
+        client.close()
+        return str(url)
+    return str(request.getfixturevalue("redis_url"))
+
+
 @pytest.fixture
-def brokers(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
+def brokers(sim: Simulator, backend: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
     env = broker_env(
-        redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_SERVER__LONG_POLL_RECHECK_S="30"
+        backend, sim.base_url, "acme/widgets", GITHUB_BROKER_SERVER__LONG_POLL_RECHECK_S="30"
     )
     procs = [BrokerProcess(env, tmp_path, f"broker{i}").start() for i in range(2)]
     yield procs
@@ -47,7 +59,7 @@ def brokers(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[list[Bro
 
 
 def wait_for_bucket(redis_url: str, priority: int, timeout_s: float = 30.0) -> None:
-    client = redis.Redis.from_url(redis_url)
+    client = sync_client(redis_url)
     deadline = time.monotonic() + timeout_s
     try:
         while int(client.zrange(KEYS.work, 0, 0, withscores=True)[0][1]) != priority:
@@ -58,7 +70,7 @@ def wait_for_bucket(redis_url: str, priority: int, timeout_s: float = 30.0) -> N
 
 
 def wait_for_ready(redis_url: str, count: int, timeout_s: float = 30.0) -> None:
-    client = redis.Redis.from_url(redis_url)
+    client = sync_client(redis_url)
     deadline = time.monotonic() + timeout_s
     try:
         while client.zcard(KEYS.ready) < count:
@@ -93,10 +105,10 @@ async def agents_run(urls: list[str]) -> list[tuple[str, int, list[str]]]:
 
 
 def test_every_issue_handed_out_once_respecting_strict_bucket(
-    sim: Simulator, brokers: list[BrokerProcess], redis_url: str
+    sim: Simulator, brokers: list[BrokerProcess], backend: str
 ) -> None:
     urls = [b.url for b in brokers]
-    wait_for_ready(redis_url, P0_COUNT + P1_COUNT)
+    wait_for_ready(backend, P0_COUNT + P1_COUNT)
 
     first = asyncio.run(agents_run(urls))
     numbers = [n for _, n, _ in first]
@@ -108,7 +120,7 @@ def test_every_issue_handed_out_once_respecting_strict_bucket(
     # Maintainers merge the P0 work: the P1 bucket opens on the next sync.
     for n in range(1, P0_COUNT + 1):
         sim.state.update_issue("acme", "widgets", n, state="closed")
-    wait_for_bucket(redis_url, 1)
+    wait_for_bucket(backend, 1)
     second = asyncio.run(agents_run(urls))
     numbers2 = [n for _, n, _ in second]
     assert len(numbers2) == len(set(numbers2)), "an issue was handed out twice"
@@ -116,9 +128,9 @@ def test_every_issue_handed_out_once_respecting_strict_bucket(
 
 
 def test_long_poll_wakes_on_release_in_another_process(
-    sim: Simulator, brokers: list[BrokerProcess], redis_url: str
+    sim: Simulator, brokers: list[BrokerProcess], backend: str
 ) -> None:
-    wait_for_ready(redis_url, P0_COUNT + P1_COUNT)
+    wait_for_ready(backend, P0_COUNT + P1_COUNT)
     a, b = brokers
     # Take every P0 task so the next asker has to wait.
     held = []
@@ -155,9 +167,9 @@ def test_long_poll_wakes_on_release_in_another_process(
 
 
 def test_task_claimed_for_a_long_poll_the_agent_left_goes_back_to_the_pool(
-    sim: Simulator, brokers: list[BrokerProcess], redis_url: str
+    sim: Simulator, brokers: list[BrokerProcess], backend: str
 ) -> None:
-    wait_for_ready(redis_url, P0_COUNT + P1_COUNT)
+    wait_for_ready(backend, P0_COUNT + P1_COUNT)
     a, b = brokers
     held = [
         requests.post(f"{a.url}/request-task", json={"agent_id": f"holder-{i}"}, timeout=10).json()
@@ -175,7 +187,7 @@ def test_task_claimed_for_a_long_poll_the_agent_left_goes_back_to_the_pool(
     )
     assert r.status_code == 200
     time.sleep(1.0)  # the impatient agent's server-side wait wakes, claims it, sees it gone
-    client = redis.Redis.from_url(redis_url)
+    client = sync_client(backend)
     try:
         record = client.get(KEYS.task_candidate(task["issue_id"], "impatient"))
         assert record is not None and json.loads(record)["status"] == "abandoned"
