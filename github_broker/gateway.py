@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import requests
-from github import Auth, Github
+from github import Auth, Github, GithubException
 
 from github_broker.errors import (
     GitHubError,
@@ -51,9 +51,8 @@ class GitHubGateway:
 
     def __init__(self, settings: GitHubSettings) -> None:
         self.settings = settings
-        token = settings.resolved_token()
         self._github = Github(
-            auth=Auth.Token(token) if token else None,
+            auth=_auth(settings),
             base_url=settings.base_url.rstrip("/"),
             timeout=int(max(1, settings.timeout_s)),
             per_page=settings.per_page,
@@ -91,6 +90,11 @@ class GitHubGateway:
             )
         except requests.exceptions.RequestException as e:
             raise GitHubUnavailable(f"{verb} {path}: {type(e).__name__}: {e}") from e
+        except GithubException as e:
+            # Raised by PyGithub itself, e.g. minting a GitHub App installation token.
+            if e.status >= 500:
+                raise GitHubUnavailable(f"{verb} {path}: {e.status} {e}") from e
+            raise GitHubError(f"{verb} {path}: {e.status} {e}", status=e.status) from e
         with self._lock:
             self.calls += 1
         resp_headers = {k.lower(): v for k, v in raw_headers.items()}
@@ -207,6 +211,8 @@ class GitHubGateway:
 
     def login(self) -> str:
         """The login the broker acts as on GitHub (its own comments are not feedback)."""
+        if self.settings.app_id is not None:
+            return ""  # an App acts as a bot, and bots' comments are never feedback anyway
         if self._login is None:
             _, _, data = self._request("GET", "/user")
             self._login = str((data or {}).get("login", ""))
@@ -263,3 +269,14 @@ class GitHubGateway:
         """`GET /rate_limit`: reachable and authenticated (does not count against the quota)."""
         self._request("GET", "/rate_limit")
         return self.quota
+
+
+def _auth(settings: GitHubSettings) -> Auth.Auth | None:
+    """A token, or a GitHub App installation (PyGithub mints and renews its tokens)."""
+    key = settings.app_key()
+    if settings.app_id is not None and settings.app_installation_id is not None and key:
+        return Auth.AppAuth(settings.app_id, key).get_installation_auth(
+            settings.app_installation_id
+        )
+    token = settings.resolved_token()
+    return Auth.Token(token) if token else None

@@ -68,6 +68,35 @@ class GitHubSettings(_Section):
     seconds_between_writes: float = Field(0.75, ge=0)
     #: Below this many remaining calls the broker waits for the quota reset.
     min_remaining_quota: int = Field(50, ge=0)
+    #: GitHub App authentication instead of a token: all three, and a private key.
+    app_id: int | None = None
+    app_installation_id: int | None = None
+    app_private_key: SecretStr | None = None
+    app_private_key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_way_to_authenticate(self) -> GitHubSettings:
+        app_fields = [
+            self.app_id,
+            self.app_installation_id,
+            self.app_private_key or self.app_private_key_file,
+        ]
+        if any(f is not None for f in app_fields):
+            if any(f is None for f in app_fields):
+                raise ValueError(
+                    "GitHub App authentication needs app_id, app_installation_id and "
+                    "app_private_key (or app_private_key_file); set all of them or none"
+                )
+            if self.token is not None or self.token_file is not None:
+                raise ValueError("set either a token or a GitHub App, not both")
+        return self
+
+    def app_key(self) -> str | None:
+        if self.app_private_key is not None:
+            return self.app_private_key.get_secret_value()
+        if self.app_private_key_file is not None:
+            return self.app_private_key_file.read_text()
+        return None
 
     def resolved_token(self) -> str | None:
         if self.token is not None:

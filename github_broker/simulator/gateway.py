@@ -23,6 +23,7 @@ ANONYMOUS = "anonymous"
 DEFAULT_LOGIN = "broker-bot"
 # Reading the quota is free on GitHub and must keep working while the quota is exhausted.
 _FREE_ROUTES = frozenset({"GET /rate_limit"})
+_APP_JWT_ROUTES = frozenset({"POST /app/installations/{installation_id}/access_tokens"})
 _ERROR_MESSAGES = {
     500: "Internal Server Error",
     502: "Server Error",
@@ -44,6 +45,8 @@ class Services:
     stats: Stats
     limiter: RateLimiter
     tokens: dict[str, str] | None = None
+    #: GitHub Apps: app id -> PEM public key that verifies its JWTs (None: no App support).
+    apps: dict[int, str] | None = None
 
 
 class Gateway:
@@ -103,7 +106,13 @@ class Gateway:
 
         token = _token(headers.get("authorization"))
         quota_key = request.quota_key = token or ANONYMOUS
-        login = request.login = self._login(token)
+        if route_key in _APP_JWT_ROUTES:
+            # Apps authenticate these with a signed JWT, not with a token.
+            login = request.login = self._app_login(token)
+            if login is None:
+                return ApiError(401, "A JSON web token could not be decoded").to_response()
+        else:
+            login = request.login = self._login(token)
         if token is not None and login is None:
             return self._with_quota(ApiError(401, "Bad credentials").to_response(), ANONYMOUS)
         if decision.rule is not None:
@@ -135,6 +144,21 @@ class Gateway:
                     outcome.cost = 0
                 response = Response(304, None, {"ETag": etag})
         return self._with_quota(response, quota_key)
+
+    def _app_login(self, token: str | None) -> str | None:
+        """The App's bot login when `token` is a JWT signed by a registered App's key."""
+        if token is None or not self.svc.apps:
+            return None
+        import jwt  # PyJWT, which PyGithub depends on
+
+        try:
+            claims = jwt.decode(token, options={"verify_signature": False})
+            app_id = int(claims["iss"])
+            key = self.svc.apps[app_id]
+            jwt.decode(token, key, algorithms=["RS256"])
+        except (jwt.PyJWTError, KeyError, ValueError):
+            return None
+        return f"app-{app_id}[bot]"
 
     def _login(self, token: str | None) -> str | None:
         if token is None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import math
 import re
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlencode
 
@@ -137,6 +139,24 @@ def root(svc: Services, req: Request, p: Params) -> Response:
             "rate_limit_url": f"{base}/rate_limit",
             "repository_url": f"{base}/repos/{{owner}}/{{repo}}",
             "user_url": f"{base}/users/{{user}}",
+        },
+    )
+
+
+@route("POST", "/app/installations/{installation_id}/access_tokens")
+def installation_token(svc: Services, req: Request, p: Params) -> Response:
+    """A GitHub App's installation token (the gateway has verified the App's JWT)."""
+    token = "ghs_" + secrets.token_hex(18)
+    if svc.tokens is not None:
+        svc.tokens[token] = req.require_login()
+    expires = datetime.now(UTC) + timedelta(hours=1)
+    return Response(
+        201,
+        {
+            "token": token,
+            "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "permissions": {"issues": "write", "pull_requests": "write", "contents": "write"},
+            "repository_selection": "all",
         },
     )
 

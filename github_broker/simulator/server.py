@@ -102,6 +102,7 @@ class Simulator:
         port: int = 0,
         tokens: dict[str, str] | None = None,
         rate_limit: int = 5000,
+        apps: dict[int, str] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -111,7 +112,7 @@ class Simulator:
         self.rate_limiter = RateLimiter(rate_limit)
         self.tokens = None if tokens is None else dict(tokens)
         self.services = Services(
-            self.state, self.faults, self.stats, self.rate_limiter, self.tokens
+            self.state, self.faults, self.stats, self.rate_limiter, self.tokens, apps
         )
         self._gateway = Gateway(self.services)
         self._httpd: _HTTPServer | None = None
