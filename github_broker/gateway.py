@@ -235,9 +235,8 @@ class GitHubGateway:
 
     def create_branch(self, full_name: str, branch: str, base: str) -> bool:
         """Create `branch` at the tip of `base`; False when it already exists."""
-        _, _, ref = self._request(
-            "GET", f"/repos/{full_name}/git/ref/heads/{quote(base, safe='/')}"
-        )
+        # Conditional: while the base branch does not move this is a free 304.
+        ref = self._get_cached(f"/repos/{full_name}/git/ref/heads/{quote(base, safe='/')}")
         sha = ref["object"]["sha"]
         try:
             self._request(

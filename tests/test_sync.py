@@ -239,3 +239,20 @@ async def test_daemon_survives_failing_pass_and_backs_off(
         await daemon.stop()
         await store.close()
         gateway.close()
+
+
+def test_branches_after_the_first_cost_no_quota_for_the_base_ref(
+    settings: Settings, sim: Simulator
+) -> None:
+    gateway = GitHubGateway(settings.github)
+    try:
+        assert gateway.create_branch("acme/widgets", "feature/a", "main") is True
+        sim.stats.reset()
+        assert gateway.create_branch("acme/widgets", "feature/b", "main") is True
+        assert gateway.create_branch("acme/widgets", "feature/b", "main") is False
+    finally:
+        gateway.close()
+    stats = sim.stats.snapshot()
+    assert stats["by_route"]["GET /repos/{owner}/{repo}/git/ref/{ref}"] == 2
+    assert stats["rate_limited_cost"] == 2  # the two POSTs; both base-ref reads were 304s
+    assert {"feature/a", "feature/b"} <= set(sim.state.branches("acme", "widgets"))
