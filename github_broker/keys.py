@@ -32,7 +32,8 @@ Added by this project (no TTL unless said):
 ``work``                 zset    issue number -> priority of every open work issue (bucket)
 ``skipped``              hash    issue number -> JSON reason it is not handed out
 ``open``                 set     numbers of the open issues mirrored in ``issue:{n}``
-``sync``                 hash    sync cursors: ``since``, ETags, page contents, default branch
+``sync``                 hash    sync cursors: ``since``, the incremental ETag, default branch
+``sync:pages``           hash    full pass: per page its ETag and the issue numbers on it
 ``intent``               hash    number -> JSON label delta the broker wants on GitHub, kept
                                  until a sync sees it applied
 ``outbox``               zset    write job (``labels:{n}``, ``branch:{n}``) -> due time (ms)
@@ -83,6 +84,7 @@ class RepoKeys:
         self.skipped = self.base + "skipped"
         self.open = self.base + "open"
         self.sync = self.base + "sync"
+        self.sync_pages = self.base + "sync:pages"
         self.intent = self.base + "intent"
         self.outbox = self.base + "outbox"
         self.outbox_data = self.base + "outbox:data"

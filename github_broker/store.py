@@ -249,13 +249,27 @@ class RepoStore:
         return {_text(k): _text(v) for k, v in raw.items()}
 
     @translate_errors
-    async def save_sync_state(self, values: dict[str, str], drop: list[str] | None = None) -> None:
+    async def save_sync_state(
+        self,
+        values: dict[str, str],
+        *,
+        pages: dict[str, str] | None = None,
+        drop_pages: list[str] | None = None,
+    ) -> None:
+        """Cursors (small, read every pass) and full-pass page data (read by full passes)."""
         async with self.client.pipeline(transaction=True) as pipe:
             if values:
                 pipe.hset(self.keys.sync, mapping=values)
-            if drop:
-                pipe.hdel(self.keys.sync, *drop)
+            if pages:
+                pipe.hset(self.keys.sync_pages, mapping=pages)
+            if drop_pages:
+                pipe.hdel(self.keys.sync_pages, *drop_pages)
             await pipe.execute()
+
+    @translate_errors
+    async def sync_pages(self) -> dict[str, str]:
+        raw = await _aw(self.client.hgetall(self.keys.sync_pages))
+        return {_text(k): _text(v) for k, v in raw.items()}
 
     @translate_errors
     async def get_issue(self, number: int) -> Issue | None:

@@ -109,17 +109,18 @@ class Syncer:
         per_page = self.settings.github.per_page
         seen: set[int] = set()
         newest = state.get("since", "")
+        known = await rstore.sync_pages()
         saved: dict[str, str] = {}
         page_no = 1
         while page_no <= MAX_PAGES:
-            etag = state.get(f"page:{page_no}:etag")
+            etag = known.get(f"page:{page_no}:etag")
             page = await asyncio.to_thread(
                 self.gateway.issues_page, repo.full_name, params, page=page_no, etag=etag
             )
             report.pages += 1
             if page.status == 304:
                 report.not_modified += 1
-                numbers, count = json.loads(state.get(f"page:{page_no}:numbers", "[[], 0]"))
+                numbers, count = json.loads(known.get(f"page:{page_no}:numbers", "[[], 0]"))
                 seen.update(numbers)
             else:
                 issues = [Issue.from_github(d) for d in page.items if "pull_request" not in d]
@@ -146,13 +147,13 @@ class Syncer:
             for i in range(page_no + 1, known_pages + 1)
             for f in ("etag", "numbers")
         ]
-        saved.update({"full_pages": str(page_no), "full_at": str(time.time())})
+        cursors = {"full_pages": str(page_no), "full_at": str(time.time())}
         if newest:
-            saved["since"] = newest
-        await rstore.save_sync_state(saved, drop=stale)
+            cursors["since"] = newest
+        await rstore.save_sync_state(cursors, pages=saved, drop_pages=stale)
         if not state.get("since") and newest:
             # Record the incremental cursor's ETag now, so the next pass can be a 304.
-            await self._incremental(repo, rstore, {**state, **saved}, base, report)
+            await self._incremental(repo, rstore, {**state, **cursors}, base, report)
 
     async def _incremental(
         self,
