@@ -167,6 +167,14 @@ class GitHubGateway:
             has_next='rel="next"' in headers.get("link", ""),
         )
 
+    def issue(self, full_name: str, number: int) -> dict[str, Any] | None:
+        """One issue (or PR) as GitHub shows it now; None when deleted or transferred."""
+        try:
+            _, _, data = self._request("GET", f"/repos/{full_name}/issues/{number}")
+        except GitHubNotFound:
+            return None
+        return dict(data)
+
     def _get_cached(self, path: str, params: dict[str, Any] | None = None) -> Any:
         """GET with If-None-Match from an in-memory cache: unchanged answers cost no quota."""
         key = path + "?" + urlencode(sorted((params or {}).items()))

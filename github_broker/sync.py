@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from github_broker.clock import iso_from_ms, now_ms
 from github_broker.gateway import GitHubGateway, Page
 from github_broker.models import Issue, TaskType
 from github_broker.rules import Rules, task_score
@@ -22,6 +23,8 @@ logger = logging.getLogger(__name__)
 UPSERT_BATCH = 200
 #: Safety stop for a runaway listing (100 per page: one million issues).
 MAX_PAGES = 10_000
+#: How far before a full pass's start its first incremental cursor is set (clock skew).
+CURSOR_MARGIN_MS = 60_000
 
 Progress = Callable[[str, int, int], None]
 
@@ -106,6 +109,9 @@ class Syncer:
         progress: Progress | None,
     ) -> None:
         params = {"state": "open", "sort": "created", "direction": "asc"}
+        # Issues may change on pages already read while the pass goes on: the first cursor
+        # starts before the pass did (with a margin for clock skew), never after.
+        started_iso = iso_from_ms(now_ms() - CURSOR_MARGIN_MS)
         per_page = self.settings.github.per_page
         seen: set[int] = set()
         newest = state.get("since", "")
@@ -139,8 +145,7 @@ class Syncer:
             if not more:
                 break
             page_no += 1
-        gone = sorted(await rstore.open_numbers() - seen)
-        await self._remove(rstore, gone, report)
+        await self._remove_confirmed(repo, rstore, await rstore.open_numbers() - seen, base, report)
         known_pages = int(state.get("full_pages", 0))
         stale = [
             f"page:{i}:{f}"
@@ -148,8 +153,10 @@ class Syncer:
             for f in ("etag", "numbers")
         ]
         cursors = {"full_pages": str(page_no), "full_at": str(time.time())}
-        if newest:
-            cursors["since"] = newest
+        if not state.get("since") and newest:
+            # Only the first pass sets the cursor; later ones must not move it past changes
+            # on pages they read early (the incremental passes catch those).
+            cursors["since"] = min(newest, started_iso)
         await rstore.save_sync_state(cursors, pages=saved, drop_pages=stale)
         if not state.get("since") and newest:
             # Record the incremental cursor's ETag now, so the next pass can be a 304.
@@ -163,46 +170,73 @@ class Syncer:
         base: str,
         report: SyncReport,
     ) -> None:
-        # Two rounds at most: the second fetches the cursor the first moved to, so that an
-        # unchanged repository answers the *next* pass with a 304.
-        for _ in range(2):
-            since = state.get("since", "")
-            params = {"state": "all", "sort": "updated", "direction": "asc", "since": since}
-            etag = state.get("inc_etag") if state.get("inc_since") == since else None
-            newest, first_etag, changed = since, None, False
-            page_no = 1
-            while page_no <= MAX_PAGES:
-                page: Page = await asyncio.to_thread(
-                    self.gateway.issues_page,
-                    repo.full_name,
-                    params,
-                    page=page_no,
-                    etag=etag if page_no == 1 else None,
-                )
-                report.pages += 1
-                if page.status == 304:
-                    report.not_modified += 1
-                    return
-                if page_no == 1:
-                    first_etag = page.etag
-                items = [d for d in page.items if "pull_request" not in d]
-                open_issues = [Issue.from_github(d) for d in items if d.get("state") == "open"]
-                closed = [int(d["number"]) for d in items if d.get("state") != "open"]
-                report.seen += len(items)
-                newest = max([newest, *(str(d["updated_at"]) for d in items)])
-                before = report.written + report.removed
-                await self._upsert(rstore, open_issues, base, report)
-                await self._remove(rstore, closed, report)
-                changed = changed or report.written + report.removed > before
-                if not page.has_next:
-                    break
-                page_no += 1
-            state = {**state, "since": newest, "inc_since": since, "inc_etag": first_etag or ""}
-            await rstore.save_sync_state(
-                {"since": newest, "inc_since": since, "inc_etag": first_etag or ""}
+        """Everything updated since the cursor, oldest first, paged by cursor, not by offset:
+        an issue updated while we read moves past the cursor and comes in a later request,
+        instead of shifting a page we have not read yet. The last request, at the final
+        cursor, is the one whose ETag lets the next pass of an unchanged repository be a 304.
+        """
+        since = state.get("since", "")
+        etag = state.get("inc_etag") if state.get("inc_since") == since else None
+        per_page = self.settings.github.per_page
+        cursor, page_no = since, 1
+        for _ in range(MAX_PAGES):
+            params = {"state": "all", "sort": "updated", "direction": "asc", "since": cursor}
+            page: Page = await asyncio.to_thread(
+                self.gateway.issues_page,
+                repo.full_name,
+                params,
+                page=page_no,
+                etag=etag if (cursor, page_no) == (since, 1) else None,
             )
-            if newest == since:
+            report.pages += 1
+            if page.status == 304:
+                report.not_modified += 1
                 return
+            await self._apply_changes(rstore, page.items, base, report)
+            last = str(page.items[-1]["updated_at"]) if page.items else cursor
+            if len(page.items) == per_page and last == cursor:
+                page_no += 1  # a whole page shares one second: only an offset moves on
+            elif len(page.items) == per_page or last != cursor:
+                cursor, page_no = max(cursor, last), 1
+            else:
+                break
+        if page_no == 1:
+            await rstore.save_sync_state(
+                {"since": cursor, "inc_since": cursor, "inc_etag": page.etag or ""}
+            )
+        else:
+            await rstore.save_sync_state({"since": cursor})
+
+    async def _apply_changes(
+        self, rstore: RepoStore, items: list[dict[str, Any]], base: str, report: SyncReport
+    ) -> None:
+        issues = [d for d in items if "pull_request" not in d]
+        report.seen += len(issues)
+        await self._upsert(
+            rstore, [Issue.from_github(d) for d in issues if d.get("state") == "open"], base, report
+        )
+        await self._remove(
+            rstore, [int(d["number"]) for d in issues if d.get("state") != "open"], report
+        )
+
+    async def _remove_confirmed(
+        self,
+        repo: Repository,
+        rstore: RepoStore,
+        missing: set[int],
+        base: str,
+        report: SyncReport,
+    ) -> None:
+        """Offset pages shift when an issue closes mid-pass, so an issue missing from the
+        listing may still be open: ask GitHub about each one before removing it."""
+        gone = []
+        for n in sorted(missing):
+            data = await asyncio.to_thread(self.gateway.issue, repo.full_name, n)
+            if data is None or data.get("state") != "open" or "pull_request" in data:
+                gone.append(n)
+            else:
+                await self._upsert(rstore, [Issue.from_github(data)], base, report)
+        await self._remove(rstore, gone, report)
 
     # --- writes -------------------------------------------------------------------------
 
