@@ -163,6 +163,17 @@ local function end_lease(C, n, outcome, now)
       redis.call('PUBLISH', C.events, 'ready')
     end
   end
+  -- Review and fix tasks of this issue that waited for the lease (posted while it was held,
+  -- or the revoked lease's own) become claimable now, while the issue is still work.
+  if outcome ~= 'issue_closed' and redis.call('ZSCORE', C.K.work, n) then
+    for _, kind in ipairs({'fix', 'review'}) do
+      local other = kind .. ':' .. n
+      if (other ~= task_id or outcome == 'revoked' or outcome == 'label_removed')
+          and make_ready(C.K.tasks, C.K.ready, C.ready_role, other) then
+        redis.call('PUBLISH', C.events, 'ready')
+      end
+    end
+  end
   return agent
 end
 
@@ -184,7 +195,8 @@ end
 -- Returns nil when it is, else the reason the caller gets with its 409.
 local function lease_refusal(C, n, agent, token, now)
   local h = redis.call('HMGET', C.lease .. n, 'agent', 'token')
-  if h[2] == ADOPTED and h[1] == agent and redis.call('EXISTS', C.lock .. n) == 1 then
+  local ended = redis.call('GET', C.tomb .. token)
+  if h[2] == ADOPTED and h[1] == agent and not ended and redis.call('EXISTS', C.lock .. n) == 1 then
     -- The agent is still at work on a lease rebuilt from GitHub: its token becomes the lease's.
     redis.call('HSET', C.lease .. n, 'token', token)
     return nil
@@ -197,7 +209,6 @@ local function lease_refusal(C, n, agent, token, now)
     end
     return nil
   end
-  local ended = redis.call('GET', C.tomb .. token)
   if ended then return ended end
   if h[1] and h[1] ~= agent then return 'not_owner' end
   if h[1] == agent then return 'revoked' end

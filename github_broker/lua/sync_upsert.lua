@@ -26,6 +26,11 @@ for _, it in ipairs(items) do
   end
   redis.call('SADD', C.K.open, n)
   if it.prio >= 0 then redis.call('ZADD', C.K.work, it.prio, n) else redis.call('ZREM', C.K.work, n) end
+  -- A lease whose lock timed out before the reaper came by ends here first, so it is not
+  -- mistaken for work GitHub shows in progress without a lease.
+  if redis.call('EXISTS', C.lock .. n) == 0 and redis.call('EXISTS', C.lease .. n) == 1 then
+    end_lease(C, n, 'expired', now)
+  end
 
   local on_github = set_of(cjson.decode(it.issue).labels)
   local labels = set_of(cjson.decode(it.issue).labels)
@@ -41,7 +46,11 @@ for _, it in ipairs(items) do
       if on_github[l] then seen = false end
       labels[l] = nil
     end
-    if seen then redis.call('HDEL', C.K.intent, n) end
+    -- Drop it only when no write is queued: a page read before the last write was made can
+    -- "show" an older wish and must not cancel the newer one.
+    if seen and not redis.call('ZSCORE', C.K.outbox, 'labels:' .. n) then
+      redis.call('HDEL', C.K.intent, n)
+    end
   end
 
   local held = redis.call('EXISTS', C.lock .. n) == 1
@@ -79,6 +88,13 @@ for _, it in ipairs(items) do
     redis.call('DEL', C.review .. n, C.review_state .. n)
     drop_task(C, 'review:' .. n)
     drop_task(C, 'fix:' .. n)
+  end
+
+  -- ready = tasks - held, for review and fix tasks too.
+  if not held and it.prio >= 0 and not labels[C.in_progress] then
+    for _, kind in ipairs({'fix', 'review'}) do
+      make_ready(C.K.tasks, C.K.ready, C.ready_role, kind .. ':' .. n)
+    end
   end
 
   local id = 'development:' .. n
