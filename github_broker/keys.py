@@ -38,7 +38,7 @@ Added by this project (no TTL unless said):
                                  until a sync sees it applied
 ``outbox``               zset    write job (``labels:{n}``, ``branch:{n}``) -> due time (ms)
 ``outbox:data``          hash    write job -> JSON payload (branch jobs)
-``outbox:attempts``      hash    write job -> failed attempts so far
+``outbox:attempts``      hash    write job -> times GitHub refused it (4xx) so far
 ``reviewing``            set     issues whose labels (with pending writes) say needs-review
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
                                  review_done, needs_human; deleted with the needs-review label

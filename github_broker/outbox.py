@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from github_broker.errors import GitHubError, GitHubNotFound, GitHubUnavailable, RateLimited
 from github_broker.gateway import GitHubGateway
 from github_broker.settings import Repository
-from github_broker.store import Store
+from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
 
@@ -60,15 +60,25 @@ class OutboxDrainer:
             if time.time() < self.paused_until_s:
                 report.paused_until_s = self.paused_until_s
                 break
-            taken = await self._drain_batch(repo, report)
+            taken = await self._drain_batch(repo, report, started + DRAIN_BUDGET_S)
             if taken < DRAIN_BATCH:
                 break
         return report
 
-    async def _drain_batch(self, repo: Repository, report: DrainReport) -> int:
+    async def _put_back(
+        self, rstore: RepoStore, jobs: list[tuple[str, str, int]], delay_ms: int
+    ) -> None:
+        for job, payload, _ in jobs:
+            await rstore.outbox_done(job, payload, retry_in_ms=delay_ms, attempted=False)
+
+    async def _drain_batch(self, repo: Repository, report: DrainReport, deadline: float) -> int:
         rstore = self.store.repo(repo.full_name)
         jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS)
         for index, (job, payload, attempts) in enumerate(jobs):
+            if time.monotonic() > deadline:
+                # Out of time: the rest are due at once for the next drain, not failures.
+                await self._put_back(rstore, jobs[index:], 0)
+                return 0
             try:
                 await asyncio.to_thread(self._apply, repo.full_name, job, payload)
             except (RateLimited, GitHubUnavailable) as e:
@@ -80,8 +90,8 @@ class OutboxDrainer:
                     self._outages += 1
                     self.paused_until_s = time.time() + backoff_ms(self._outages) / 1000
                 delay_ms = max(0, int((self.paused_until_s - time.time()) * 1000))
-                for later, later_payload, _ in jobs[index:]:
-                    await rstore.outbox_done(later, later_payload, retry_in_ms=delay_ms)
+                # Not the jobs' fault: none of them counts this toward being dropped.
+                await self._put_back(rstore, jobs[index:], delay_ms)
                 report.paused_until_s = self.paused_until_s
                 report.retried += len(jobs) - index
                 logger.warning(

@@ -10,7 +10,9 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from functools import partial
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -72,24 +74,32 @@ class Daemon:
             return
         for repo in self.settings.repositories:
             name = repo.full_name
-            if time.time() < self._not_before.get(name, 0.0):
-                continue
-            try:
-                await self.syncer.sync(repo)
-                await self.reviews.run(repo)
-                self._failures[name] = 0
-            except RateLimited as e:
-                self._not_before[name] = e.retry_at_s
-                logger.warning("sync %s paused until %s: %s", name, _clock(e.retry_at_s), e)
-            except BrokerError as e:
-                failures = self._failures.get(name, 0) + 1
-                self._failures[name] = failures
-                delay = min(MAX_SYNC_BACKOFF_S, self.settings.poll.interval_s * 2 ** (failures - 1))
-                self._not_before[name] = time.time() + delay
-                logger.warning(
-                    "sync %s failed (%d in a row), next try in %.0fs: %s", name, failures, delay, e
-                )
+            await self._guarded(name, f"sync {name}", partial(self.syncer.sync, repo))
+            # Review upkeep fails on its own: a PR endpoint the token cannot read must not
+            # stop the mirror from syncing.
+            await self._guarded(
+                f"reviews:{name}", f"review upkeep of {name}", partial(self.reviews.run, repo)
+            )
         await self._publish_quota()
+
+    async def _guarded(self, key: str, what: str, job: Callable[[], Awaitable[object]]) -> None:
+        """Run `job` unless it is backing off; a failure logs and backs off, never raises."""
+        if time.time() < self._not_before.get(key, 0.0):
+            return
+        try:
+            await job()
+            self._failures[key] = 0
+        except RateLimited as e:
+            self._not_before[key] = e.retry_at_s
+            logger.warning("%s paused until %s: %s", what, _clock(e.retry_at_s), e)
+        except BrokerError as e:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            delay = min(MAX_SYNC_BACKOFF_S, self.settings.poll.interval_s * 2 ** (failures - 1))
+            self._not_before[key] = time.time() + delay
+            logger.warning(
+                "%s failed (%d in a row), next try in %.0fs: %s", what, failures, delay, e
+            )
 
     async def drain_all(self) -> None:
         if not self.is_leader:

@@ -235,7 +235,17 @@ class ServerSettings(_Section):
     @model_validator(mode="after")
     def _no_open_server_without_auth(self) -> ServerSettings:
         loopback = self.host in {"127.0.0.1", "localhost", "::1"}
-        has_tokens = bool(self.agent_tokens) or self.agent_tokens_file is not None
+        if self.agent_tokens_file is not None:
+            try:
+                tokens = self.resolved_agent_tokens()
+            except (OSError, yaml.YAMLError, AttributeError) as e:
+                raise ValueError(f"agent_tokens_file {self.agent_tokens_file}: {e}") from e
+            if not tokens:
+                raise ValueError(
+                    f"agent_tokens_file {self.agent_tokens_file} holds no tokens; it maps "
+                    "agent id -> token, one per line (`claude-1: <token>`)"
+                )
+        has_tokens = bool(self.resolved_agent_tokens())
         if not loopback and not has_tokens and not self.allow_unauthenticated:
             raise ValueError(
                 f"host {self.host!r} is not loopback but no agent tokens are configured; set "
@@ -299,6 +309,19 @@ class Settings(BaseSettings):
         roles = [a.role for a in self.agents]
         if len(set(roles)) != len(roles):
             raise ValueError(f"agents.yml lists a role twice: {roles}")
+        reserved = {*roles, *self.labels.model_dump(exclude={"priority_pattern"}).values()}
+        priority = re.compile(self.labels.priority_pattern)
+        clashing = sorted(
+            agent
+            for agent in self.server.resolved_agent_tokens().values()
+            if agent in reserved or priority.match(agent)
+        )
+        if clashing:
+            raise ValueError(
+                f"agent ids {clashing} are also labels the broker relies on (roles, priorities, "
+                "in-progress, ...); the agent id becomes a label that is removed after each "
+                "task, so give those agents other ids"
+            )
         return self
 
     @property

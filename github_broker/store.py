@@ -295,6 +295,7 @@ class RepoStore:
         base_branch: str,
         roles: list[str] | None,
         settle_only: bool = False,
+        skip_issue: int | None = None,
     ) -> Claimed | NoTask:
         """Settle the agent's held task with `previous`, then lease the next task (one call)."""
         token = secrets.token_urlsafe(18)
@@ -307,6 +308,7 @@ class RepoStore:
             base_branch,
             CLAIM_SCAN,
             "1" if settle_only else "0",
+            "" if skip_issue is None else str(skip_issue),
             *(roles or []),
         )
         if int(res[0]) == 0:
@@ -504,8 +506,13 @@ class RepoStore:
         ]
 
     @translate_errors
-    async def outbox_done(self, job: str, payload: str, retry_in_ms: int = -1) -> bool:
-        return bool(int(await self._run("outbox_done", job, payload, retry_in_ms)))
+    async def outbox_done(
+        self, job: str, payload: str, retry_in_ms: int = -1, *, attempted: bool = True
+    ) -> bool:
+        """Settle a taken job: done (retry_in_ms -1) or due again later; only `attempted`
+        failures count toward dropping it."""
+        res = await self._run("outbox_done", job, payload, retry_in_ms, "1" if attempted else "0")
+        return bool(int(res))
 
     @translate_errors
     async def outbox_size(self) -> int:

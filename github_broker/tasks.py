@@ -23,6 +23,22 @@ BASE_BRANCH_CACHE_S = 60.0
 FALLBACK_BASE_BRANCH = "main"
 
 
+class _Attempt:
+    """What one request-task carries from one claim attempt to the next (long-poll)."""
+
+    def __init__(self, previous: str) -> None:
+        self.previous = previous
+        #: repository -> the issue the agent just gave up; not handed back to it in this request
+        self.skip: dict[str, int] = {}
+
+    def note(self, repository: str, result: NoTask) -> None:
+        if result.settled_issue is not None:
+            if result.settled_outcome != Outcome.COMPLETED:
+                self.skip[repository] = result.settled_issue
+            # The held task is settled once; later attempts must not touch the next one.
+            self.previous = Outcome.COMPLETED.value
+
+
 class TaskService:
     """Hands out tasks by the assignment rules; all state lives in Redis."""
 
@@ -52,47 +68,54 @@ class TaskService:
         """The next task for `agent_id`, or None after `wait_s` seconds without one."""
         stores = self._stores(repositories)
         self._check_roles(roles)
+        self._check_agent(agent_id)
         deadline = time.monotonic() + wait_s
-        settle = previous.value
+        attempt = _Attempt(previous.value)
         while True:
-            claimed = await self._claim_once(stores, agent_id, roles, settle)
+            claimed = await self._claim_once(stores, agent_id, roles, attempt)
             if claimed is not None:
                 return await self._task(claimed)
-            # The held task is settled by the first attempt; later ones must not touch it.
-            settle = Outcome.COMPLETED.value
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
             await self.waker.wait(remaining)
 
     async def _claim_once(
-        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, previous: str
+        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: _Attempt
     ) -> Claimed | None:
         mode = self.settings.priority_mode
-        if len(stores) > 1:
-            # Settle a task held in any of the repositories, learning each one's bucket.
+        everywhere = list(self.store.repos.values())
+        if len(everywhere) > 1:
+            # One live task per agent across repositories: settle it wherever it is held
+            # (also outside the ones asked for), learning each repository's bucket.
             settled = await asyncio.gather(
                 *(
                     s.claim(
                         agent_id,
-                        previous=previous,
+                        previous=attempt.previous,
                         mode=mode,
                         base_branch="",
                         roles=roles,
                         settle_only=True,
                     )
-                    for s in stores
+                    for s in everywhere
                 )
             )
-            buckets = [
-                r.bucket if isinstance(r, NoTask) and r.bucket is not None else 1 << 30
-                for r in settled
-            ]
-            stores = [s for _, s in sorted(zip(buckets, stores, strict=True), key=lambda p: p[0])]
+            buckets: dict[str, int] = {}
+            for s, result in zip(everywhere, settled, strict=True):
+                if isinstance(result, NoTask):
+                    attempt.note(s.repository, result)
+                    buckets[s.repository] = result.bucket if result.bucket is not None else 1 << 30
+            stores = sorted(stores, key=lambda s: buckets.get(s.repository, 1 << 30))
         for rstore in stores:
             base = await self.base_branch(rstore)
             got = await rstore.claim(
-                agent_id, previous=previous, mode=mode, base_branch=base, roles=roles
+                agent_id,
+                previous=attempt.previous,
+                mode=mode,
+                base_branch=base,
+                roles=roles,
+                skip_issue=attempt.skip.get(rstore.repository),
             )
             if isinstance(got, Claimed):
                 logger.info(
@@ -103,6 +126,7 @@ class TaskService:
                     got.task_type,
                 )
                 return got
+            attempt.note(rstore.repository, got)
         return None
 
     async def _task(self, claimed: Claimed) -> Task:
@@ -206,6 +230,13 @@ class TaskService:
             served = ", ".join(self.store.repos) or "(none)"
             raise InvalidRequest(f"unknown repositories {unknown}; this broker serves: {served}")
         return [self.store.repo(r) for r in repositories]
+
+    def _check_agent(self, agent_id: str) -> None:
+        # The agent id becomes a label that is removed again when the lease ends.
+        if agent_id in self.rules.known_labels or self.rules.priority_re.match(agent_id):
+            raise InvalidRequest(
+                f"agent id {agent_id!r} is also a label the broker relies on; pick another id"
+            )
 
     def _check_roles(self, roles: list[str] | None) -> None:
         if not roles:

@@ -285,3 +285,24 @@ def test_posted_fix_in_the_bucket_comes_first(app_factory: Callable[..., TestCli
         assert task["branch_name"] == "ui/issue-2" and task["pr_url"] is None
         assert [cm["body"] for cm in task["review_comments"]] == ["Rename the CSS class."]
         assert "Rename the CSS class." in task["prompt"]
+
+
+@pytest.mark.parametrize("agent_id", ["BACKENDCODER", "P1", "in-progress", "needs-review"])
+def test_agent_ids_that_are_broker_labels_are_refused(client: TestClient, agent_id: str) -> None:
+    r = client.post("/request-task", json={"agent_id": agent_id})
+    assert r.status_code == 422 and "label" in r.json()["detail"]
+
+
+def test_task_given_up_is_not_handed_back_during_the_same_long_poll(client: TestClient) -> None:
+    first = client.post("/request-task", json={"agent_id": "a1"}).json()
+    assert (
+        client.post("/request-task", json={"agent_id": "a2"}).json()["issue_id"]
+        != first["issue_id"]
+    )
+    # a1 gives up; its own release wakes the waiters, but never hands the task back to a1.
+    again = client.post(
+        "/request-task", json={"agent_id": "a1", "previous": "failed", "wait_seconds": 1}
+    )
+    assert again.status_code == 204
+    other = client.post("/request-task", json={"agent_id": "a3"}).json()
+    assert other["issue_id"] == first["issue_id"]

@@ -80,3 +80,16 @@ def test_cli_reports_broken_config_in_one_paragraph_without_traceback(tmp_path: 
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "leases.lease_ttl_s" in proc.stderr and proc.stderr.strip().count("\n") == 0
+
+
+def test_empty_agent_tokens_file_does_not_open_the_server(tmp_path: Path) -> None:
+    (tmp_path / "tokens.yml").write_text("")
+    write(tmp_path, f"server:\n  host: 0.0.0.0\n  agent_tokens_file: {tmp_path / 'tokens.yml'}\n")
+    with pytest.raises(ConfigError, match="holds no tokens"):
+        load_settings(tmp_path)
+
+
+def test_agent_ids_that_are_labels_are_refused_in_the_token_map(tmp_path: Path) -> None:
+    write(tmp_path, "server:\n  agent_tokens:\n    tok-1: BACKENDCODER\n    tok-2: claude-1\n")
+    with pytest.raises(ConfigError, match="BACKENDCODER"):
+        load_settings(tmp_path)

@@ -214,3 +214,16 @@ async def test_write_queue_stops_at_first_outage_and_resumes_without_loss(
     assert resumed.applied == 6 and await world.rstore.outbox_size() == 0
     for i, task in enumerate(held):
         assert task is not None and world.labels(task.issue_id) >= {"in-progress", f"a{i}"}
+
+
+@pytest.mark.anyio
+async def test_outages_do_not_count_toward_dropping_a_write(world: World, sim: Simulator) -> None:
+    await world.tick()
+    assert await world.ask("a1") is not None
+    for _ in range(3):
+        sim.faults.add_error(503, method="POST", count=1)
+        world.daemon.drainer.paused_until_s = 0.0
+        await world.rstore.client.zadd(world.rstore.keys.outbox, {"labels:1": 0}, xx=True)
+        await world.daemon.drainer.drain(world.settings.repositories[0])
+    attempts = await world.store.client.hgetall(world.rstore.keys.outbox_attempts)
+    assert attempts == {}

@@ -256,3 +256,26 @@ def test_branches_after_the_first_cost_no_quota_for_the_base_ref(
     assert stats["by_route"]["GET /repos/{owner}/{repo}/git/ref/{ref}"] == 2
     assert stats["rate_limited_cost"] == 2  # the two POSTs; both base-ref reads were 304s
     assert {"feature/a", "feature/b"} <= set(sim.state.branches("acme", "widgets"))
+
+
+async def test_failing_review_upkeep_does_not_stop_the_sync(
+    sim: Simulator, settings: Settings
+) -> None:
+    sim.state.add_labels("acme", "widgets", 1, ["needs-review"])
+    sim.faults.add_error(403, path=r"/pulls")  # a token that cannot read pull requests
+    store = Store.from_settings(settings)
+    gateway = GitHubGateway(settings.github)
+    daemon = Daemon(settings, store, gateway)
+    try:
+        assert await daemon.hold_leadership()
+        await daemon.sync_all()
+        assert 1 in await store.repo("acme/widgets").reviewing()
+        created = sim.state.create_issue(
+            "acme", "widgets", title="Later", body=BODY, labels=["P1", "BACKENDCODER"]
+        )
+        await daemon.sync_all()
+        assert created["number"] in await store.repo("acme/widgets").open_numbers()
+    finally:
+        await daemon.stop()
+        await store.close()
+        gateway.close()

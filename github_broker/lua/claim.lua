@@ -4,7 +4,8 @@
 -- holds (completed | failed | abandoned), ARGV[5] mode (strict | best_effort),
 -- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per index,
 -- ARGV[8] '1' to only settle the previous task (multi-repository requests do this first),
--- ARGV[9..] roles the agent accepts (none: any role).
+-- ARGV[9] an issue number not to hand this agent ('' none: the one it just gave up),
+-- ARGV[10..] roles the agent accepts (none: any role).
 -- A review is not offered to the agent that did the development work until it has
 -- waited author_fallback_ms for anyone else.
 -- Returns {1, task_id, n, token, expires_ms, issue_json, role, branch, settled_n, outcome,
@@ -37,9 +38,10 @@ if top[2] then bucket = tonumber(top[2]) end
 
 if ARGV[8] == '1' then return {0, 'settled', settled_n, prev_outcome, bucket or -1} end
 
+local skip_n = ARGV[9]
 local sources = {}
-if #ARGV >= 9 then
-  for i = 9, #ARGV do sources[#sources + 1] = C.ready_role .. ARGV[i] end
+if #ARGV >= 10 then
+  for i = 10, #ARGV do sources[#sources + 1] = C.ready_role .. ARGV[i] end
 else
   sources[1] = C.K.ready
 end
@@ -50,7 +52,7 @@ for _, src in ipairs(sources) do
   for i = 1, #items, 2 do
     local id, score = items[i], tonumber(items[i + 1])
     local n = string.match(id, ':(%d+)$')
-    local usable = id ~= skip_id
+    local usable = id ~= skip_id and n ~= skip_n
     if usable and redis.call('EXISTS', C.lock .. n) == 1 then
       -- Held but still indexed (a lease re-adopted by the reconciler): drop it here.
       unready(C.K.tasks, C.K.ready, C.ready_role, id)

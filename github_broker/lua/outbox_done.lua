@@ -1,6 +1,7 @@
 -- outbox_done.lua: settle a write job after an attempt.
 -- KEYS, ARGV[1]: see _lib.lua. ARGV[2] job, ARGV[3] the payload that was applied,
--- ARGV[4] retry delay in ms, or -1 when the attempt succeeded.
+-- ARGV[4] retry delay in ms, or -1 when the attempt succeeded, ARGV[5] '1' when the job
+-- was attempted and failed (counts toward dropping it), '0' when it is only put back.
 -- A job whose payload changed meanwhile stays queued: the newer wish is applied next.
 -- Returns 1 when the job left the queue, 0 when it stays.
 local C = context()
@@ -9,7 +10,7 @@ local kind, n = string.match(job, '^(%a+):(%d+)$')
 local attempts_key = C.outbox_attempts
 local now = now_ms()
 if delay >= 0 then
-  redis.call('HINCRBY', attempts_key, job, 1)
+  if ARGV[5] == '1' then redis.call('HINCRBY', attempts_key, job, 1) end
   redis.call('ZADD', C.K.outbox, 'XX', now + delay, job)
   return 0
 end
