@@ -11,24 +11,14 @@ import pytest
 from github_broker.models import TaskType
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
-from tests.factories import body
-from tests.world import World
+from tests.world import ONE_ISSUE, World, running_world, simulated
 
 pytestmark = pytest.mark.anyio
-REPO = "acme/widgets"
 
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    issue = {
-        "number": 1,
-        "title": "Add CSV export",
-        "body": body(),
-        "labels": ["P1", "BACKENDCODER"],
-    }
-    with Simulator(
-        {"repositories": [{"owner": "acme", "name": "widgets", "issues": [issue]}]}
-    ) as s:
+    with simulated(ONE_ISSUE) as s:
         yield s
 
 
@@ -36,12 +26,12 @@ def sim() -> Iterator[Simulator]:
 async def world(
     sim: Simulator, lua_redis_url: str, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[World]:
-    settings = make_settings(
-        redis={"url": lua_redis_url},
-        github={"base_url": sim.base_url},
+    async with running_world(
+        sim,
+        lua_redis_url,
+        make_settings,
         review={"delay_s": 1, "timeout_s": 2.5, "fix_debounce_s": 0.5},
-    )
-    async with World.running(settings, sim) as w:
+    ) as w:
         yield w
 
 
@@ -147,12 +137,12 @@ async def test_issue_walks_development_review_fix_review_done(world: World, sim:
 async def strict_world(
     sim: Simulator, lua_redis_url: str, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[World]:
-    settings = make_settings(
-        redis={"url": lua_redis_url},
-        github={"base_url": sim.base_url},
+    async with running_world(
+        sim,
+        lua_redis_url,
+        make_settings,
         review={"delay_s": 0, "timeout_s": 3600, "fix_debounce_s": 0, "max_fix_rounds": 1},
-    )
-    async with World.running(settings, sim) as w:
+    ) as w:
         yield w
 
 

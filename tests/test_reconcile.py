@@ -20,19 +20,14 @@ from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, broker_env
-from tests.world import World
+from tests.world import World, running_world, simulated
 
 REPO = "acme/widgets"
 
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    seed = {
-        "repositories": [
-            {"owner": "acme", "name": "widgets", "issues": generate_issues(3, priorities=("P1",))}
-        ]
-    }
-    with Simulator(seed) as s:
+    with simulated(generate_issues(3, priorities=("P1",))) as s:
         yield s
 
 
@@ -40,12 +35,9 @@ def sim() -> Iterator[Simulator]:
 async def world(
     sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[World]:
-    settings = make_settings(
-        redis={"url": redis_url},
-        github={"base_url": sim.base_url},
-        leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60},
-    )
-    async with World.running(settings, sim) as w:
+    async with running_world(
+        sim, redis_url, make_settings, leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60}
+    ) as w:
         yield w
 
 

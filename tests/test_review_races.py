@@ -13,8 +13,7 @@ from github_broker.models import Issue, Outcome, ReviewComment, TaskType
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.sync import index_item
-from tests.factories import body
-from tests.world import REPO, World
+from tests.world import ONE_ISSUE, REPO, World, running_world, simulated
 
 pytestmark = pytest.mark.anyio
 COMMENT = [ReviewComment(id=1, kind="direct", author="alice", body="Handle empty input.")]
@@ -22,15 +21,7 @@ COMMENT = [ReviewComment(id=1, kind="direct", author="alice", body="Handle empty
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    issue = {
-        "number": 1,
-        "title": "Add CSV export",
-        "body": body(),
-        "labels": ["P1", "BACKENDCODER"],
-    }
-    with Simulator(
-        {"repositories": [{"owner": "acme", "name": "widgets", "issues": [issue]}]}
-    ) as s:
+    with simulated(ONE_ISSUE) as s:
         yield s
 
 
@@ -38,13 +29,13 @@ def sim() -> Iterator[Simulator]:
 async def world(
     sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[World]:
-    settings = make_settings(
-        redis={"url": redis_url},
-        github={"base_url": sim.base_url},
+    async with running_world(
+        sim,
+        redis_url,
+        make_settings,
         leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60},
         review={"delay_s": 0, "timeout_s": 3600, "fix_debounce_s": 0},
-    )
-    async with World.running(settings, sim) as w:
+    ) as w:
         yield w
 
 

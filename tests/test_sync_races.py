@@ -10,19 +10,14 @@ import pytest
 
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
-from tests.world import REPO, World
+from tests.world import REPO, World, running_world, simulated
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    seed = {
-        "repositories": [
-            {"owner": "acme", "name": "widgets", "issues": generate_issues(30, priorities=("P1",))}
-        ]
-    }
-    with Simulator(seed) as s:
+    with simulated(generate_issues(30, priorities=("P1",))) as s:
         yield s
 
 
@@ -30,10 +25,7 @@ def sim() -> Iterator[Simulator]:
 async def world(
     sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[World]:
-    settings = make_settings(
-        redis={"url": redis_url}, github={"base_url": sim.base_url, "per_page": 10}
-    )
-    async with World.running(settings, sim) as w:
+    async with running_world(sim, redis_url, make_settings, github={"per_page": 10}) as w:
         yield w
 
 

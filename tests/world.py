@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from github_broker.events import ReadyWaker
 from github_broker.gateway import GitHubGateway
@@ -14,8 +15,29 @@ from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.store import Store
 from github_broker.tasks import TaskService
+from tests.factories import body
 
 REPO = "acme/widgets"
+#: One assignable P1 issue, the subject of most scenario tests.
+ONE_ISSUE: list[dict[str, Any]] = [
+    {"number": 1, "title": "Add CSV export", "body": body(), "labels": ["P1", "BACKENDCODER"]}
+]
+
+
+def simulated(issues: list[dict[str, Any]]) -> Simulator:
+    """A simulator (use it as a context manager) whose acme/widgets holds `issues`."""
+    return Simulator({"repositories": [{"owner": "acme", "name": "widgets", "issues": issues}]})
+
+
+@asynccontextmanager
+async def running_world(
+    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings], **overrides: Any
+) -> AsyncIterator[World]:
+    """A World on `sim` and `redis_url`, with settings overrides per section."""
+    github = {"base_url": sim.base_url, **overrides.pop("github", {})}
+    settings = make_settings(redis={"url": redis_url}, github=github, **overrides)
+    async with World.running(settings, sim) as world:
+        yield world
 
 
 class World:
