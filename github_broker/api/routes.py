@@ -102,7 +102,8 @@ async def request_task(body: TaskRequest, request: Request, svc: Services) -> An
     svc.metrics.task_requests["none" if task is None else "task"] += 1
     if task is None:
         return Response(status_code=204)
-    return task
+    # Already a validated Task: serialise it once, skipping FastAPI's re-validation.
+    return Response(task.model_dump_json(), media_type="application/json")
 
 
 @router.post(
