@@ -30,6 +30,11 @@ class Request:
         values = self.query.get(name)
         return values[0] if values else default
 
+    def since_arg(self) -> str | None:
+        """The `since` timestamp; a raw '+' in its offset arrives as a space after decoding."""
+        since = self.arg("since")
+        return since.replace(" ", "+") if since else None
+
     def int_arg(self, name: str, default: int) -> int:
         value = self.arg(name)
         try:

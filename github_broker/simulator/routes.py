@@ -191,15 +191,13 @@ def get_repo(svc: Services, req: Request, p: Params) -> Response:
 @route("GET", "/repos/{owner}/{repo}/issues")
 def list_issues(svc: Services, req: Request, p: Params) -> Response:
     page, per_page = page_args(req)
-    since = req.arg("since")
     try:
         items, total = svc.state.list_issues(
             p["owner"],
             p["repo"],
             state=req.arg("state") or "open",
             labels=(req.arg("labels") or "").split(","),
-            # A raw '+' in an offset arrives as a space after query decoding.
-            since=since.replace(" ", "+") if since else None,
+            since=req.since_arg(),
             sort=req.arg("sort") or "created",
             direction=req.arg("direction") or "desc",
             creator=req.arg("creator"),
@@ -302,12 +300,11 @@ def remove_issue_label(svc: Services, req: Request, p: Params) -> Response:
 
 @route("GET", "/repos/{owner}/{repo}/issues/{number}/comments")
 def list_issue_comments(svc: Services, req: Request, p: Params) -> Response:
-    since = req.arg("since")
     comments = svc.state.list_issue_comments(
         p["owner"],
         p["repo"],
         int(p["number"]),
-        since=since.replace(" ", "+") if since else None,
+        since=req.since_arg(),
         base_url=req.base_url,
     )
     return paged_list(req, comments)
@@ -568,12 +565,11 @@ def create_review(svc: Services, req: Request, p: Params) -> Response:
 
 @route("GET", "/repos/{owner}/{repo}/pulls/{number}/comments")
 def list_review_comments(svc: Services, req: Request, p: Params) -> Response:
-    since = req.arg("since")
     comments = svc.state.list_review_comments(
         p["owner"],
         p["repo"],
         int(p["number"]),
-        since=since.replace(" ", "+") if since else None,
+        since=req.since_arg(),
         base_url=req.base_url,
     )
     return paged_list(req, comments)
