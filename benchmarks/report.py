@@ -92,8 +92,7 @@ def _throughput(figs: dict[str, Any]) -> list[str]:
         "`POST /tasks/{owner}/{repo}/{n}/complete` with the lease token (two requests). "
         "Baseline: the same request body to a FastAPI endpoint doing one `EVALSHA` of a "
         "trivial script (`benchmarks/baseline.py`); x baseline compares requests/s with the "
-        "baseline of the same workers and client. Client `raw-quickack` ACKs each response "
-        "head at once (see Observations). CPU is % of one core over the window; GitHub "
+        "baseline of the same workers and client. CPU is % of one core over the window; GitHub "
         "calls/s is what serve's write queue and sync made meanwhile.",
         "",
         "| server | workers | client | flow | claims/s | requests/s | x baseline "

@@ -110,14 +110,6 @@ def findings(figures: dict[str, Any]) -> list[str]:
             f"{big['claims_per_s'] / small['claims_per_s']:.2f} x the rate with "
             f"{small['open_issues']:,}; claim p99 {small['ops']['claim']['p99_ms']:.0f} ms -> "
             f"{big['ops']['claim']['p99_ms']:.0f} ms.")
-    lat = {(r["server"], r["workers"], r["operation"]): r for r in figures.get("latency", [])}
-    one, two = lat.get(("baseline", 1, "request")), lat.get(("baseline", 2, "request"))
-    if one and two and two["p50_ms"] > 10 * one["p50_ms"] and two["p50_ms"] > 30:
-        out.append(f"With 2 uvicorn workers even the baseline answers in {two['p50_ms']:.0f} ms "
-                   f"(1 worker: {one['p50_ms']:.1f} ms): uvicorn's multi-process mode leaves "
-                   "TCP_NODELAY off, so each kept-alive response body waits for the client's "
-                   "delayed ACK (uvicorn issue #3149); the raw-quickack rows remove the wait "
-                   "on the client side.")
     return out
 
 

@@ -44,9 +44,8 @@ class Options:
     sync_issues: int = 10_000
     big_backlog: int = 100_000
     small_backlog: int = 100
-    #: Sequential requests per latency row; fewer where each takes ~40 ms (2 workers).
+    #: Sequential requests per latency row.
     latency_samples: int = 500
-    slow_latency_samples: int = 100
     lifecycles: int = 50
     redis_claims: int = 100
     quick: bool = False
@@ -55,7 +54,7 @@ class Options:
 
     def quick_version(self) -> Options:
         return replace(self, warmup_s=0.5, duration_s=2.0, big_backlog=30_000,
-                       latency_samples=100, slow_latency_samples=30, lifecycles=20,
+                       latency_samples=100, lifecycles=20,
                        redis_claims=30, quick=True)
 
     def reproduce(self, group: str, *extra: str) -> str:
@@ -252,7 +251,7 @@ def _latency_rows(bench: Bench, server_kind: str, workers: int, url: str, sample
 def latency_figures(bench: Bench, env: dict[str, str]) -> None:
     o = bench.options
     for workers in (1, 2):
-        samples = o.latency_samples if workers == 1 else o.slow_latency_samples
+        samples = o.latency_samples
         with bench.serve(env, workers) as server:
             _latency_rows(bench, "serve", workers, server.url, samples)
         with bench.baseline(workers) as server:
@@ -292,9 +291,9 @@ def backlog_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str],
 def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
     o = bench.options
     rep = o.reproduce("throughput")
-    # uvicorn's multi-process mode leaves Nagle on, so a plain client waits ~40 ms for every
-    # response body; the quick-ACK client shows what two workers could do without that.
-    plans = [(1, o.client), (2, o.client), (2, "raw-quickack")]
+    # Serve and the baseline both set TCP_NODELAY per connection (api/protocol.py), so
+    # 2 workers need no quick-ACK client any more.
+    plans = [(1, o.client), (2, o.client)]
     for workers, client in plans:
         with bench.baseline(workers) as server:
             base = bench.load(server, sim, "baseline", client)
