@@ -29,27 +29,9 @@ class Outcome(StrEnum):
     ABANDONED = "abandoned"
 
 
-class CandidateStatus(StrEnum):
-    """Status of a `task_candidate:{n}:{agent}` audit record."""
-
-    PENDING = "pending"
-    ASSIGNED = "assigned"
-    COMPLETED = "completed"
-    NEEDS_REVIEW = "needs_review"
-    FAILED = "failed"
-    ABANDONED = "abandoned"
-    EXPIRED = "expired"
-    REVOKED = "revoked"
-
-
-FINAL_CANDIDATE_STATUSES = frozenset(CandidateStatus) - {
-    CandidateStatus.PENDING,
-    CandidateStatus.ASSIGNED,
-}
-
-
 class LeaseRefusal(StrEnum):
-    """Why a heartbeat, completion or release was refused (the 409 `reason`)."""
+    """Why a heartbeat, completion or release was refused (the 409 `reason`); the Lua
+    scripts return these names."""
 
     EXPIRED = "expired"
     REVOKED = "revoked"

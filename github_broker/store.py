@@ -25,6 +25,7 @@ from github_broker.models import (
     Claimed,
     Issue,
     LeaseInfo,
+    LeaseRefusal,
     NoTask,
     Quota,
     SkipReason,
@@ -400,26 +401,24 @@ class RepoStore:
         return json.loads(raw) if raw else None
 
     @translate_errors
-    async def heartbeat(self, number: int, agent_id: str, token: str) -> tuple[bool, str | int]:
-        """(True, expires_ms) or (False, refusal reason)."""
+    async def heartbeat(
+        self, number: int, agent_id: str, token: str
+    ) -> tuple[bool, int | LeaseRefusal]:
+        """(True, expires_ms) or (False, why)."""
         ok, value = await self._run("heartbeat", number, agent_id, token)
-        return (True, int(value)) if int(ok) else (False, _text(value))
+        return (True, int(value)) if int(ok) else (False, LeaseRefusal(_text(value)))
 
     @translate_errors
     async def finish(
         self, number: int, agent_id: str, token: str, outcome: str
     ) -> tuple[bool, str]:
+        """(True, outcome) or (False, why: a LeaseRefusal)."""
         ok, value = await self._run("finish", number, agent_id, token, outcome)
-        return bool(int(ok)), _text(value)
+        return (True, _text(value)) if int(ok) else (False, LeaseRefusal(_text(value)))
 
     @translate_errors
     async def reap(self, limit: int = 100) -> int:
         return int(await self._run("reap", limit))
-
-    @translate_errors
-    async def current_task(self, agent_id: str) -> int | None:
-        raw = await _aw(self.client.get(self.keys.agent_current_task(agent_id)))
-        return int(raw) if raw else None
 
     @translate_errors
     async def candidate(self, number: int, agent_id: str) -> dict[str, Any] | None:
