@@ -43,7 +43,6 @@ class Page:
     status: int
     items: list[dict[str, Any]] = field(default_factory=list)
     etag: str | None = None
-    has_next: bool = False
 
 
 class GitHubGateway:
@@ -164,7 +163,6 @@ class GitHubGateway:
             status=status,
             items=list(data or []),
             etag=headers.get("etag"),
-            has_next='rel="next"' in headers.get("link", ""),
         )
 
     def issue(self, full_name: str, number: int) -> dict[str, Any] | None:
