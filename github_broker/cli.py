@@ -92,8 +92,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """The HTTP API (and, unless disabled, the polling daemon) under uvicorn."""
     import os
 
-    import uvicorn
-
     settings = _settings(args)  # fail fast, before workers start
     host = args.host or settings.server.host
     port = args.port if args.port is not None else settings.server.port
@@ -102,20 +100,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if host != settings.server.host:
         os.environ["GITHUB_BROKER_SERVER__HOST"] = host
         load_settings(args.config)  # the loopback-without-auth rule applies to --host too
-    from github_broker.api.protocol import NoDelayH11Protocol
+    from github_broker.api.workers import ServeSpec, Supervisor
 
-    uvicorn.run(
-        "github_broker.api.app:create_app",
-        factory=True,
+    spec = ServeSpec(
+        app="github_broker.api.app:create_app",
         host=host,
         port=port,
         workers=args.workers,
-        http=NoDelayH11Protocol,
         log_config=_uvicorn_logging(args.log_level),
         log_level=args.log_level.lower(),
         access_log=args.access_log,
+        # The poller runs beside the API workers, never inside them.
+        env={"GITHUB_BROKER_SERVER__RUN_POLLER": "false"},
     )
-    return 0
+    return Supervisor(spec, poller=settings.server.run_poller).run()
 
 
 def _uvicorn_logging(level: str) -> dict[str, Any]:
