@@ -43,6 +43,13 @@ Added by this project (no TTL unless said):
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
                                  review_done, needs_human; deleted with the needs-review label
 ``events``               pubsub  "ready" whenever a task becomes claimable
+``handout:{agent}:{rid}``  string  JSON ``{n, task_id, token}`` handed out for that request id
+                                 (TTL: the lease TTL): a repeated request gets the same lease
+``task_failures``        hash    issue number -> failures (failed, abandoned, expired) so far;
+                                 cleared by a completion or when the issue gets needs-human
+``cooldown:{n}:{agent}`` string  the outcome of the agent's last failure on issue n; while it
+                                 lives (``failures.cooldown_s``) the issue is not handed back
+``agent_streaks``        hash    agent id -> consecutive failures, cleared by a completion
 =======================  ======  ==============================================================
 
 Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease) and
@@ -76,6 +83,8 @@ class RepoKeys:
         self.ready_role_prefix = self.base + "ready:"
         self.lease_end_prefix = self.base + "lease_end:"
         self.review_state_prefix = self.base + "review_state:"
+        self.handout_prefix = self.base + "handout:"
+        self.cooldown_prefix = self.base + "cooldown:"
         # Fixed keys.
         self.leases = self.base + "leases"
         self.tasks = self.base + "tasks"
@@ -91,6 +100,8 @@ class RepoKeys:
         self.outbox_attempts = self.base + "outbox:attempts"
         self.events = self.base + "events"
         self.reviewing = self.base + "reviewing"
+        self.task_failures = self.base + "task_failures"
+        self.agent_streaks = self.base + "agent_streaks"
 
     def issue(self, number: int) -> str:
         return f"{self.issue_prefix}{number}"
@@ -118,6 +129,12 @@ class RepoKeys:
 
     def ready_role(self, role: str) -> str:
         return f"{self.ready_role_prefix}{role}"
+
+    def handout(self, agent_id: str, request_id: str) -> str:
+        return f"{self.handout_prefix}{agent_id}:{request_id}"
+
+    def cooldown(self, number: int, agent_id: str) -> str:
+        return f"{self.cooldown_prefix}{number}:{agent_id}"
 
 
 class GlobalKeys:

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from github_broker import __version__
 from github_broker.api import errors, routes
 from github_broker.api.auth import Authenticator
+from github_broker.api.limits import BodyLimit
 from github_broker.errors import BrokerError
 from github_broker.events import ReadyWaker
 from github_broker.gateway import GitHubGateway
@@ -96,5 +97,6 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
         lifespan=lifespan,
     )
     errors.install(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.server.max_body_bytes)
     app.include_router(routes.router)
     return app
