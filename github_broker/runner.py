@@ -468,14 +468,30 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 def _group_alive(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether any process of the command's group (its pid: a session of its own) lives."""
+    """Whether a process of the command's group (its pid: a session of its own) still runs.
+    Zombies don't count: an orphan's zombie waits for an init that may never reap it."""
+    pgid = str(proc.pid)
     try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        entries = os.listdir("/proc")
+    except OSError:  # no procfs: ask the kernel, zombies included
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
         return True
-    return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if pgrp == pgid and state != "Z":
+            return True
+    return False
 
 
 @contextlib.contextmanager

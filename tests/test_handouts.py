@@ -193,7 +193,9 @@ def test_one_agent_retrying_and_racing_itself_never_gets_unfinished_work_reviewe
     reviewed = set()
     deadline = time.monotonic() + 30
     while True:
-        states = {n: set(sim.state.issue_labels("acme", "widgets", n)) for n in range(1, ISSUES + 1)}
+        states = {
+            n: set(sim.state.issue_labels("acme", "widgets", n)) for n in range(1, ISSUES + 1)
+        }
         reviewed = {n for n, labels in states.items() if "needs-review" in labels}
         pending = redis.Redis.from_url(broker.env["GITHUB_BROKER_REDIS__URL"]).zcard(KEYS.outbox)
         if pending == 0 and reviewed >= finished:
