@@ -142,3 +142,11 @@ async def test_repeated_failures_put_needs_human_on_github_and_a_sync_keeps_it_o
     await world.tick()
     assert await world.ask("a3") is None
     assert (await world.rstore.skipped())[1].code == "too_many_failures"
+
+
+async def test_cool_downs_do_not_hide_the_rest_of_the_queue(store: Store) -> None:
+    rstore = await load(store, *range(1, 23))
+    for n in range(1, 21):  # more cool-downs than one scan page (16) holds
+        assert await fail(rstore, "a1") == n
+    got = await claim(rstore, "a1")
+    assert isinstance(got, Claimed) and got.issue.number == 21

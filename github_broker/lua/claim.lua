@@ -2,7 +2,8 @@
 -- KEYS, ARGV[1]: see _lib.lua.
 -- ARGV[2] agent id, ARGV[3] new lease token, ARGV[4] outcome for a task the agent still
 -- holds (completed | failed | abandoned), ARGV[5] mode (strict | best_effort),
--- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per index,
+-- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per index and page (at
+-- most SCAN_PAGES pages),
 -- ARGV[8] '1' to only settle the previous task (multi-repository requests do this first),
 -- ARGV[9] an issue number not to hand this agent ('' none: the one it just gave up),
 -- ARGV[10] the request id ('' none), ARGV[11..] roles the agent accepts (none: any role).
@@ -100,32 +101,41 @@ else
   sources[1] = C.K.ready
 end
 
+-- The first usable task of one index: pages of `scan` entries, at most SCAN_PAGES of them,
+-- so tasks in the agent's cool-down cannot hide the rest of the queue from it for long.
+local SCAN_PAGES = 4
+local function first_usable(src)
+  for page = 0, SCAN_PAGES - 1 do
+    local items = redis.call('ZRANGE', src, page * scan, (page + 1) * scan - 1, 'WITHSCORES')
+    if #items == 0 then return nil end
+    for i = 1, #items, 2 do
+      local id, score = items[i], tonumber(items[i + 1])
+      local n = string.match(id, ':(%d+)$')
+      local usable = id ~= skip_id and n ~= skip_n
+        and redis.call('EXISTS', C.cooldown .. n .. ':' .. agent) == 0
+      if usable and redis.call('EXISTS', C.lock .. n) == 1 then
+        -- Held but still indexed (a lease re-adopted by the reconciler): drop it here.
+        unready(C.K.tasks, C.K.ready, C.ready_role, id)
+        usable = false
+      end
+      if usable and string.sub(id, 1, 7) == 'review:' then
+        local raw = redis.call('HGET', C.K.tasks, id)
+        if raw then
+          local _, _, _, author, since = task_fields(raw)
+          if author == agent and since + C.author_fallback_ms > now then usable = false end
+        end
+      end
+      if usable then return id, score end
+    end
+  end
+  return nil
+end
+
 local best_id, best_score = nil, nil
 for _, src in ipairs(sources) do
-  local items = redis.call('ZRANGE', src, 0, scan - 1, 'WITHSCORES')
-  for i = 1, #items, 2 do
-    local id, score = items[i], tonumber(items[i + 1])
-    local n = string.match(id, ':(%d+)$')
-    local usable = id ~= skip_id and n ~= skip_n
-      and redis.call('EXISTS', C.cooldown .. n .. ':' .. agent) == 0
-    if usable and redis.call('EXISTS', C.lock .. n) == 1 then
-      -- Held but still indexed (a lease re-adopted by the reconciler): drop it here.
-      unready(C.K.tasks, C.K.ready, C.ready_role, id)
-      usable = false
-    end
-    if usable and string.sub(id, 1, 7) == 'review:' then
-      local raw = redis.call('HGET', C.K.tasks, id)
-      if raw then
-        local _, _, _, author, since = task_fields(raw)
-        if author == agent and since + C.author_fallback_ms > now then usable = false end
-      end
-    end
-    if usable then
-      if best_score == nil or score < best_score or (score == best_score and id < best_id) then
-        best_id, best_score = id, score
-      end
-      break
-    end
+  local id, score = first_usable(src)
+  if id and (best_score == nil or score < best_score or (score == best_score and id < best_id)) then
+    best_id, best_score = id, score
   end
 end
 
