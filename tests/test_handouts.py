@@ -15,13 +15,16 @@ import pytest
 import redis
 import requests
 
+from github_broker.events import ReadyWaker
 from github_broker.keys import RepoKeys
 from github_broker.models import Claimed, NoTask
+from github_broker.prompts import Prompts
 from github_broker.rules import Rules
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from github_broker.store import RepoStore, Store
 from github_broker.sync import index_item
+from github_broker.tasks import TaskService
 from tests.factories import issue
 from tests.processes import BrokerProcess, broker_env
 
@@ -107,6 +110,33 @@ async def test_a_new_request_id_after_the_grace_settles_the_held_task(
     replay = await claim(rstore, "a1", request_id="r-1")
     assert isinstance(replay, NoTask) and replay.reason == "replayed"
     assert (await rstore.candidate(second.issue.number, "a1") or {})["status"] == "assigned"
+
+
+@pytest.mark.anyio
+async def test_request_ids_hold_across_repositories(
+    lua_redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(
+        redis={"url": lua_redis_url}, repositories=["acme/widgets", "acme/gadgets"]
+    )
+    store = Store.from_settings(settings)
+    try:
+        rules = Rules(settings)
+        for name in ("acme/widgets", "acme/gadgets"):
+            await store.repo(name).upsert_issues(
+                [index_item(rules, issue(n, "P1", "BACKENDCODER"), "main") for n in (1, 2)]
+            )
+        tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
+        first = await tasks.request_task("a1", request_id="r-1")
+        again = await tasks.request_task("a1", request_id="r-1")
+        racing = await asyncio.gather(*(tasks.request_task("a1") for _ in range(3)))
+        assert first is not None and again is not None
+        handed = {(t.repository, t.issue_id, t.lease.token) for t in [first, again, *racing] if t}
+        assert len(handed) == 1 and all(racing)
+        leases = [lease for r in store.repos.values() for lease in await r.leases()]
+        assert len(leases) == 1
+    finally:
+        await store.close()
 
 
 # --- one agent hammering a real serve process for 30 s ---------------------------------------
