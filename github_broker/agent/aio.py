@@ -78,9 +78,7 @@ class AsyncBrokerClient:
         headers = {"User-Agent": f"github-broker-client/{__version__}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, transport=transport
-        )
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport)
 
     # --- the four calls -----------------------------------------------------------------
 

@@ -154,9 +154,7 @@ class AgentSession:
         if self.task is not task:
             return
         self.task, self._beat = None, None
-        self.lost = (
-            f"The broker took {where(task)} back: your lease ended ({reason or 'unknown'})."
-        )
+        self.lost = f"The broker took {where(task)} back: your lease ended ({reason or 'unknown'})."
         logger.warning("%s: lease on %s lost (%s)", self.agent_id, where(task), reason)
         if self._notify is not None:
             try:
