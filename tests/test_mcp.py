@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,11 +16,13 @@ import pytest
 import redis
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, LoggingMessageNotificationParams, TextContent
 
 from github_broker.client import BrokerClient
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
+from tests.conftest import free_port
 from tests.processes import BrokerProcess, broker_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -184,3 +188,35 @@ async def test_explain_says_why_and_a_task_held_at_exit_returns_to_the_pool(
     with BrokerClient(broker.url, "agent-b") as other:
         task = other.request_task(wait_seconds=5)
         assert task is not None and task.issue_id == 1
+
+
+async def test_streamable_http_transport_reports_an_unreachable_broker_as_a_tool_error(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "github_broker", "mcp", "--transport", "http"]
+    command += ["--port", str(port), "--agent-id", "agent-a"]
+    command += ["--broker-url", f"http://127.0.0.1:{free_port()}"]  # nothing listens there
+    with (tmp_path / "mcp-http.log").open("wb") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        await anyio.to_thread.run_sync(
+            lambda: wait_for(lambda: port_open(port), 20, "the MCP HTTP server")
+        )
+        async with (
+            streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, _),
+            ClientSession(read, write) as mcp,
+        ):
+            await mcp.initialize()
+            assert "request_task" in {t.name for t in (await mcp.list_tools()).tools}
+            result = await mcp.call_tool("request_task", {"wait_seconds": 0})
+            assert result.isError
+            assert "the broker is unreachable, try again shortly" in text(result)
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -26,6 +27,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from github_broker.agent.aio import AsyncBrokerClient
     from github_broker.agent.mcp_server import build_server, serve
     from github_broker.agent.session import AgentSession
+
+    # One INFO line per broker call would drown the server's own log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def run() -> None:
         client = AsyncBrokerClient(args.broker_url, args.agent_id, token=args.token)
