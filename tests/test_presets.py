@@ -178,3 +178,20 @@ def test_preset_runs_the_cli_in_the_task_worktree_and_cleans_it_up(
     assert not worktree.exists()
     labels = lambda: set(sim.state.issue_labels("acme", "widgets", 1))  # noqa: E731
     wait_for(lambda: "needs-review" in labels(), 15, "needs-review on the simulator")
+
+
+@pytest.mark.slow
+def test_a_failed_clone_releases_the_task_and_stops_the_runner(
+    broker: BrokerProcess, stubs: Path, tmp_path: Path
+) -> None:
+    spaces = Workspaces(tmp_path / "ws", clone_url=f"{tmp_path}/nowhere/{{name}}.git")
+    config = RunnerConfig(command=[], preset=PRESETS["claude"], workspaces=spaces, once=True)
+    with (
+        BrokerClient(broker.url, "agent-a") as client,
+        pytest.raises(RunnerError, match="git clone"),
+    ):
+        Runner(client, config).run()
+    assert not stubs.exists()  # the CLI never started
+    with BrokerClient(broker.url, "agent-b") as other:
+        task = other.request_task(wait_seconds=5)
+        assert task is not None and task.issue_id == 1
