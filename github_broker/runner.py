@@ -302,7 +302,9 @@ class Runner:
             env = {**os.environ, **task_env(task, self.agent, prompt_file, task_file)}
             heartbeat = Heartbeat(self.client, task)
             with self._output(task) as output, prompt_file.open("rb") as stdin:
-                proc = self._spawn(env, stdin, output, self._command(task, prompt_file), cwd)
+                proc = self._spawn(
+                    env, self._stdin(task, stdin), output, self._command(task, prompt_file), cwd
+                )
                 heartbeat.start()
                 try:
                     return self._watch(proc, heartbeat)
@@ -319,6 +321,12 @@ class Runner:
         return preset.command(
             task.prompt, prompt_file, [command] if isinstance(command, str) else command
         )
+
+    def _stdin(self, task: Task, prompt: IO[bytes]) -> IO[bytes] | int:
+        preset = self.config.preset
+        if preset is None or preset.reads_stdin(task.prompt):
+            return prompt
+        return subprocess.DEVNULL
 
     @contextlib.contextmanager
     def _workspace(self, task: Task) -> Iterator[Path]:
@@ -341,7 +349,7 @@ class Runner:
     def _spawn(
         self,
         env: dict[str, str],
-        stdin: IO[bytes],
+        stdin: IO[bytes] | int,
         output: IO[bytes] | None,
         command: Sequence[str] | str,
         cwd: Path,

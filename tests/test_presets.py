@@ -69,6 +69,8 @@ def test_each_preset_puts_a_long_prompt_on_stdin_or_in_a_file(tmp_path: Path) ->
     prompt_file = tmp_path / "prompt.md"
     commands = {name: p.command(long, prompt_file, ["--model", "m"]) for name, p in PRESETS.items()}
     assert all(long not in words for words in commands.values())
+    assert {n for n, p in PRESETS.items() if p.reads_stdin(long)} == {"claude", "codex", "gemini"}
+    assert not any(p.reads_stdin("short") for p in PRESETS.values())
     assert commands["claude"] == [
         "claude", "-p", "--permission-mode", "acceptEdits", "--output-format", "text",
         "--model", "m",
@@ -175,6 +177,7 @@ def test_preset_runs_the_cli_in_the_task_worktree_and_cleans_it_up(
     worktree = tmp_path / "ws" / "worktrees" / "acme" / "widgets" / "1"
     assert Path(seen["cwd"]) == worktree
     assert seen["branch"] == "feature/issue-1"
+    assert seen["stdin"] == ""  # the prompt is in argv: piped again, the CLI would read it twice
     assert not worktree.exists()
     labels = lambda: set(sim.state.issue_labels("acme", "widgets", 1))  # noqa: E731
     wait_for(lambda: "needs-review" in labels(), 15, "needs-review on the simulator")

@@ -30,16 +30,24 @@ class Preset:
 
     def command(self, prompt: str, prompt_file: Path, extra: Sequence[str] = ()) -> list[str]:
         """The command for one task; `extra` (the words after `--`) goes at the end."""
-        short = len(prompt.encode()) <= MAX_PROMPT_ARG_BYTES
-        words = self.argv if short else self.long_argv
+        words = self.argv if _fits(prompt) else self.long_argv
         filled = {PROMPT: prompt, PROMPT_FILE: str(prompt_file)}
         return [filled.get(word, word) for word in words] + list(extra)
+
+    def reads_stdin(self, prompt: str) -> bool:
+        """Whether the command takes the prompt on stdin. When it does not, stdin must stay
+        empty: claude and codex add piped input to the prompt, which would say it twice."""
+        return not _fits(prompt) and PROMPT_FILE not in self.long_argv
 
     def missing(self) -> str | None:
         """Why this preset cannot run here, or None."""
         if shutil.which(self.executable) is None:
             return f"preset {self.name!r} needs {self.executable!r} on PATH ({self.about})"
         return None
+
+
+def _fits(prompt: str) -> bool:
+    return len(prompt.encode()) <= MAX_PROMPT_ARG_BYTES
 
 
 PRESETS: dict[str, Preset] = {
