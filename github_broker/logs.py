@@ -33,6 +33,13 @@ _listener: logging.handlers.QueueListener | None = None
 _progress: Any = None  # the live tqdm bar, if any: log lines are printed above it
 
 
+def log_fields(
+    repository: str, issue: int | None = None, agent: str | None = None, task: str | None = None
+) -> dict[str, Any]:
+    """`extra=` of a log call about one repository, issue, agent or task."""
+    return {"repository": repository, "issue": issue, "agent": agent, "task": task}
+
+
 def default_format() -> str:
     fmt = os.environ.get(FORMAT_ENV, "text").lower()
     return fmt if fmt in FORMATS else "text"
@@ -59,10 +66,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
-class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class StderrHandler(logging.StreamHandler):
     """Writes to whatever `sys.stderr` is now (tests swap it), above a live progress bar."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 
