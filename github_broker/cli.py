@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -123,6 +126,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     settings = _settings(args)  # fail fast, before workers start
+    prepare_metrics_dir()
     host = args.host or settings.server.host
     port = args.port if args.port is not None else settings.server.port
     if args.config:
@@ -145,6 +149,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
     )
     return 0
+
+
+#: prometheus-client's multiprocess directory (read when prometheus-client is imported).
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def prepare_metrics_dir() -> Path:
+    """An empty multiprocess metrics directory for `serve` and the workers uvicorn starts.
+
+    Must run before anything imports prometheus-client (github_broker.metrics does). An
+    operator's directory is emptied (files of an earlier run would add up), otherwise a
+    fresh temporary one is made and removed at exit."""
+    given = os.environ.get(METRICS_DIR_ENV)
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        for old in path.glob("*.db"):
+            old.unlink()
+        return path
+    path = Path(tempfile.mkdtemp(prefix="github-broker-metrics-"))
+    os.environ[METRICS_DIR_ENV] = str(path)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def _print(data: Any) -> None:

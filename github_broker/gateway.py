@@ -25,6 +25,7 @@ from github_broker.errors import (
     GitHubUnavailable,
     RateLimited,
 )
+from github_broker.metrics import observe_github
 from github_broker.models import Quota
 from github_broker.settings import GitHubSettings
 
@@ -83,17 +84,21 @@ class GitHubGateway:
     ) -> tuple[int, dict[str, str], Any]:
         self._respect_quota(verb)
         headers = {"If-None-Match": etag} if etag else None
+        started = time.perf_counter()
         try:
             status, raw_headers, output = self._requester.requestJson(
                 verb, path, parameters=params, headers=headers, input=body
             )
         except requests.exceptions.RequestException as e:
+            observe_github(verb, path, "error", started)
             raise GitHubUnavailable(f"{verb} {path}: {type(e).__name__}: {e}") from e
         except GithubException as e:
             # Raised by PyGithub itself, e.g. minting a GitHub App installation token.
+            observe_github(verb, path, str(e.status), started)
             if e.status >= 500:
                 raise GitHubUnavailable(f"{verb} {path}: {e.status} {e}") from e
             raise GitHubError(f"{verb} {path}: {e.status} {e}", status=e.status) from e
+        observe_github(verb, path, str(status), started)
         with self._lock:
             self.calls += 1
         resp_headers = {k.lower(): v for k, v in raw_headers.items()}
