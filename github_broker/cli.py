@@ -126,7 +126,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     settings = _settings(args)  # fail fast, before workers start
-    prepare_metrics_dir()
     host = args.host or settings.server.host
     port = args.port if args.port is not None else settings.server.port
     if args.config:
@@ -136,6 +135,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # the loopback-without-auth rule applies to --host too
         load_settings(args.config, flags={f"{ENV_PREFIX}SERVER__HOST": "--host"})
     from github_broker.api.protocol import NoDelayH11Protocol
+
+    prepare_metrics_dir()
 
     uvicorn.run(
         "github_broker.api.app:create_app",
@@ -296,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure(args.log_level, args.log_format)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a reader that left shows up here, inside this handler
+        return code
     except BrokenPipeError:
         # The reader left (`| head`): stop quietly like other Unix tools. Point stdout at
         # /dev/null so the flush at exit does not raise a second time.

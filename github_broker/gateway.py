@@ -261,6 +261,21 @@ class GitHubGateway:
             raise
         return True
 
+    def label_names(self, full_name: str) -> list[str]:
+        """Every label of a repository (`GET /repos/{repo}/labels`, all pages)."""
+        names: list[str] = []
+        page = 1
+        while True:
+            _, _, data = self._request(
+                "GET",
+                f"/repos/{full_name}/labels",
+                params={"per_page": self.settings.per_page, "page": page},
+            )
+            names += [str(label["name"]) for label in data or []]
+            if len(data or []) < self.settings.per_page:
+                return names
+            page += 1
+
     def ensure_label(self, full_name: str, name: str, color: str, description: str) -> bool:
         """Create a repository label; False when it exists already."""
         try:
