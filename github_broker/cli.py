@@ -105,6 +105,10 @@ def cmd_poll(args: argparse.Namespace) -> int:
     from github_broker.store import Store
 
     settings = _settings(args)
+    if args.metrics_port is not None:
+        from github_broker.metrics import serve_process_metrics
+
+        serve_process_metrics(settings.server.host, args.metrics_port)
 
     async def run() -> None:
         store = Store.from_settings(settings)
@@ -274,7 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sync", cmd_sync)
     p.add_argument("--full", action="store_true", help="full pass (catches deletions)")
     p.add_argument("--repo", help="only this owner/name")
-    add("poll", cmd_poll)
+    p = add("poll", cmd_poll)
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve this process's Prometheus metrics (GitHub calls, write lag) on this port",
+    )
     p = add("serve", cmd_serve)
     p.add_argument("--host")
     p.add_argument("--port", type=int)

@@ -23,6 +23,7 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
     generate_latest,
+    start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -136,6 +137,16 @@ class Metrics:
         PlatformCollector(registry=registry)
         registry.register(_Snapshot(gauges))
         return generate_latest(registry).decode()
+
+
+def serve_process_metrics(host: str, port: int) -> None:
+    """`poll --metrics-port`: this process's GitHub and write-queue histograms over HTTP
+    (a daemon thread), for a poller that runs apart from any `serve`."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Merged(PROCESS_REGISTRY))
+    registry.register(_Processes([os.getpid()]))
+    PlatformCollector(registry=registry)
+    start_http_server(port, addr=host, registry=registry)
 
 
 def instrument(app: FastAPI) -> None:

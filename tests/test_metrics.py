@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import pytest
 import requests
 
 from github_broker.metrics import github_route
+from tests.conftest import free_port
 from tests.processes import BrokerProcess, broker_env
 from tests.world import ONE_ISSUE, simulated
 
@@ -90,3 +94,34 @@ def test_github_routes_are_bounded_label_values() -> None:
         "/repos/{owner}/{repo}/git/refs/{ref}"
     )
     assert github_route("/rate_limit") == "/rate_limit"
+
+
+@pytest.mark.slow
+def test_a_separate_poller_serves_its_github_metrics(redis_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    with simulated(ONE_ISSUE) as sim:
+        env = {**os.environ, **broker_env(redis_url, sim.base_url, "acme/widgets")}
+        log = (tmp_path / "poll.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "github_broker", "poll", "--metrics-port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+                    routes = _samples(text, "gb_github_request_seconds_count")
+                    if any('route="/repos/{owner}/{repo}/issues"' in k for k in routes):
+                        break
+                except requests.ConnectionError:
+                    pass
+                assert time.monotonic() < deadline, (tmp_path / "poll.log").read_text()
+                time.sleep(0.3)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+            log.close()
+    assert f'pid="{proc.pid}"' in text
