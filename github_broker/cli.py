@@ -127,8 +127,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """The HTTP API (and, unless disabled, the polling daemon) under uvicorn."""
     import os
 
-    import uvicorn
-
     settings = _settings(args)  # fail fast, before workers start
     host = args.host or settings.server.host
     port = args.port if args.port is not None else settings.server.port
@@ -138,22 +136,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["GITHUB_BROKER_SERVER__HOST"] = host
         # the loopback-without-auth rule applies to --host too
         load_settings(args.config, flags={f"{ENV_PREFIX}SERVER__HOST": "--host"})
-    from github_broker.api.protocol import NoDelayH11Protocol
+    from github_broker.api.workers import ServeSpec, Supervisor
 
     prepare_metrics_dir()
-
-    uvicorn.run(
-        "github_broker.api.app:create_app",
-        factory=True,
+    os.environ[logs.FORMAT_ENV] = args.log_format  # the poller child logs alike
+    spec = ServeSpec(
+        app="github_broker.api.app:create_app",
         host=host,
         port=port,
         workers=args.workers,
-        http=NoDelayH11Protocol,
         log_config=logs.uvicorn_config(args.log_level, args.log_format),
         log_level=args.log_level.lower(),
         access_log=args.access_log,
+        # The poller runs beside the API workers, never inside them.
+        env={"GITHUB_BROKER_SERVER__RUN_POLLER": "false"},
     )
-    return 0
+    return Supervisor(spec, poller=settings.server.run_poller).run()
 
 
 #: prometheus-client's multiprocess directory (read when prometheus-client is imported).
