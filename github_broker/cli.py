@@ -76,6 +76,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
                     report = await syncer.sync(
                         repo, full=True if args.full else None, progress=progress
                     )
+                    # GitHub's open count includes pull requests: end the bar at what was seen.
+                    bar.total = bar.n
                 print(report.summary())
         finally:
             await store.close()

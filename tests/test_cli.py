@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import subprocess
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from github_broker import __version__
+from github_broker import __version__, logs
 from github_broker.cli import main
 from github_broker.sandbox import cmd_labels_init, label_set, port_free
 from github_broker.settings import DEFAULTS_DIR, load_settings
@@ -24,6 +25,20 @@ from tests.world import simulated
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_CONFIG = str(Path(__file__).parent / "no-config")
+
+
+@pytest.fixture(autouse=True)
+def restore_logging(capsys: pytest.CaptureFixture[str]) -> Iterator[None]:
+    """main() configures the root logger; leave it as the test found it (lines still queued
+    go to this test's captured stderr)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    logs.flush()
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    root.setLevel(level)
 
 
 @pytest.fixture

@@ -138,3 +138,25 @@ def test_progress_bar_is_silent_without_a_terminal(
     with logs.progress_bar(10, "acme/widgets") as bar:
         bar.update(10)
     assert out.getvalue() == ""
+
+
+@pytest.mark.anyio
+async def test_a_refused_github_write_is_logged_with_its_issue(
+    redis_url: str,
+    make_settings: Callable[..., Settings],
+    capsys: pytest.CaptureFixture[str],
+    restore_logging: None,
+) -> None:
+    logs.configure("INFO", "json")
+    with simulated(ONE_ISSUE) as sim:
+        async with running_world(sim, redis_url, make_settings) as world:
+            await world.tick()
+            assert await world.ask("a1") is not None
+            sim.faults.add_error(422, method="POST", path=r"/issues/1/labels$")
+            await world.daemon.drain_all()
+    logs.flush()
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    refused = [x for x in lines if x["message"].startswith("GitHub refused labels:1")]
+    assert len(refused) == 1, lines
+    assert refused[0]["level"] == "WARNING" and "retry in" in refused[0]["message"]
+    assert refused[0]["repository"] == "acme/widgets" and refused[0]["issue"] == 1
