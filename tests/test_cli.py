@@ -211,7 +211,7 @@ def test_labels_init_lists_once_when_every_label_exists(
         elapsed = time.monotonic() - started
         calls = sim.stats.snapshot()
     assert calls["by_method"] == {"GET": 1}, calls
-    assert elapsed < 3.0
+    assert elapsed < 5.0  # was 10 s: one paced POST per label
     assert " 0 created" in capsys.readouterr().out
 
 
