@@ -13,11 +13,15 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from github_broker import __version__, logs
 from github_broker.errors import BrokerError, ConfigError
 from github_broker.settings import ENV_PREFIX, Settings, default_config_dir, load_settings
+
+if TYPE_CHECKING:
+    from github_broker.gateway import GitHubGateway
+    from github_broker.store import Store
 
 logger = logging.getLogger("github_broker")
 
@@ -87,7 +91,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _expected_issues(store: Any, gateway: Any, full_name: str) -> int | None:
+async def _expected_issues(store: Store, gateway: GitHubGateway, full_name: str) -> int | None:
     """The bar's total: the issues mirrored last time, else GitHub's open count (with PRs)."""
     mirrored = len(await store.repo(full_name).open_numbers())
     if mirrored:
