@@ -198,3 +198,20 @@ def test_a_failed_clone_releases_the_task_and_stops_the_runner(
     with BrokerClient(broker.url, "agent-b") as other:
         task = other.request_task(wait_seconds=5)
         assert task is not None and task.issue_id == 1
+
+
+@pytest.mark.slow
+def test_agent_command_line_wires_preset_workspace_and_extra_words(
+    broker: BrokerProcess, origin: Path, stubs: Path, tmp_path: Path
+) -> None:
+    command = [sys.executable, "-m", "github_broker", "agent", "--broker-url", broker.url]
+    command += ["--agent-id", "agent-a", "--once", "--wait", "5", "--preset", "aider"]
+    command += ["--workspace", str(tmp_path / "ws")]
+    command += ["--clone-url", f"{origin.parent.parent}/{{owner}}/{{name}}.git", "--"]
+    command += ["--model", "m"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(stubs.read_text())
+    assert seen["argv"][:2] == ["--yes-always", "--message"]
+    assert seen["argv"][3:] == ["--model", "m"]
+    assert seen["branch"] == "feature/issue-1"
