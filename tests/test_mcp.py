@@ -17,7 +17,13 @@ import redis
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, LoggingMessageNotificationParams, TextContent
+from mcp.types import (
+    CallToolResult,
+    LoggingMessageNotificationParams,
+    TextContent,
+    TextResourceContents,
+)
+from pydantic import AnyUrl
 
 from github_broker.client import BrokerClient
 from github_broker.keys import RepoKeys
@@ -78,11 +84,12 @@ def text(result: CallToolResult) -> str:
 
 @asynccontextmanager
 async def mcp_session(
-    broker: BrokerProcess, tmp_path: Path, logs: list[str]
+    broker: BrokerProcess, tmp_path: Path, logs: list[str], *extra: str
 ) -> AsyncIterator[ClientSession]:
+    args = ["-m", "github_broker", "mcp", "--broker-url", broker.url, "--agent-id", "agent-a"]
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "github_broker", "mcp", "--broker-url", broker.url, "--agent-id", "agent-a"],
+        args=[*args, *extra],
         env=dict(os.environ),
     )
 
@@ -111,9 +118,11 @@ async def test_agent_takes_heartbeats_and_completes_a_task_over_mcp(
         assert not claimed.isError, text(claimed)
         assert "You now hold acme/widgets#1" in text(claimed)
         assert "Branch: feature/issue-1 (from main)" in text(claimed)
-        resource = await mcp.read_resource("task://current")  # type: ignore[arg-type]
-        assert '"issue_id":1' in resource.contents[0].text  # type: ignore[union-attr]
-        assert "token" not in resource.contents[0].text  # type: ignore[union-attr]
+        current = (await mcp.read_resource(AnyUrl("task://current"))).contents[0]
+        assert isinstance(current, TextResourceContents)
+        assert '"issue_id":1' in current.text and "token" not in current.text
+        prompt = (await mcp.read_resource(AnyUrl("task://current/prompt"))).contents[0]
+        assert isinstance(prompt, TextResourceContents) and prompt.text in text(claimed)
 
         # Longer than the 3 s lease: only the server's own heartbeats keep it.
         await anyio.sleep(4.5)
@@ -188,6 +197,24 @@ async def test_explain_says_why_and_a_task_held_at_exit_returns_to_the_pool(
     with BrokerClient(broker.url, "agent-b") as other:
         task = other.request_task(wait_seconds=5)
         assert task is not None and task.issue_id == 1
+
+
+async def test_a_refused_token_is_a_tool_error_naming_the_credentials(
+    sim: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    tokens = '{"tok-a": "agent-a"}'
+    env = broker_env(
+        redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_SERVER__AGENT_TOKENS=tokens
+    )
+    broker = BrokerProcess(env, tmp_path, "broker-auth").start()
+    try:
+        async with mcp_session(broker, tmp_path, [], "--token", "tok-wrong") as mcp:
+            refused = await mcp.call_tool("request_task", {"wait_seconds": 0})
+            assert refused.isError
+            assert "refused this agent's credentials" in text(refused)
+            assert "unknown token" in text(refused)
+    finally:
+        broker.stop()
 
 
 async def test_streamable_http_transport_reports_an_unreachable_broker_as_a_tool_error(
