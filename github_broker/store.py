@@ -558,6 +558,22 @@ class RepoStore:
         return int(await _aw(self.client.zcard(self.keys.outbox)))
 
     @translate_errors
+    async def outbox_due(self, limit: int) -> dict[str, int]:
+        """Up to `limit` jobs due now -> since when they are due (ms); read-only."""
+        rows = await _aw(
+            self.client.zrangebyscore(
+                self.keys.outbox, "-inf", now_ms(), start=0, num=limit, withscores=True
+            )
+        )
+        return {_text(job): int(score) for job, score in rows}
+
+    @translate_errors
+    async def outbox_oldest_due_ms(self) -> int | None:
+        """When the longest-waiting write became due (ms), None when the queue is empty."""
+        rows = await _aw(self.client.zrange(self.keys.outbox, 0, 0, withscores=True))
+        return int(rows[0][1]) if rows else None
+
+    @translate_errors
     async def intent(self, number: int) -> dict[str, Any] | None:
         """The label delta still to be seen on GitHub: {"add": [...], "remove": [...], "v": n}."""
         raw = await _aw(self.client.hget(self.keys.intent, str(number)))

@@ -30,7 +30,8 @@ async def test_scripts_use_the_compiled_context(
     store = Store.from_settings(settings)
     try:
         rstore = store.repo("acme/widgets")
-        await rstore.upsert_issues([index_item(Rules(settings), issue(1, "P1", "BACKENDCODER"), "main")])
+        work = issue(1, "P1", "BACKENDCODER")
+        await rstore.upsert_issues([index_item(Rules(settings), work, "main")])
         got = await rstore.claim(
             "agent-1", previous="completed", mode="strict", base_branch="main", roles=None
         )
