@@ -260,8 +260,12 @@ def test_success_completes_and_the_issue_gets_needs_review(
     )
     assert record["stdin"] == json.loads(env["GB_TASK_JSON"])["prompt"] != ""
     assert Path(record["cwd"]) == workdir
-    wait_until(lambda: "needs-review" in labels(sim), 15, "needs-review on the simulator")
-    assert not labels(sim) & {"in-progress", "agent-a"}
+    # The write queue applies one label at a time: wait for the whole change.
+    wait_until(
+        lambda: "needs-review" in labels(sim) and not labels(sim) & {"in-progress", "agent-a"},
+        15,
+        "needs-review without in-progress on the simulator",
+    )
 
 
 @pytest.mark.slow
