@@ -530,7 +530,9 @@ def merge_pull(svc: Services, req: Request, p: Params) -> Response:
 
 @route("GET", "/repos/{owner}/{repo}/pulls/{number}/reviews")
 def list_reviews(svc: Services, req: Request, p: Params) -> Response:
-    reviews = svc.state.list_reviews(p["owner"], p["repo"], int(p["number"]), base_url=req.base_url)
+    reviews = svc.state.list_reviews(
+        p["owner"], p["repo"], int(p["number"]), viewer=req.login, base_url=req.base_url
+    )
     return paged_list(req, reviews)
 
 
