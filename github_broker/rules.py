@@ -142,7 +142,6 @@ class Rules:
             return Analysis(priority, role, branch, _skip("bad_branch", problem))
         return Analysis(priority, role, branch, None)
 
-
     def _role_skip(self, labels: list[str]) -> SkipReason:
         """No configured role label: name the labels that look like an unknown role."""
         known = ", ".join(self.roles) or "(none configured)"

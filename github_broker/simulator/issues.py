@@ -74,6 +74,11 @@ class IssueStore:
             assert data is not None
             return data
 
+    def private_user_json(self, login: str, *, base_url: str | None = None) -> dict[str, Any]:
+        """The authenticated user as `GET /user` shows it to that user."""
+        with self.lock:
+            return self.ctx(base_url).private_user(self.user(login), _START)
+
     def repo(self, owner: str, name: str) -> Repo:
         found = self._repos.get((owner.lower(), name.lower()))
         if found is None:
@@ -620,6 +625,8 @@ def _assignee_matches(rec: Record, assignee: str) -> bool:
     return assignee.lower() in (a.lower() for a in rec["assignees"])
 
 
+#: When every simulated account was created.
+_START = "2020-01-01T00:00:00Z"
 #: GitHub takes a label colour as six hex digits, with or without a leading '#'.
 _COLOR = re.compile(r"#?[0-9a-fA-F]{6}")
 

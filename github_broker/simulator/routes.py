@@ -163,7 +163,7 @@ def installation_token(svc: Services, req: Request, p: Params) -> Response:
 
 @route("GET", "/user")
 def current_user(svc: Services, req: Request, p: Params) -> Response:
-    return Response(200, svc.state.user_json(req.require_login(), base_url=req.base_url))
+    return Response(200, svc.state.private_user_json(req.require_login(), base_url=req.base_url))
 
 
 @route("GET", "/users/{login}")
