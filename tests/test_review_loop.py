@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
+import requests
 
 from github_broker import status
 from github_broker.models import Outcome, TaskType
@@ -200,3 +204,102 @@ async def test_review_prompt_asks_for_a_review_not_a_fix(world: World, sim: Simu
     assert review is not None and review.task_type == TaskType.REVIEW
     assert "request" in review.prompt and "approve" in review.prompt
     assert "push" not in review.prompt
+
+
+# --- the whole loop, two agents --------------------------------------------------------------
+
+TOKENS = {"t-broker": "broker-bot", "t-alice": "alice", "t-dev": "dev-bot", "t-rev": "rev-bot"}
+
+
+def gh(sim: Simulator, token: str, verb: str, path: str, payload: dict[str, Any]) -> Any:
+    """An agent or a maintainer acting on GitHub over HTTP with its own token."""
+    answer = requests.request(
+        verb,
+        f"{sim.base_url}/repos/acme/widgets{path}",
+        json=payload,
+        headers={"Authorization": f"token {token}", "User-Agent": "lifecycle-test"},
+        timeout=5,
+    )
+    assert answer.status_code < 300, answer.text
+    return answer.json()
+
+
+async def steps(world: World) -> list[tuple[int, str]]:
+    repos = (await status.status(world.store, world.settings))["repositories"]
+    return [(r["issue"], r["step"]) for r in repos[0]["waiting_reviews"]]
+
+
+@pytest.mark.slow
+async def test_two_agents_take_an_issue_through_review_fix_and_review_done(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    seed = {"repositories": [{"owner": "acme", "name": "widgets", "issues": ONE_ISSUE}]}
+    review = {"delay_s": 1.5, "timeout_s": 6, "fix_debounce_s": 0}
+    with Simulator(seed, tokens=TOKENS) as sim:
+        github = {"token": "t-broker"}
+        async with running_world(sim, redis_url, make_settings, review=review, github=github) as w:
+            # Development by agent A, who opens the PR and says so on it.
+            await w.tick()
+            dev = await w.ask("agent-a")
+            assert dev is not None and dev.task_type == TaskType.DEVELOPMENT
+            pr = gh(sim, "t-dev", "POST", "/pulls", {
+                "title": "CSV export", "head": "feature/issue-1", "base": "main",
+                "body": "Closes #1",
+            })["number"]  # fmt: skip
+            gh(sim, "t-dev", "POST", f"/issues/{pr}/comments", {"body": "Done, please review."})
+            assert await w.ask("agent-a") is None  # reports the development work done
+            await w.tick()
+            await w.tick()
+            assert await steps(w) == [(1, "waiting_delay")]
+            # A maintainer comments while the review waits out its delay ...
+            gh(sim, "t-alice", "POST", f"/issues/{pr}/comments", {"body": "Handle empty input."})
+            await asyncio.sleep(1.6)
+            await w.tick()
+            assert await steps(w) == [(1, "review_ready")]
+            # ... and once more after it was queued: the reviewer gets both.
+            gh(sim, "t-alice", "POST", f"/issues/{pr}/comments", {"body": "Update the docs."})
+            await w.tick()
+            assert await w.ask("agent-a") is None  # wrote the code: not its review while B can
+            rev = await w.ask("agent-b")
+            assert rev is not None and rev.task_type == TaskType.REVIEW
+            asked = ["Handle empty input.", "Update the docs."]
+            assert [c.body for c in rev.review_comments] == asked
+            assert await steps(w) == [(1, "review_held")]
+            # Agent B reviews under the broker's login: its own words are no feedback.
+            gh(sim, "t-broker", "POST", f"/pulls/{pr}/reviews", {
+                "body": "Checked against the issue; docs missing.", "event": "COMMENT",
+            })  # fmt: skip
+            assert await w.ask("agent-b") is None  # reports the review done
+            await w.tick()
+            await w.tick()
+            assert await steps(w) == [(1, "awaiting_feedback")]
+            # The maintainer requests changes: one fix round.
+            gh(sim, "t-alice", "POST", f"/pulls/{pr}/reviews", {
+                "body": "Rename the --csv flag.", "event": "REQUEST_CHANGES",
+            })  # fmt: skip
+            await w.tick()
+            assert await steps(w) == [(1, "fix_ready")]
+            fix = await w.ask("agent-a")
+            assert fix is not None and fix.task_type == TaskType.FIX
+            assert [c.body for c in fix.review_comments] == ["Rename the --csv flag."]
+            assert await steps(w) == [(1, "fix_held")]
+            gh(sim, "t-dev", "POST", f"/issues/{pr}/comments", {"body": "Renamed, pushed."})
+            assert await w.ask("agent-a") is None  # reports the fix done
+            await w.tick()
+            await w.tick()
+            gh(sim, "t-alice", "POST", f"/pulls/{pr}/reviews", {"event": "APPROVE"})
+            await w.tick()
+            assert await steps(w) == [(1, "awaiting_feedback")]
+            assert await w.ask("agent-b") is None and await w.ask("agent-a") is None
+            _, state = (await w.rstore.review_states([1]))[1]
+            assert state["fix_rounds"] == "1"
+            # The reviewing window closes: review-done on the PR.
+            await asyncio.sleep(max(0.0, 6.2 - (time.time() - created_s(sim, pr))))
+            await w.tick()
+            assert "review-done" in set(sim.state.issue_labels("acme", "widgets", pr))
+            assert "needs-human" not in w.labels(1)
+
+
+def created_s(sim: Simulator, pr: int) -> float:
+    created = sim.state.get_pull("acme", "widgets", pr)["created_at"]
+    return datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
