@@ -31,9 +31,10 @@ def sim() -> Iterator[Simulator]:
 
 @pytest.fixture
 async def world(
-    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
+    sim: Simulator, lua_redis_url: str, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[World]:
-    async with running_world(sim, redis_url, make_settings, review=REVIEW) as w:
+    """On redis-server, fakeredis and a cluster: task_put.lua and sync_upsert.lua run alike."""
+    async with running_world(sim, lua_redis_url, make_settings, review=REVIEW) as w:
         yield w
 
 
@@ -145,7 +146,7 @@ async def test_status_and_explain_tell_review_waits_apart(
 
 @pytest.mark.parametrize("counts", [False, True])
 async def test_issue_skipped_for_its_body_does_not_pin_the_bucket(
-    redis_url: str, make_settings: Callable[..., Settings], counts: bool
+    lua_redis_url: str, make_settings: Callable[..., Settings], counts: bool
 ) -> None:
     issues: list[dict[str, Any]] = [
         {"number": 1, "title": "no branch", "body": "## Deliverables\n- x\n", "labels": ["P1"]},
@@ -154,7 +155,7 @@ async def test_issue_skipped_for_its_body_does_not_pin_the_bucket(
     issues[0]["labels"].append("BACKENDCODER")
     with simulated(issues) as sim:
         async with running_world(
-            sim, redis_url, make_settings, bucket_counts_unassignable=counts
+            sim, lua_redis_url, make_settings, bucket_counts_unassignable=counts
         ) as world:
             await world.tick()
             verdicts = {v.issue: v for v in await status.explain(world.rstore, world.settings, [])}

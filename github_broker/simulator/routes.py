@@ -343,7 +343,7 @@ def create_label(svc: Services, req: Request, p: Params) -> Response:
         description=str(body.get("description") or ""),
         base_url=req.base_url,
     )
-    return Response(201, label)
+    return Response(201, label, {"Location": label["url"]})
 
 
 @route("GET", "/repos/{owner}/{repo}/labels/{name+}")
@@ -429,7 +429,7 @@ def create_ref(svc: Services, req: Request, p: Params) -> Response:
     ref = svc.state.create_ref(
         p["owner"], p["repo"], str(body["ref"]), str(body["sha"]), base_url=req.base_url
     )
-    return Response(201, ref)
+    return Response(201, ref, {"Location": ref["url"]})
 
 
 @route("PATCH", "/repos/{owner}/{repo}/git/refs/{ref+}")
