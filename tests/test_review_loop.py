@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import requests
 
-from github_broker import status
-from github_broker.models import Outcome, TaskType
+from github_broker import reviews, status
+from github_broker.models import Outcome, ReviewComment, TaskType
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from tests.factories import body
@@ -142,6 +142,25 @@ async def test_status_and_explain_tell_review_waits_apart(
             assert verdicts[2].detail.startswith("no_linked_pr: needs-review but no open PR")
             assert verdicts[1].url.endswith("/acme/widgets/issues/1")
             assert len(verdicts) == 2
+
+
+async def test_explain_lists_an_issue_with_a_review_and_a_fix_once(
+    world: World, sim: Simulator
+) -> None:
+    pr = await developed(world, sim)
+    comment = ReviewComment(id=1, kind="direct", author="alice", body="Handle empty input.")
+    await reviews.post_fix(
+        world.rstore,
+        world.tasks.rules,
+        issue_number=1,
+        pr=pr,
+        pr_url="",
+        branch=None,
+        comments=[comment],
+    )
+    verdicts = await status.explain(world.rstore, world.settings, [])
+    assert [(v.issue, v.verdict) for v in verdicts] == [(1, "next")]
+    assert verdicts[0].detail == "fix task you would get now"
 
 
 @pytest.mark.parametrize("counts", [False, True])
