@@ -62,7 +62,7 @@ class RepoStatus(BaseModel):
     sync_cursor: str | None
 
 
-async def repo_status(rstore: RepoStore, settings: Settings | None = None) -> RepoStatus:
+async def repo_status(rstore: RepoStore, settings: Settings) -> RepoStatus:
     ready = await rstore.ready_tasks()
     by_priority: dict[str, int] = {}
     for _, score in ready:
@@ -95,7 +95,7 @@ async def repo_status(rstore: RepoStore, settings: Settings | None = None) -> Re
     )
 
 
-async def status(store: Store, settings: Settings | None = None) -> dict[str, Any]:
+async def status(store: Store, settings: Settings) -> dict[str, Any]:
     quota = await store.quota()
     return {
         "repositories": [
@@ -108,7 +108,7 @@ async def status(store: Store, settings: Settings | None = None) -> dict[str, An
 
 async def waiting_reviews(
     rstore: RepoStore,
-    settings: Settings | None,
+    settings: Settings,
     ready: dict[str, float],
     leases: list[LeaseInfo],
 ) -> dict[int, WaitingReview]:
@@ -117,7 +117,7 @@ async def waiting_reviews(
     states = await rstore.review_states(numbers)
     issues = {i.number: i for i in await rstore.get_issues(numbers)}
     held = {lease.issue: lease for lease in leases}
-    needs_human = settings.labels.needs_human if settings else "needs-human"
+    needs_human = settings.labels.needs_human
     out = {}
     for n in numbers:
         detected, state = states[n]
