@@ -196,7 +196,10 @@ async def explain(rstore: RepoStore, settings: Settings, roles: list[str] | None
         elif not any(v.verdict == "next" for v in verdicts):
             verdicts.append(_v(n, prio, "next", f"{task_id.split(':')[0]} task you would get now"))
         else:
-            verdicts.append(_v(n, prio, "queued", "claimable, behind the tasks above"))
+            ahead = next(v.issue for v in verdicts if v.verdict == "next")
+            verdict = _v(n, prio, "queued", f"claimable, behind #{ahead} and the tasks above")
+            verdict.blocking = [Blocker(issue=ahead, url="")]
+            verdicts.append(verdict)
     for lease in sorted(leases, key=lambda lease: lease.issue):
         if lease.issue not in listed:
             until = iso_from_ms(lease.expires_ms)
@@ -219,6 +222,8 @@ async def explain(rstore: RepoStore, settings: Settings, roles: list[str] | None
     urls = {i.number: i.html_url for i in await rstore.get_issues(sorted(listed | set(rest)))}
     for verdict in verdicts:
         verdict.url = urls.get(verdict.issue, "")
+        for blocker in verdict.blocking:
+            blocker.url = blocker.url or urls.get(blocker.issue, "")
     return verdicts
 
 

@@ -163,6 +163,21 @@ async def test_explain_lists_an_issue_with_a_review_and_a_fix_once(
     assert verdicts[0].detail == "fix task you would get now"
 
 
+async def test_explain_names_the_issue_a_queued_one_waits_behind(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    issues: list[dict[str, Any]] = [
+        {"number": n, "title": "t", "body": body(), "labels": ["P1", ROLE]} for n in (1, 2)
+    ]
+    with simulated(issues) as sim:
+        async with running_world(sim, redis_url, make_settings) as world:
+            await world.tick()
+            verdicts = await status.explain(world.rstore, world.settings, [])
+    assert [(v.issue, v.verdict) for v in verdicts] == [(1, "next"), (2, "queued")]
+    assert [b.issue for b in verdicts[1].blocking] == [1]
+    assert verdicts[1].blocking[0].url.endswith("/acme/widgets/issues/1")
+
+
 @pytest.mark.parametrize("counts", [False, True])
 async def test_issue_skipped_for_its_body_does_not_pin_the_bucket(
     lua_redis_url: str, make_settings: Callable[..., Settings], counts: bool
