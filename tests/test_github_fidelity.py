@@ -126,3 +126,16 @@ async def test_renamed_repository_is_followed_with_its_query(
             await world.tick()  # incremental: state=all&since=..., so the closure is seen
             assert 7 not in await world.rstore.open_numbers()
         assert any("acme-labs/gadgets" in r.getMessage() for r in caplog.records)
+
+
+def test_control_api_renames_a_repository(sim: Simulator) -> None:
+    renamed = requests.post(
+        f"{sim.base_url}/_sim/repos/acme/widgets/rename", json={"name": "gadgets"}, timeout=5
+    )
+    assert renamed.status_code == 200 and renamed.json()["full_name"] == "acme/gadgets"
+    old = call(sim, "GET", "/repos/acme/widgets/issues?state=closed", allow_redirects=False)
+    assert old.status_code == 301
+    repo_id = renamed.json()["id"]
+    assert old.headers["Location"].endswith(f"/repositories/{repo_id}/issues?state=closed")
+    followed = call(sim, "GET", "/repos/acme/widgets")
+    assert followed.status_code == 200 and followed.json()["full_name"] == "acme/gadgets"
