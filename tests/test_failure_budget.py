@@ -99,7 +99,7 @@ async def test_the_third_failure_labels_needs_human_and_says_why(store: Store) -
     verdicts = await status_view.explain(rstore, store.settings, None)
     assert [(v.issue, v.verdict) for v in verdicts] == [(1, "skipped")]
     assert "too_many_failures" in verdicts[0].detail
-    report = await status_view.status(store)
+    report = await status_view.status(store, store.settings)
     assert report["repositories"][0]["skipped"][1]["code"] == "too_many_failures"
 
 
