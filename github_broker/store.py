@@ -519,7 +519,8 @@ class RepoStore:
 
     @translate_errors
     async def intent(self, number: int) -> dict[str, Any] | None:
-        """The label delta still to be seen on GitHub: {"add": [...], "remove": [...], "v": n}."""
+        """The label writes still to do and the labels written but not yet seen by a sync:
+        {"add": [...], "remove": [...], "on": [...], "v": n}."""
         raw = await _aw(self.client.hget(self.keys.intent, str(number)))
         if not raw:
             return None
@@ -528,6 +529,7 @@ class RepoStore:
         return {
             "add": list(data.get("add") or []),
             "remove": list(data.get("remove") or []),
+            "on": list(data.get("on") or []),
             "v": data.get("v"),
         }
 

@@ -594,3 +594,13 @@ def create_review_comment(svc: Services, req: Request, p: Params) -> Response:
         base_url=req.base_url,
     )
     return Response(201, comment)
+
+
+# ----- GraphQL (the label mutations; see graphql.py) --------------------------------------------
+
+
+@route("POST", "/graphql")
+def graphql_endpoint(svc: Services, req: Request, p: Params) -> Response:
+    from . import graphql
+
+    return graphql.handle(svc, req)
