@@ -120,12 +120,15 @@ def _resolve_call(field: _Field, variables: dict[str, Any]) -> Call:
         labels = [labels]  # GraphQL coerces a single value to a list
     if not isinstance(value["labelableId"], str) or not all(isinstance(x, str) for x in labels):
         raise GraphQLError(
-            f"Argument 'input' on Field '{field.name}' has an invalid value.", "argumentLiteralsIncompatible"
+            f"Argument 'input' on Field '{field.name}' has an invalid value.",
+            "argumentLiteralsIncompatible",
         )
     for sub in field.selection:
         if sub[1] not in ("clientMutationId", "labelable"):
             payload = input_type.removesuffix("Input") + "Payload"
-            raise GraphQLError(f"Field '{sub[1]}' doesn't exist on type '{payload}'", "undefinedField")
+            raise GraphQLError(
+                f"Field '{sub[1]}' doesn't exist on type '{payload}'", "undefinedField"
+            )
     return (
         field.alias,
         field.name,
@@ -270,7 +273,7 @@ class _Parser:
         fields = self._selection_set(root=True)
         if self._peek() is not None:
             raise GraphQLError(f'Parse error on "{self._peek()}": one operation per document')
-        return fields  # type: ignore[return-value]
+        return fields
 
     def _type(self) -> None:
         if self._peek() == "[":
