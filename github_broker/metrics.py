@@ -47,6 +47,10 @@ class Metrics:
             gauges["writes"].append(
                 f'gb_pending_github_writes{{repository="{name}"}} {await rstore.outbox_size()}'
             )
+            gauges.setdefault("lag", []).append(
+                f'gb_github_write_lag_seconds{{repository="{name}"}} '
+                f"{await rstore.outbox_lag_s():.3f}"
+            )
             gauges["skipped"].append(
                 f'gb_skipped_issues{{repository="{name}"}} {len(await rstore.skipped())}'
             )
@@ -58,6 +62,11 @@ class Metrics:
             "# HELP gb_pending_github_writes queued GitHub writes.",
             "# TYPE gb_pending_github_writes gauge",
             *gauges["writes"],
+        ]
+        lines += [
+            "# HELP gb_github_write_lag_seconds age of the oldest due GitHub write.",
+            "# TYPE gb_github_write_lag_seconds gauge",
+            *gauges.get("lag", []),
         ]
         lines += [
             "# HELP gb_skipped_issues work issues that cannot be handed out.",

@@ -518,6 +518,15 @@ class RepoStore:
         return int(await _aw(self.client.zcard(self.keys.outbox)))
 
     @translate_errors
+    async def outbox_lag_s(self) -> float:
+        """Age in seconds of the oldest due write (0 when none is due): how far GitHub lags
+        behind the broker's wishes. A job keeps its first due time while wishes merge into it."""
+        oldest = await _aw(self.client.zrange(self.keys.outbox, 0, 0, withscores=True))
+        if not oldest:
+            return 0.0
+        return max(0.0, (now_ms() - float(oldest[0][1])) / 1000)
+
+    @translate_errors
     async def intent(self, number: int) -> dict[str, Any] | None:
         """The label writes still to do and the labels written but not yet seen by a sync:
         {"add": [...], "remove": [...], "on": [...], "v": n}."""
