@@ -272,11 +272,13 @@ class GitHubGateway:
         """Add and remove labels in one GraphQL request (one counted call).
 
         GraphQL needs node ids: the issue's comes from `node_id` (the mirror's) or is read
-        once; label ids come from the repository's label list, read conditionally (a 304 is
-        free) and only when a name is unknown. A label the repository lacks cannot be on the
-        issue, so removing it needs no call; adding it goes through REST, which creates it.
+        once; label ids from the repository's label list, read conditionally (a 304 is free)
+        once and again only when a label to remove is unknown. A label the repository lacks
+        cannot be on the issue, so removing it needs no call; adding one we hold no id for
+        goes through REST (one call too), which creates it and answers with its id.
         """
-        ids = self._known_label_ids(full_name, [*add, *remove])
+        # Unknown names to add go through REST anyway: only removals need the list read.
+        ids = self._known_label_ids(full_name, remove)
         if any(label.lower() not in ids for label in add):
             created = self._request(
                 "POST", f"/repos/{full_name}/issues/{number}/labels", body={"labels": add}
