@@ -256,9 +256,10 @@ class GitHubGateway:
 
     def add_labels(self, full_name: str, number: int, labels: list[str]) -> None:
         if labels:
-            self._request(
+            _, _, data = self._request(
                 "POST", f"/repos/{full_name}/issues/{number}/labels", body={"labels": labels}
             )
+            self._remember_labels(full_name, data if isinstance(data, list) else [])
 
     def change_labels(
         self,
@@ -269,7 +270,8 @@ class GitHubGateway:
         *,
         node_id: str | None = None,
     ) -> None:
-        """Add and remove labels in one GraphQL request (one counted call).
+        """Add and remove labels in one request (one counted call): REST when only adding,
+        else one GraphQL mutation document.
 
         GraphQL needs node ids: the issue's comes from `node_id` (the mirror's) or is read
         once; label ids from the repository's label list, read conditionally (a 304 is free)
@@ -277,13 +279,14 @@ class GitHubGateway:
         cannot be on the issue, so removing it needs no call; adding one we hold no id for
         goes through REST (one call too), which creates it and answers with its id.
         """
+        if not remove:
+            # Adding alone is one REST call as well, and needs no ids.
+            self.add_labels(full_name, number, add)
+            return
         # Unknown names to add go through REST anyway: only removals need the list read.
         ids = self._known_label_ids(full_name, remove)
         if any(label.lower() not in ids for label in add):
-            created = self._request(
-                "POST", f"/repos/{full_name}/issues/{number}/labels", body={"labels": add}
-            )[2]
-            self._remember_labels(full_name, created or [])
+            self.add_labels(full_name, number, add)
             add = []
         remove = [label for label in remove if label.lower() in ids]
         if not add and not remove:

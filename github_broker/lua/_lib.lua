@@ -186,6 +186,10 @@ local function end_lease(C, n, outcome, now)
   local add = {}
   if outcome == 'completed' and task_type == 'development' then add = {C.needs_review} end
   want_labels(C.K.intent, C.K.outbox, n, add, {C.in_progress, agent}, now)
+  -- The lease's branch, if not created yet, is not needed any more: a completing agent pushed
+  -- it itself, and the next claim queues its own.
+  redis.call('HDEL', C.K.outbox_data, 'branch:' .. n)
+  redis.call('ZREM', C.K.outbox, 'branch:' .. n)
   if outcome == 'completed' then
     record_completion(C, n, agent, task_id, task_type)
   elseif REQUEUE[outcome] then

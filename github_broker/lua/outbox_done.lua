@@ -30,7 +30,9 @@ if kind == 'labels' then
     changed = v ~= a_v and not (is_empty(adds) and is_empty(removes))
   end
 else
-  changed = redis.call('HGET', C.K.outbox_data, job) ~= applied
+  -- Gone (the lease ended) counts as done; another payload is a newer wish.
+  local current = redis.call('HGET', C.K.outbox_data, job)
+  changed = current and current ~= applied
 end
 if changed then
   redis.call('ZADD', C.K.outbox, now, job)
