@@ -154,10 +154,10 @@ async def test_graphql_label_mutation_refuses_bad_ids_like_github(sim: Simulator
 
     unknown = post(
         {},
-        query='mutation { closeIssue(input: {issueId: "x"}) { clientMutationId } }',
+        query='mutation { addLabelz(input: {labelableId: "x"}) { clientMutationId } }',
         headers=auth,
     ).json()
-    assert "data" not in unknown and "closeIssue" in unknown["errors"][0]["message"]
+    assert "data" not in unknown and "addLabelz" in unknown["errors"][0]["message"]
     missing = post({"id": node["node_id"]}, headers=auth).json()
     assert "data" not in missing and "labelIds" in missing["errors"][0]["message"]
     assert post({}, headers={}).status_code == 401
