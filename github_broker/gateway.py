@@ -26,7 +26,7 @@ from github_broker.errors import (
     RateLimited,
 )
 from github_broker.models import Quota
-from github_broker.pacing import TokenBucket
+from github_broker.pacing import TokenBucket, WritePacer
 from github_broker.settings import GitHubSettings
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,11 @@ class GitHubGateway:
         self.graphql_quota = Quota()
         self.calls = 0
         gap = settings.seconds_between_writes
-        self.writes = TokenBucket(1 / gap if gap > 0 else 0, settings.write_burst)
+        hourly = settings.writes_per_hour if gap > 0 else 0
+        self.writes = WritePacer(
+            TokenBucket(1 / gap if gap > 0 else 0, settings.write_burst),
+            TokenBucket(hourly / 3600, hourly),
+        )
         self._label_ids: dict[str, dict[str, str]] = {}  # repository -> lower name -> node id
         self._node_ids: OrderedDict[tuple[str, int], str] = OrderedDict()
         self._etags: OrderedDict[str, tuple[str, Any]] = OrderedDict()

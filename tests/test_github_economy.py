@@ -13,7 +13,7 @@ import requests
 
 from github_broker.metrics import Metrics
 from github_broker.models import Claimed, Outcome
-from github_broker.pacing import TokenBucket
+from github_broker.pacing import TokenBucket, WritePacer
 from github_broker.rules import Rules
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
@@ -227,10 +227,19 @@ def test_token_bucket_allows_a_burst_then_paces() -> None:
         now[0] += s
 
     assert [bucket.take(sleep) for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert bucket.wait_s() == pytest.approx(0.5)
-    assert bucket.take(sleep) == pytest.approx(0.5)
+    assert bucket.wait_s() == pytest.approx(0.5, abs=1e-3)
+    assert bucket.take(sleep) == pytest.approx(0.5, abs=1e-3)
     bucket.pause_until(now[0] + 10)
-    assert bucket.wait_s() == pytest.approx(10.5)
+    assert bucket.wait_s() == pytest.approx(10, abs=1e-3)
+
+    hourly = TokenBucket(500 / 3600, 500, clock=lambda: now[0])
+    pacer = WritePacer(TokenBucket(80 / 60, 10, clock=lambda: now[0]), hourly)
+    started = now[0]
+    for _ in range(1000):
+        pacer.take(sleep)
+    # 80 a minute until the hour's 500 are spent, then one per 7.2 s: 1000 take an hour.
+    assert now[0] - started == pytest.approx(3600, rel=0.02)
+    assert pacer.wait_s() == pytest.approx(3600 / 500, rel=0.05)
 
 
 @pytest.mark.slow
