@@ -211,7 +211,7 @@ async def test_write_lag_is_the_oldest_due_wish_and_shows_in_status_and_metrics(
         repo = (await status(store))["repositories"][0]
         assert repo["github_write_lag_s"] >= 0.25 and repo["pending_github_writes"] == 1
         text = await Metrics().render(store)
-        assert f'gb_github_write_lag_seconds{{repository="{REPO}"}}' in text
+        assert f'gb_github_write_queue_lag_seconds{{repository="{REPO}"}}' in text
         for job, payload, _ in await rstore.outbox_take(10, 60_000):
             await rstore.outbox_done(job, payload)
         assert await rstore.outbox_lag_s() == 0.0
