@@ -139,6 +139,14 @@ async def test_graphql_label_mutation_refuses_bad_ids_like_github(sim: Simulator
     core_after = requests.get(f"{sim.base_url}/rate_limit", headers=auth).json()
     assert core_after["resources"]["core"]["used"] == core_before["resources"]["core"]["used"]
 
+    typed = post(
+        {"id": node["node_id"], "add": [labels["P1"]]},
+        query="mutation($id: ID!, $add: [ID!]!) { addLabelsToLabelable(input: "
+        "{labelableId: $id, labelIds: $add}) { labelable { __typename } } }",
+        headers=auth,
+    ).json()
+    assert typed == {"data": {"addLabelsToLabelable": {"labelable": {"__typename": "Issue"}}}}
+
     bad_issue = post({"id": "I_nope", "add": [labels["P1"]], "remove": []}, headers=auth).json()
     assert bad_issue["data"] == {"add": None, "remove": None}
     assert bad_issue["errors"][0]["type"] == "NOT_FOUND"

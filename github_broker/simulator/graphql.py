@@ -3,7 +3,7 @@
 `POST /graphql` takes ``{"query": ..., "variables": ...}``. Implemented: mutation documents
 whose root fields are ``addLabelsToLabelable`` and ``removeLabelsFromLabelable`` (aliases
 allowed, run in order like GitHub's serial mutations), with ``input`` given inline or as a
-variable, selecting ``clientMutationId`` and ``labelable { __typename id number }``.
+variable, selecting ``clientMutationId`` and ``labelable { __typename }``.
 Answers have GitHub's shapes: a document that does not validate gets only ``errors``
 (nothing runs); an id that resolves to nothing nulls that field with a ``NOT_FOUND`` error
 while the other fields still run. Removing a label the issue does not carry is a silent
@@ -123,12 +123,18 @@ def _resolve_call(field: _Field, variables: dict[str, Any]) -> Call:
             f"Argument 'input' on Field '{field.name}' has an invalid value.",
             "argumentLiteralsIncompatible",
         )
-    for sub in field.selection:
-        if sub[1] not in ("clientMutationId", "labelable"):
+    for _, name, sub in field.selection:
+        if name not in ("clientMutationId", "labelable"):
             payload = input_type.removesuffix("Input") + "Payload"
             raise GraphQLError(
-                f"Field '{sub[1]}' doesn't exist on type '{payload}'", "undefinedField"
+                f"Field '{name}' doesn't exist on type '{payload}'", "undefinedField"
             )
+        for _, inner, _ in sub:
+            # Labelable is an interface: Issue's own fields need a fragment (not simulated).
+            if inner != "__typename":
+                raise GraphQLError(
+                    f"Field '{inner}' doesn't exist on type 'Labelable'", "undefinedField"
+                )
     return (
         field.alias,
         field.name,
@@ -173,8 +179,7 @@ def _run(
         if field == "clientMutationId":
             out[alias] = mutation_id
         else:
-            node = {"__typename": kind, "id": node_id, "number": number}
-            out[alias] = {a: node.get(f) for a, f, _ in sub} if sub else node
+            out[alias] = {a: kind for a, _, _ in sub}
     return out
 
 
