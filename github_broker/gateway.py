@@ -6,7 +6,6 @@ thread (`asyncio.to_thread`), never on the event loop.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -374,13 +373,6 @@ class GitHubGateway:
             while len(self._node_ids) > NODE_ID_CACHE_SIZE:
                 self._node_ids.popitem(last=False)
         return node_id
-
-    def remove_label(self, full_name: str, number: int, label: str) -> None:
-        # Already absent (404) means the wish is fulfilled.
-        with contextlib.suppress(GitHubNotFound):
-            self._request(
-                "DELETE", f"/repos/{full_name}/issues/{number}/labels/{quote(label, safe='')}"
-            )
 
     def create_branch(self, full_name: str, branch: str, base: str) -> bool:
         """Create `branch` at the tip of `base`; False when it already exists."""
