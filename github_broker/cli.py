@@ -202,7 +202,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     async def run() -> dict[str, Any]:
         store = Store.from_settings(settings)
         try:
-            return await status.status(store)
+            return await status.status(store, settings)
         finally:
             await store.close()
 
