@@ -216,7 +216,7 @@ async def test_write_lag_is_the_oldest_due_wish_and_shows_in_status_and_metrics(
         await rstore.want_labels(5, ["P2"], [])  # merges into the same job, keeps its age
         lag = await rstore.outbox_lag_s()
         assert 0.25 <= lag < 30
-        repo = (await status(store))["repositories"][0]
+        repo = (await status(store, store.settings))["repositories"][0]
         assert repo["github_write_lag_s"] >= 0.25 and repo["pending_github_writes"] == 1
         text = await Metrics().render(store)
         assert f'gb_github_write_queue_lag_seconds{{repository="{REPO}"}}' in text
