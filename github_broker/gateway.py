@@ -6,6 +6,7 @@ thread (`asyncio.to_thread`), never on the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -403,6 +404,14 @@ class GitHubGateway:
             while len(self._node_ids) > NODE_ID_CACHE_SIZE:
                 self._node_ids.popitem(last=False)
         return node_id
+
+    def remove_label(self, full_name: str, number: int, label: str) -> None:
+        """REST removal of one label (the write queue uses `change_labels` instead)."""
+        # Already absent (404) means the wish is fulfilled.
+        with contextlib.suppress(GitHubNotFound):
+            self._request(
+                "DELETE", f"{self._repo(full_name)}/issues/{number}/labels/{quote(label, safe='')}"
+            )
 
     def create_branch(self, full_name: str, branch: str, base: str) -> bool:
         """Create `branch` at the tip of `base`; False when it already exists."""
