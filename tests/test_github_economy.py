@@ -138,6 +138,8 @@ async def test_graphql_label_mutation_refuses_bad_ids_like_github(sim: Simulator
     assert sim.state.issue_labels("acme", "widgets", 1) == ["P1", "BACKENDCODER", "in-progress"]
     core_after = requests.get(f"{sim.base_url}/rate_limit", headers=auth).json()
     assert core_after["resources"]["core"]["used"] == core_before["resources"]["core"]["used"]
+    graphql_used = core_after["resources"]["graphql"]["used"]
+    assert graphql_used == core_before["resources"]["graphql"]["used"] + 1
 
     typed = post(
         {"id": node["node_id"], "add": [labels["P1"]]},

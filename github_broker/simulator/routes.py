@@ -174,9 +174,10 @@ def get_user(svc: Services, req: Request, p: Params) -> Response:
 @route("GET", "/rate_limit")
 def rate_limit(svc: Services, req: Request, p: Params) -> Response:
     core = svc.limiter.peek(req.quota_key).as_json()
+    graphql = svc.limiter.peek("graphql:" + req.quota_key).as_json()  # POST /graphql's bucket
     spare = {"limit": 30, "remaining": 30, "reset": core["reset"], "used": 0}
     return Response(
-        200, {"resources": {"core": core, "search": spare, "graphql": dict(core)}, "rate": core}
+        200, {"resources": {"core": core, "search": spare, "graphql": graphql}, "rate": core}
     )
 
 
