@@ -255,6 +255,4 @@ class WebhookWorker:
         if pull is None or pull.get("state") != "open":
             return "ignored (pull request not open)"
         report = await self.reviews.run(repo, pulls=[pull])
-        return (
-            f"review upkeep: {report.reviews_offered} review(s), {report.fixes_offered} fix(es)"
-        )
+        return f"review upkeep: {report.reviews_offered} review(s), {report.fixes_offered} fix(es)"
