@@ -11,8 +11,10 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -338,3 +340,65 @@ async def test_poll_stretches_while_webhooks_are_healthy(
             calls = list_calls(sim)
             await w.tick()
             assert list_calls(sim) == calls  # within poll.interval_with_webhooks_s
+
+
+# --- payload shapes -------------------------------------------------------------------------
+
+SCHEMAS = json.loads(
+    (Path(__file__).parent / "fixtures" / "webhook_schemas" / "schema.json").read_text()
+)
+
+
+def test_simulator_deliveries_match_githubs_published_schemas(capture: Capture) -> None:
+    with simulated(unlabelled_issue()) as sim:
+        hooked(sim, capture.url)
+        st = sim.state
+        st.update_issue("acme", "widgets", 1, title="Export CSV", body="new body")
+        st.add_labels("acme", "widgets", 1, ["P1"])
+        st.remove_label("acme", "widgets", 1, "P1")
+        st.add_issue_comment("acme", "widgets", 1, user="maintainer", body="please hurry")
+        st.update_issue("acme", "widgets", 1, state="closed")
+        st.update_issue("acme", "widgets", 1, state="open")
+        st.create_issue("acme", "widgets", title="Another", labels=["P2"])
+        pr = st.create_pull(
+            "acme", "widgets", title="CSV", head="feature/issue-1", body="Closes #1"
+        )
+        n = pr["number"]
+        st.add_labels("acme", "widgets", n, ["needs-review"])
+        st.remove_label("acme", "widgets", n, "needs-review")
+        st.update_pull("acme", "widgets", n, title="CSV export")
+        st.add_review("acme", "widgets", n, user="rev", body="change this", state="REQUEST_CHANGES")
+        st.add_review_comment("acme", "widgets", n, user="rev", body="here", path="a.py", line=3)
+        st.add_issue_comment("acme", "widgets", n, user="rev", body="and the docs")
+        st.update_pull("acme", "widgets", n, state="closed")
+        st.update_pull("acme", "widgets", n, state="open")
+        st.delete_issue("acme", "widgets", 2)
+        assert sim.webhooks.wait_idle()
+    seen = set()
+    for headers, data in capture.deliveries:
+        assert headers["user-agent"].startswith("GitHub-Hookshot/")
+        assert headers["x-hub-signature-256"] == sign(data)
+        event, payload = headers["x-github-event"], json.loads(data)
+        if event == "ping":
+            continue
+        name = f"{event}${payload['action']}"
+        seen.add(name)
+        validator = jsonschema.Draft7Validator({**SCHEMAS, "$ref": f"#/definitions/{name}"})
+        errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(payload)]
+        assert not errors, f"{name}: {errors[:5]}"
+    wanted = (
+        {
+            f"issues${a}"
+            for a in ("opened", "edited", "labeled", "unlabeled", "closed", "reopened", "deleted")
+        }
+        | {
+            f"pull_request${a}"
+            for a in ("opened", "edited", "labeled", "unlabeled", "closed", "reopened")
+        }
+        | {
+            "pull_request_review$submitted",
+            "pull_request_review_comment$created",
+            "issue_comment$created",
+        }
+    )
+    assert seen == wanted

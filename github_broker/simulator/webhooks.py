@@ -255,7 +255,9 @@ class WebhookDispatcher:
         simple = {k: v for k, v in item.items() if k not in _SIMPLE_PULL_DROPS}
         for rv in repo.reviews.get(n, [])[before["reviews"] :]:
             if rv["state"] != "PENDING":
-                payload = {"review": render.review(ctx, repo, n, rv), "pull_request": simple}
+                review = render.review(ctx, repo, n, rv)
+                review["state"] = review["state"].lower()  # webhooks say changes_requested
+                payload = {"review": review, "pull_request": simple}
                 self._emit(state, repo, "pull_request_review", "submitted", payload)
         for c in repo.review_comments.get(n, [])[before["review_comments"] :]:
             payload = {"comment": render.review_comment(ctx, repo, n, c), "pull_request": simple}
@@ -406,10 +408,11 @@ def _hook_shape(value: Any) -> Any:
     if "comments_url" in out and "events_url" in out and "repository_url" in out:
         out.setdefault("timeline_url", f"{out['url']}/timeline")
         out.setdefault("reactions", _reactions(out["url"]))
-    if "issue_url" in out and "author_association" in out and "body" in out:
+    if "issue_url" in out and "performed_via_github_app" in out:
         out.setdefault("reactions", _reactions(out["url"]))
     if "diff_hunk" in out:
         out.setdefault("original_start_line", None)
+        out.setdefault("reactions", _reactions(out["url"]))
         out.setdefault(
             "_links",
             {
