@@ -402,3 +402,25 @@ def test_simulator_deliveries_match_githubs_published_schemas(capture: Capture) 
         }
     )
     assert seen == wanted
+
+
+@pytest.mark.anyio
+async def test_pull_request_event_offers_the_review_without_listing_pulls(
+    redis_url: str, make_settings: Callable[..., Settings], capture: Capture
+) -> None:
+    issues = [{**unlabelled_issue()[0], "labels": ["P1", "BACKENDCODER", "needs-review"]}]
+    with simulated(issues) as sim:
+        overrides: dict[str, Any] = {"webhooks": {"secret": SECRET}, "review": {"delay_s": 0}}
+        async with running_world(sim, redis_url, make_settings, **overrides) as w:
+            await w.tick()  # no PR yet: nothing to review
+            assert await w.ask("reviewer") is None
+            hooked(sim, capture.url)
+            pulls_route = "GET /repos/{owner}/{repo}/pulls"
+            listed = sim.stats.snapshot()["by_route"].get(pulls_route, 0)
+            sim.state.create_pull(
+                "acme", "widgets", title="CSV export", head="feature/issue-1", body="Closes #1"
+            )
+            assert await deliver(w, capture) == ["queued"]
+            assert sim.stats.snapshot()["by_route"].get(pulls_route, 0) == listed
+            task = await w.ask("reviewer")
+            assert task is not None and task.task_type == "review" and task.issue_id == 1
