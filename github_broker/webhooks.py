@@ -96,6 +96,7 @@ class WebhookReceiver:
             raise NotFound(f"repository {full_name or '(none)'} is not served by this broker")
         if event not in EVENTS and event != "ping":
             return Receipt("ignored", f"event {event!r} is not used by the broker")
+        _check_shape(event, payload)
         envelope = json.dumps(
             {"event": event, "delivery": delivery, "received_ms": int(time.time() * 1000)}
         )
@@ -160,9 +161,14 @@ class WebhookWorker:
                         logger.info("%s: re-queued %d webhook deliveries", repo.full_name, moved)
                     recovered = True
                 envelope = await rstore.take_webhook(TAKE_TIMEOUT_S)
-                if envelope is not None:
+                if envelope is None:
+                    continue
+                try:
                     await self.apply(repo, rstore, envelope)
-                    await rstore.webhook_done(envelope)
+                except (KeyError, TypeError, ValueError) as e:
+                    # Signed by GitHub but not the shape we read: retrying cannot help.
+                    logger.error("webhook delivery for %s dropped: %r", repo.full_name, e)
+                await rstore.webhook_done(envelope)
             except BrokerError as e:
                 # The delivery stays in flight; the next leader start re-queues it, and
                 # polling covers the change meanwhile.
@@ -256,3 +262,13 @@ class WebhookWorker:
             return "ignored (pull request not open)"
         report = await self.reviews.run(repo, pulls=[pull])
         return f"review upkeep: {report.reviews_offered} review(s), {report.fixes_offered} fix(es)"
+
+
+def _check_shape(event: str, payload: dict[str, Any]) -> None:
+    """The fields the worker reads, checked before anything is queued."""
+    key = "pull_request" if event.startswith("pull_request") else "issue"
+    item = payload.get(key)
+    if not isinstance(item, dict) or not isinstance(item.get("number"), int):
+        raise InvalidRequest(f"{event} delivery without `{key}.number`")
+    if key == "issue" and not isinstance(item.get("updated_at"), str):
+        raise InvalidRequest(f"{event} delivery without `issue.updated_at`")

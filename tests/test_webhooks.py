@@ -145,7 +145,11 @@ def queued(redis_url: str) -> int:
 
 
 PAYLOAD = json.dumps(
-    {"action": "labeled", "issue": {"number": 1}, "repository": {"full_name": REPO}}
+    {
+        "action": "labeled",
+        "issue": {"number": 1, "updated_at": "2026-11-01T12:00:00Z"},
+        "repository": {"full_name": REPO},
+    }
 ).encode()
 
 
@@ -188,6 +192,9 @@ def test_oversized_unknown_and_foreign_deliveries_are_refused(
         },
     )
     assert r.status_code == 200 and r.json()["status"] == "ignored"
+    shapeless = json.dumps({"action": "labeled", "repository": {"full_name": REPO}}).encode()
+    r = post(client, shapeless, sign(shapeless), "d-4")
+    assert r.status_code == 422 and "issue.number" in r.json()["detail"]
     assert queued(redis_url) == 0
     assert "/github/webhook" in client.get("/openapi.json").json()["paths"]
 
