@@ -86,3 +86,48 @@ def test_label_becomes_claimable_within_a_second_and_mis_signed_changes_nothing(
     assert issue_lists(sim) == lists  # no poll pass, no listing
     statuses = [d["status"] for d in sim.webhooks.describe()["deliveries"]]
     assert statuses[-1] == 202
+
+
+def test_deliveries_queued_while_the_leader_is_dead_are_applied_by_the_next(
+    sim: Simulator, broker: BrokerProcess, redis_url: str, tmp_path: Path
+) -> None:
+    # `broker` leads the poller; a second process only receives webhooks.
+    receiver_env = broker_env(
+        redis_url,
+        sim.base_url,
+        "acme/widgets",
+        GITHUB_BROKER_WEBHOOKS__SECRET=SECRET,
+        GITHUB_BROKER_SERVER__RUN_POLLER="false",
+    )
+    receiver = BrokerProcess(receiver_env, tmp_path, "receiver").start()
+    try:
+        broker.kill()  # kill -9: the leader lease stays until its TTL runs out
+        sim.webhooks.add_hook(
+            sim.state,
+            {
+                "url": f"{receiver.url}/github/webhook",
+                "secret": SECRET,
+                "repository": "acme/widgets",
+            },
+        )
+        sim.state.add_labels("acme", "widgets", 1, ["P1"])
+        assert sim.webhooks.wait_idle()
+        assert sim.webhooks.describe()["deliveries"][-1]["status"] == 202
+        client = sync_client(redis_url)
+        assert client.llen(KEYS.webhooks) == 1
+        # GitHub's listing is down: only the queued delivery can make the issue claimable.
+        sim.faults.add_error(502, method="GET", path=r"/issues$")
+        successor = BrokerProcess(broker.env, tmp_path, "successor").start()
+        try:
+            deadline = time.monotonic() + 20
+            while (answer := ask(receiver)).status_code == 204:
+                assert time.monotonic() < deadline, "the queued delivery was never applied"
+                time.sleep(0.1)
+            assert answer.status_code == 200 and answer.json()["issue_id"] == 1
+            assert client.llen(KEYS.webhooks) == 0 and client.llen(KEYS.webhooks_inflight) == 0
+            assert sim.stats.snapshot()["by_status"].get("502", 0) >= 1  # its sync did fail
+        finally:
+            successor.stop()
+        client.close()
+    finally:
+        receiver.stop()
