@@ -41,6 +41,8 @@ GONE = "~"
 VERSION_TTL_S = 86400
 #: Seconds one blocking take waits before the worker re-checks leadership.
 TAKE_TIMEOUT_S = 1.0
+#: Seconds between two takes when the store does not block (the sandbox's fakeredis).
+NON_BLOCKING_POLL_S = 0.05
 #: Pause after a failed delivery or while not leading, in seconds.
 IDLE_S = 0.5
 
@@ -160,8 +162,12 @@ class WebhookWorker:
                     if moved:
                         logger.info("%s: re-queued %d webhook deliveries", repo.full_name, moved)
                     recovered = True
+                started = time.monotonic()
                 envelope = await rstore.take_webhook(TAKE_TIMEOUT_S)
                 if envelope is None:
+                    if time.monotonic() - started < TAKE_TIMEOUT_S / 2:
+                        # fakeredis (memory://) answers a blocking pop at once: pace it.
+                        await asyncio.sleep(NON_BLOCKING_POLL_S)
                     continue
                 try:
                     await self.apply(repo, rstore, envelope)
