@@ -89,12 +89,13 @@ class Daemon:
 
     async def _sync_due(self, repo: Repository) -> bool:
         """While webhooks are healthy the sync is only the safety net: it runs every
-        poll.interval_with_webhooks_s instead of every poll.interval_s."""
+        poll.interval_with_webhooks_s instead of every poll.interval_s (full passes keep
+        their own interval)."""
         last = self._synced_at.get(repo.full_name)
         now = time.monotonic()
         if last is not None and now - last < self.settings.poll.interval_with_webhooks_s:
             with contextlib.suppress(BrokerError):
-                if await self.webhooks.healthy(repo):
+                if await self.webhooks.healthy(repo) and not await self.webhooks.full_due(repo):
                     return False
         self._synced_at[repo.full_name] = now
         return True

@@ -196,6 +196,11 @@ class WebhookWorker:
         window_ms = self.settings.webhooks.healthy_within_s * 1000
         return seen is not None and time.time() * 1000 - seen < window_ms
 
+    async def full_due(self, repo: Repository) -> bool:
+        state = await self.store.repo(repo.full_name).sync_state()
+        last_full = float(state.get("full_at", 0))
+        return time.time() - last_full >= self.settings.poll.full_sync_interval_s
+
     # --- one delivery -------------------------------------------------------------------
 
     async def apply(self, repo: Repository, rstore: RepoStore, envelope: str) -> str:

@@ -347,6 +347,9 @@ async def test_poll_stretches_while_webhooks_are_healthy(
             calls = list_calls(sim)
             await w.tick()
             assert list_calls(sim) == calls  # within poll.interval_with_webhooks_s
+            await w.rstore.save_sync_state({"full_at": "0"})  # a full pass is due
+            await w.tick()
+            assert list_calls(sim) > calls
 
 
 # --- payload shapes -------------------------------------------------------------------------
