@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +18,7 @@ from typing import Any
 import jsonschema
 import pytest
 import redis
+import requests
 from fastapi.testclient import TestClient
 
 from github_broker.api.app import create_app
@@ -434,3 +436,43 @@ async def test_pull_request_event_offers_the_review_without_listing_pulls(
             assert sim.stats.snapshot()["by_route"].get(pulls_route, 0) == listed
             task = await w.ask("reviewer")
             assert task is not None and task.task_type == "review" and task.issue_id == 1
+
+
+def test_simulator_delivery_faults_through_the_control_api(capture: Capture) -> None:
+    with simulated(unlabelled_issue()) as sim:
+        control = f"{sim.base_url}/_sim/webhooks"
+        spec = {"url": capture.url, "secret": SECRET, "repository": REPO}
+        assert requests.post(control, json=spec, timeout=5).status_code == 201
+        assert sim.webhooks.wait_idle()
+        capture.deliveries.clear()  # the ping
+
+        def change(label: str) -> None:
+            sim.state.add_labels("acme", "widgets", 1, [label])
+            assert sim.webhooks.wait_idle()
+
+        def labels() -> list[str]:
+            return [p["label"]["name"] for _, p in capture.events()]
+
+        requests.post(f"{control}/faults", json={"kind": "lose", "count": 1}, timeout=5)
+        change("a")
+        change("b")
+        assert labels() == ["b"]
+        requests.post(f"{control}/faults", json={"kind": "duplicate", "count": 1}, timeout=5)
+        change("c")
+        guids = [h["x-github-delivery"] for h, _ in capture.deliveries]
+        assert labels() == ["b", "c", "c"] and guids[-1] == guids[-2]
+        requests.post(f"{control}/faults", json={"kind": "reorder", "window": 2}, timeout=5)
+        change("d")
+        assert labels() == ["b", "c", "c"]  # held until the window is full
+        change("e")
+        assert labels() == ["b", "c", "c", "e", "d"]
+        requests.delete(f"{control}/faults", timeout=5)
+        requests.post(f"{control}/faults", json={"kind": "delay", "delay_ms": 300}, timeout=5)
+        started = time.monotonic()
+        change("f")
+        assert labels()[-1] == "f" and time.monotonic() - started >= 0.3
+        shown = requests.get(control, timeout=5).json()
+        assert shown["hooks"][0]["url"] == capture.url
+        assert [d["status"] for d in shown["deliveries"]].count("lost") == 1
+        bad = requests.post(f"{control}/faults", json={"kind": "explode"}, timeout=5)
+        assert bad.status_code == 422

@@ -321,6 +321,7 @@ class WebhookDispatcher:
             if reorder is not None:
                 with self._lock:
                     self._held.append(delivery)
+                    self._idle.notify_all()  # held counts as settled for wait_idle
                     if len(self._held) < reorder.window:
                         continue
                     batch, self._held = self._held[::-1], []
