@@ -8,6 +8,7 @@ import inspect
 import json
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import wraps
@@ -615,6 +616,11 @@ class RepoStore:
     @translate_errors
     async def webhook_backlog(self) -> int:
         return int(await _aw(self.client.llen(self.keys.webhooks)))
+
+    @translate_errors
+    async def mark_webhooks_seen(self) -> None:
+        """A verified ping: the webhook is alive even before any change is delivered."""
+        await self.client.set(self.keys.webhooks_seen, int(time.time() * 1000))
 
     @translate_errors
     async def webhooks_seen_ms(self) -> int | None:

@@ -82,12 +82,14 @@ class WebhookReceiver:
         if not event or not delivery or len(delivery) > 100:
             raise InvalidRequest("X-GitHub-Event and X-GitHub-Delivery (<= 100 chars) are needed")
         try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise InvalidRequest(f"the delivery body is not JSON: {e}") from e
+            text = body.decode("utf-8")
+            payload = json.loads(text)
+        except ValueError as e:  # UnicodeDecodeError included
+            raise InvalidRequest(f"the delivery body is not UTF-8 JSON: {e}") from e
         if not isinstance(payload, dict):
             raise InvalidRequest("the delivery body must be a JSON object")
-        full_name = str((payload.get("repository") or {}).get("full_name") or "")
+        repository = payload.get("repository")
+        full_name = str(repository.get("full_name") or "") if isinstance(repository, dict) else ""
         if event == "ping" and not full_name:
             return Receipt("pong", "ping from a GitHub App webhook")
         repo = self.settings.repository(full_name) or next(
@@ -96,18 +98,20 @@ class WebhookReceiver:
         )
         if repo is None:
             raise NotFound(f"repository {full_name or '(none)'} is not served by this broker")
-        if event not in EVENTS and event != "ping":
+        rstore = self.store.repo(repo.full_name)
+        if event == "ping":
+            await rstore.mark_webhooks_seen()
+            return Receipt("pong", "webhook reachable")
+        if event not in EVENTS:
             return Receipt("ignored", f"event {event!r} is not used by the broker")
         _check_shape(event, payload)
         envelope = json.dumps(
             {"event": event, "delivery": delivery, "received_ms": int(time.time() * 1000)}
         )
         # The raw body follows the envelope line untouched: no re-encoding on the hot path.
-        queued = await self.store.repo(repo.full_name).enqueue_webhook(
-            delivery, envelope + "\n" + body.decode(), self.settings.webhooks.delivery_ttl_s
+        queued = await rstore.enqueue_webhook(
+            delivery, envelope + "\n" + text, self.settings.webhooks.delivery_ttl_s
         )
-        if event == "ping":
-            return Receipt("pong", "webhook reachable")
         if not queued:
             return Receipt("duplicate", f"delivery {delivery} was handled already")
         return Receipt("queued", f"{event} queued")

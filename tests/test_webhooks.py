@@ -476,3 +476,21 @@ def test_simulator_delivery_faults_through_the_control_api(capture: Capture) -> 
         assert [d["status"] for d in shown["deliveries"]].count("lost") == 1
         bad = requests.post(f"{control}/faults", json={"kind": "explode"}, timeout=5)
         assert bad.status_code == 422
+
+
+def test_ping_proves_the_webhook_alive_and_odd_bodies_get_4xx(
+    client: TestClient, redis_url: str
+) -> None:
+    ping = json.dumps({"zen": "Keep it logically awesome.", "repository": {"full_name": REPO}})
+    data = ping.encode()
+    headers = {"X-GitHub-Event": "ping", "X-GitHub-Delivery": "p-1"}
+    r = client.post(
+        "/github/webhook", content=data, headers={**headers, "X-Hub-Signature-256": sign(data)}
+    )
+    assert r.status_code == 200 and r.json()["status"] == "pong"
+    keys = RepoKeys("gb", "acme", "widgets")
+    assert redis.Redis.from_url(redis_url).get(keys.webhooks_seen)
+    assert queued(redis_url) == 0
+    for odd in (b"\xff\xfe{}", b"[1, 2]", json.dumps({"repository": "acme/widgets"}).encode()):
+        r = post(client, odd, sign(odd), "odd")
+        assert r.status_code in (404, 422), (odd, r.status_code, r.text)

@@ -79,6 +79,8 @@ def test_label_becomes_claimable_within_a_second_and_mis_signed_changes_nothing(
 
     sim.webhooks.add_hook(sim.state, {"url": url, "secret": SECRET, "repository": "acme/widgets"})
     assert sim.webhooks.wait_idle()
+    assert sim.webhooks.describe()["deliveries"][-1]["event"] == "ping"
+    assert sim.webhooks.describe()["deliveries"][-1]["status"] == 200  # pong
     started = time.monotonic()
     sim.state.add_labels("acme", "widgets", 2, ["P2"])
     while (answer := ask(broker)).status_code == 204:
