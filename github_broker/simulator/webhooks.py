@@ -149,7 +149,7 @@ class WebhookDispatcher:
                 self._hooks.append(hook)
             for repo in state.repo_records():
                 if hook.wants(repo.full_name, "ping"):
-                    self._emit(state, repo, "ping", "", self._ping(state, repo, hook), [hook])
+                    self._emit(state, repo, "ping", "", _ping_fields(hook), [hook])
         self._ensure_thread()
         return hook
 
@@ -263,13 +263,6 @@ class WebhookDispatcher:
             payload = {"comment": render.review_comment(ctx, repo, n, c), "pull_request": simple}
             self._emit(state, repo, "pull_request_review_comment", "created", payload)
 
-    def _ping(self, state: Any, repo: Repo, hook: Hook) -> dict[str, Any]:
-        return {
-            "zen": "Design for failure.",
-            "hook_id": hook.id,
-            "hook": {"type": "Repository", "id": hook.id, "events": hook.events, "active": True},
-        }
-
     def _emit(
         self,
         state: Any,
@@ -378,6 +371,15 @@ class WebhookDispatcher:
         except (urllib.error.URLError, OSError) as e:
             logger.debug("webhook delivery to %s failed: %s", hook.url, e)
             return "failed"
+
+
+def _ping_fields(hook: Hook) -> dict[str, Any]:
+    """GitHub pings a hook once it is created."""
+    return {
+        "zen": "Design for failure.",
+        "hook_id": hook.id,
+        "hook": {"type": "Repository", "id": hook.id, "events": hook.events, "active": True},
+    }
 
 
 def _shape(repo: Repo, rec: Record) -> dict[str, Any]:
