@@ -183,10 +183,11 @@ class Daemon:
         self.webhooks.start(lambda: self.is_leader)
 
     async def stop(self) -> None:
-        await self.webhooks.stop()
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
             self.scheduler = None
+        # After the scheduler: awaiting first would let it start a job that exit then cancels.
+        await self.webhooks.stop()
         if self.is_leader:
             with contextlib.suppress(BrokerError):
                 await self.store.leader(self.id, 0, release=True)
