@@ -422,7 +422,7 @@ def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str])
 def profile_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
     o = bench.options
     path = bench.workdir / "profile-serve.pyisession"
-    with bench.serve(env, 1, profile=path) as server:
+    with bench.serve(env, 1, profile=path, GITHUB_BROKER_SERVER__RUN_POLLER="false") as server:
         row = bench.load(server, sim, "request-task")
     # The profiler writes its session while serve shuts down; the server context waited.
     target = Path(__file__).resolve().parent / "results" / path.name

@@ -281,8 +281,10 @@ def serve_argv(workers: int, profile: Path | None = None) -> list[str]:
     argv = ["-m", "github_broker", "serve", "--port", "{port}", "--workers", str(workers)]
     if profile is None:
         return [sys.executable, *argv]
+    # Profiled: the API alone in the profiled process (in production the poller runs in a
+    # process of its own, so it is not part of the request path either).
     return [sys.executable, "-m", "pyinstrument", "--renderer", "pyisession", "--outfile",
-            str(profile), *argv]
+            str(profile), *argv, "--single-process"]
 
 
 def baseline_argv(workers: int, kind: str = "fastapi") -> list[str]:

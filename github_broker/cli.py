@@ -142,7 +142,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["GITHUB_BROKER_SERVER__HOST"] = host
         # the loopback-without-auth rule applies to --host too
         load_settings(args.config, flags={f"{ENV_PREFIX}SERVER__HOST": "--host"})
-    from github_broker.api.workers import ServeSpec, Supervisor
+    from github_broker.api.workers import ServeSpec, Supervisor, run_api_worker
 
     prepare_metrics_dir()
     os.environ[logs.FORMAT_ENV] = args.log_format  # the poller child logs alike
@@ -155,8 +155,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level.lower(),
         access_log=args.access_log,
         # The poller runs beside the API workers, never inside them.
-        env={"GITHUB_BROKER_SERVER__RUN_POLLER": "false"},
+        env={} if args.single_process else {"GITHUB_BROKER_SERVER__RUN_POLLER": "false"},
     )
+    if args.single_process:
+        # One process: the API, and the poller inside it unless server.run_poller is false.
+        run_api_worker(spec)
+        return 0
     return Supervisor(spec, poller=settings.server.run_poller).run()
 
 
@@ -198,7 +202,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     async def run() -> dict[str, Any]:
         store = Store.from_settings(settings)
         try:
-            return await status.status(store)
+            return await status.status(store, settings)
         finally:
             await store.close()
 
@@ -291,7 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("serve", cmd_serve)
     p.add_argument("--host")
     p.add_argument("--port", type=int)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="API worker processes")
+    p.add_argument(
+        "--single-process",
+        action="store_true",
+        help="API and poller in this one process (debugging, profiling); ignores --workers",
+    )
     p.add_argument("--access-log", action="store_true")
     p = add("status", cmd_status)
     p.add_argument("--json", action="store_true")
@@ -301,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     from github_broker.sandbox import add_labels_command, add_sandbox_command
 
     add_agent_command(sub)
+    from github_broker.agent.mcp_cli import add_mcp_command
+
+    add_mcp_command(sub)
     add_sandbox_command(sub)
     add_labels_command(sub)
     return parser
