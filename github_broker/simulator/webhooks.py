@@ -404,6 +404,8 @@ def _hook_shape(value: Any) -> Any:
         return value
     out = {k: _hook_shape(v) for k, v in value.items()}
     if "login" in out and "site_admin" in out:
+        # Newer than the published webhook schemas (@octokit/webhooks-schemas 7.6.1).
+        out.pop("user_view_type", None)
         for name in _USER_URLS:
             out.setdefault(name, f"{out['url']}/{name.removesuffix('_url')}")
     if "full_name" in out and "default_branch" in out:
@@ -450,7 +452,9 @@ def _reactions(url: str) -> dict[str, Any]:
 
 def _hook_repository(rest: dict[str, Any]) -> dict[str, Any]:
     api, html = rest["url"], rest["html_url"]
-    data = {k: v for k, v in rest.items() if k != "permissions"}
+    # GET /repos/{owner}/{repo}'s own fields; webhook payloads carry the shorter shape.
+    only_rest = {"permissions", "network_count", "subscribers_count"}
+    data = {k: v for k, v in rest.items() if k not in only_rest}
     templated = {
         "forks_url": "/forks",
         "keys_url": "/keys{/key_id}",
