@@ -91,6 +91,8 @@ class Daemon:
         """While webhooks are healthy the sync is only the safety net: it runs every
         poll.interval_with_webhooks_s instead of every poll.interval_s (full passes keep
         their own interval)."""
+        if not self.webhooks.configured:
+            return True
         last = self._synced_at.get(repo.full_name)
         now = time.monotonic()
         if last is not None and now - last < self.settings.poll.interval_with_webhooks_s:

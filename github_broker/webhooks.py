@@ -138,6 +138,8 @@ class WebhookWorker:
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self, is_leader: Callable[[], bool]) -> None:
+        if not self.configured:
+            return  # nothing can be queued without a secret
         self._tasks = [
             asyncio.create_task(self._loop(repo, is_leader), name=f"webhooks {repo.full_name}")
             for repo in self.settings.repositories
@@ -194,6 +196,11 @@ class WebhookWorker:
             await rstore.webhook_done(envelope)
             done += 1
         return done
+
+    @property
+    def configured(self) -> bool:
+        hooks = self.settings.webhooks
+        return hooks.secret is not None or hooks.secret_file is not None
 
     async def healthy(self, repo: Repository) -> bool:
         seen = await self.store.repo(repo.full_name).webhooks_seen_ms()
