@@ -108,6 +108,13 @@ def test_deliveries_queued_while_the_leader_is_dead_are_applied_by_the_next(
     receiver = BrokerProcess(receiver_env, tmp_path, "receiver").start()
     try:
         broker.kill()  # kill -9: the leader lease stays until its TTL runs out
+        client = sync_client(redis_url)
+        deadline = time.monotonic() + 15
+        # The poller child dies with serve (PDEATHSIG) a moment later; once nobody renews
+        # the leader lease it is gone for sure.
+        while client.exists("gb:leader"):
+            assert time.monotonic() < deadline, "the killed leader kept its lease"
+            time.sleep(0.1)
         sim.webhooks.add_hook(
             sim.state,
             {
@@ -119,7 +126,6 @@ def test_deliveries_queued_while_the_leader_is_dead_are_applied_by_the_next(
         sim.state.add_labels("acme", "widgets", 1, ["P1"])
         assert sim.webhooks.wait_idle()
         assert sim.webhooks.describe()["deliveries"][-1]["status"] == 202
-        client = sync_client(redis_url)
         assert client.llen(KEYS.webhooks) == 1
         # GitHub's listing fails from now on: only the queued delivery can help the successor.
         lists, failed = issue_lists(sim), failures(sim)
