@@ -13,7 +13,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from github_broker import __version__
-from github_broker.api import errors, routes
+from github_broker.api import errors, routes, webhooks
 from github_broker.api.auth import Authenticator
 from github_broker.api.limits import BodyLimit
 from github_broker.errors import BrokerError
@@ -100,4 +100,5 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
     app.add_middleware(BodyLimit, max_bytes=settings.server.max_body_bytes)
     instrument(app)
     app.include_router(routes.router)
+    app.include_router(webhooks.router)
     return app
