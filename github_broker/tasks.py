@@ -171,7 +171,9 @@ class TaskService:
             "pr_url": payload.get("pr_url", ""),
             "feedback": render_feedback(comments),
         }
-        return Task(
+        # Every field comes from already-validated models: construct, don't re-validate
+        # (this runs once per claim, on the hot path).
+        return Task.model_construct(
             issue_id=issue.number,
             issue_url=issue.html_url,
             title=issue.title,
@@ -185,7 +187,7 @@ class TaskService:
             base_branch=base,
             pr_url=payload.get("pr_url") or None,
             review_comments=comments,
-            lease=LeaseGrant(
+            lease=LeaseGrant.model_construct(
                 token=claimed.token,
                 expires_at=iso_from_ms(claimed.expires_ms),
                 heartbeat_interval_s=self.heartbeat_interval_s,

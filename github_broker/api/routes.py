@@ -91,6 +91,12 @@ async def ready(svc: Services) -> JSONResponse:
 )
 async def request_task(body: TaskRequest, request: Request, svc: Services) -> Any:
     """The next task for an agent (200), or none (204); a held task is settled first."""
+    # Served by api/hotpath.py, which calls the same function; this route describes it.
+    return await answer_request_task(body, request, svc)
+
+
+async def answer_request_task(body: TaskRequest, request: Request, svc: Any) -> Response:
+    """Everything `POST /request-task` does once its body is parsed."""
     svc.auth.agent(request, body.agent_id)
     wait = min(body.wait_seconds, svc.settings.server.max_wait_s)
     task = await svc.tasks.request_task(
