@@ -109,13 +109,16 @@ def _throughput(figs: dict[str, Any]) -> list[str]:
         f"runs {rows[0]['runs']} times in turn (the order rotating); figures are medians with "
         "the range in brackets, and each x baseline is the median of the per-repetition ratios "
         "against the baseline measured in the same repetition. Split: established connections "
-        "per worker process, per repetition. Foreign: CPU (% of one core) used by everything "
+        "per worker process, per repetition. Lua µs/call: Redis's time per EVALSHA of any script "
+        "(INFO commandstats); claim.lua µs: the median time of one claim script call inside "
+        "Redis (SLOWLOG at 0 µs). Foreign: CPU (% of one core) used by everything "
         "outside the measured processes, per repetition.",
         "",
         "| server | workers | flow | claims/s | requests/s | x FastAPI | x ASGI "
         "| claim p50 / p99 ms | complete p50 / p99 ms | server CPU | Redis CPU | Lua µs/call "
+        "| claim.lua µs "
         "| split | foreign CPU % | reproduce |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cpu = r["cpu_pct"]
@@ -125,7 +128,7 @@ def _throughput(figs: dict[str, Any]) -> list[str]:
             f"| {_mid(r.get('ratio_to_asgi'), 2)} | {_ms(r['ops'].get('claim'))} "
             f"| {_ms(r['ops'].get('complete'))} | {_n(cpu.get('server'), 0)} % "
             f"| {_n(cpu.get('redis'), 0)} % | {_n(r.get('lua_us_per_call'), 0)} "
-            f"| {_split(r['connection_split'])} "
+            f"| {_n(r.get('claim_script_us'), 0)} | {_split(r['connection_split'])} "
             f"| {', '.join(_n(f, 0) for f in r['foreign_cpu_pct'])} "
             f"| {_code(r['reproduce'])} |"
         )

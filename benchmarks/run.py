@@ -97,7 +97,8 @@ def findings(figures: dict[str, Any]) -> list[str]:
         out.append(
             f"serve {r['workers']}w `{r['flow']}`: {r['ratio_to_fastapi']['median']:.2f} x the "
             f"FastAPI baseline, {r['ratio_to_asgi']['median']:.2f} x the bare ASGI baseline "
-            f"(medians of {r['runs']} runs); Lua {r['lua_us_per_call'] or 0:.0f} µs per call.")
+            f"(medians of {r['runs']} runs); claim script {r.get('claim_script_us') or 0:.0f} µs "
+            "inside Redis.")
     if rows:
         busiest = max(r["generator_cpu_pct"] for r in rows)
         out.append(f"The load generator used at most {busiest:.0f} % of a core (median per "

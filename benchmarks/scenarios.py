@@ -22,6 +22,7 @@ from benchmarks.servers import (
     broker_env,
     connection_split,
     machine_busy_s,
+    script_shas,
     serve_argv,
     size,
     wait_for_ready,
@@ -377,6 +378,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "foreign_cpu_pct": [round(r["foreign_cpu_pct"], 1) for r in runs],
         "connection_split": [r["connection_split"] for r in runs],
         "lua_us_per_call": spread([r["lua_us_per_call"] for r in runs])["median"],
+        "claim_script_us": spread([r.get("script_us", {}).get("claim", {}).get("median_us")
+                                   for r in runs])["median"],
         "github_calls_per_s": spread([r["github_calls_per_s"] for r in runs])["median"],
         "outbox_after": runs[-1]["outbox_after"],
         "outbox_growth_per_s": spread([r["outbox_growth_per_s"] for r in runs])["median"],
@@ -388,12 +391,20 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
+def _script_us(times: dict[str, list[int]], shas: dict[str, str]) -> dict[str, Any]:
+    """Per broker script: calls and median / mean µs inside Redis (SLOWLOG at 0 µs)."""
+    return {shas[sha]: {"calls": len(t), "median_us": statistics.median(t),
+                        "mean_us": statistics.fmean(t)}
+            for sha, t in times.items() if sha in shas and t}
+
+
 def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
     o = bench.options
     rep = o.reproduce("throughput")
     # GitHub's real write pace (about 80 content writes a minute): serve's write queue
     # drains as in production instead of competing with the claims at full speed.
     paced = {"GITHUB_BROKER_GITHUB__SECONDS_BETWEEN_WRITES": "0.75"}
+    shas = script_shas({**env, **paced})
     for workers in (1, 2):
         with bench.baseline(workers, "fastapi") as fastapi, \
                 bench.baseline(workers, "asgi") as asgi, \
@@ -403,7 +414,10 @@ def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str])
             for r in range(o.repeats):
                 done: dict[tuple[str, str], dict[str, Any]] = {}
                 for name, flow in rotated(THROUGHPUT_VARIANTS, r):
+                    bench.redis.start_script_log()
                     done[(name, flow)] = bench.load(servers[name], sim, flow)
+                    done[(name, flow)]["script_us"] = _script_us(
+                        bench.redis.script_times(), shas)
                 for (name, flow), row in done.items():
                     if name == "serve":
                         row["ratio_to_fastapi"] = row["requests_per_s"] / done[

@@ -21,9 +21,26 @@ from github_broker.keys import RepoKeys
 OWNER, NAME = "acme", "widgets"
 REPOSITORY = f"{OWNER}/{NAME}"
 KEYS = RepoKeys("gb", OWNER, NAME)
+#: Commands SLOWLOG keeps while it times every script call.
+SLOWLOG_LEN = 200_000
 #: Seconds a process may take to answer its first request.
 START_TIMEOUT_S = 60.0
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def script_shas(env: dict[str, str]) -> dict[str, str]:
+    """SHA -> script name of the repository scripts a serve with `env` runs (their text holds
+    the repository's compiled context, so the SHA depends on the settings)."""
+    from unittest import mock
+
+    from github_broker.settings import load_settings
+    from github_broker.store import Store, connect
+
+    broker_vars = {k: v for k, v in env.items() if k.startswith("GITHUB_BROKER_")}
+    with mock.patch.dict(os.environ, broker_vars):
+        settings = load_settings(Path(env["GITHUB_BROKER_CONFIG_DIR"]))
+    store = Store(connect(settings.redis.url), settings)
+    return {script.sha: name for name, script in store.repo(REPOSITORY).scripts.repo.items()}
 
 
 def free_port() -> int:
@@ -184,6 +201,26 @@ class RedisServer(Process):
         """(calls, microseconds) of EVALSHA so far: the time Redis spent inside Lua scripts."""
         stats = cast(dict[str, Any], self.client().info("commandstats")).get("cmdstat_evalsha", {})
         return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+    def start_script_log(self) -> None:
+        """Log every command's duration (SLOWLOG at 0 µs) from now on, for `script_times`."""
+        client = self.client()
+        client.config_set("slowlog-max-len", SLOWLOG_LEN)
+        client.config_set("slowlog-log-slower-than", 0)
+        client.slowlog_reset()
+
+    def script_times(self) -> dict[str, list[int]]:
+        """µs per EVALSHA call since `start_script_log`, by script SHA; stops the log."""
+        client = self.client()
+        entries = cast(list[dict[str, Any]], client.slowlog_get(SLOWLOG_LEN))
+        client.config_set("slowlog-log-slower-than", 10_000)
+        out: dict[str, list[int]] = {}
+        for entry in entries:
+            command = entry["command"]
+            words = (command.decode() if isinstance(command, bytes) else str(command)).split()
+            if len(words) > 1 and words[0].upper() == "EVALSHA":
+                out.setdefault(words[1], []).append(int(entry["duration"]))
+        return out
 
     def version(self) -> str:
         return str(cast(dict[str, Any], self.client().info("server"))["redis_version"])
