@@ -43,10 +43,15 @@ Added by this project (no TTL unless said):
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
                                  review_done, needs_human; deleted with the needs-review label
 ``events``               pubsub  "ready" whenever a task becomes claimable
+``timeline``             stream  recent events (kind, n, agent, detail): claims, lease ends,
+                                 GitHub writes; capped ``MAXLEN ~ 2000``
+``outbox:stats``         hash    applied, refused, dropped: GitHub write outcomes so far
+``agent_streaks``        hash    agent -> consecutive failures, reset by a completion
 =======================  ======  ==============================================================
 
-Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease) and
-``{key_prefix}:quota`` (the last GitHub rate-limit headers seen).
+Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease),
+``{key_prefix}:quota`` (the last GitHub rate-limit headers seen) and ``{key_prefix}:timeline``
+(stream of deployment-wide events such as leader changes, capped like the repositories' ones).
 """
 
 from __future__ import annotations
@@ -91,6 +96,9 @@ class RepoKeys:
         self.outbox_attempts = self.base + "outbox:attempts"
         self.events = self.base + "events"
         self.reviewing = self.base + "reviewing"
+        self.timeline = self.base + "timeline"
+        self.outbox_stats = self.base + "outbox:stats"
+        self.agent_streaks = self.base + "agent_streaks"
 
     def issue(self, number: int) -> str:
         return f"{self.issue_prefix}{number}"
@@ -127,3 +135,4 @@ class GlobalKeys:
         self.leader = f"{key_prefix}:leader"
         self.quota = f"{key_prefix}:quota"
         self.events = f"{key_prefix}:events"
+        self.timeline = f"{key_prefix}:timeline"

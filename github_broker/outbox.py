@@ -101,6 +101,7 @@ class OutboxDrainer:
             except GitHubNotFound as e:
                 logger.warning("dropping write %s on %s: %s", job, repo.full_name, e)
                 await rstore.outbox_done(job, payload)
+                await rstore.record_write("dropped", job, str(e))
                 report.dropped += 1
             except GitHubError as e:
                 if attempts + 1 >= MAX_REFUSED_ATTEMPTS:
@@ -112,12 +113,15 @@ class OutboxDrainer:
                         e,
                     )
                     await rstore.outbox_done(job, payload)
+                    await rstore.record_write("dropped", job, str(e))
                     report.dropped += 1
                 else:
                     await rstore.outbox_done(job, payload, retry_in_ms=backoff_ms(attempts))
+                    await rstore.record_write("refused", job, str(e))
                     report.retried += 1
             else:
-                await rstore.outbox_done(job, payload)
+                if await rstore.outbox_done(job, payload):
+                    await rstore.record_write("applied", job, _describe(job, payload))
                 report.applied += 1
                 self._outages = 0
         return len(jobs)
@@ -142,3 +146,13 @@ class OutboxDrainer:
             )
         else:
             raise GitHubError(f"unknown write job {job!r}")
+
+
+def _describe(job: str, payload: str) -> str:
+    """A job's change in a few words, for the timeline."""
+    data = json.loads(payload)
+    if job.startswith("labels:"):
+        add = " ".join(f"+{label}" for label in data.get("add") or [])
+        remove = " ".join(f"-{label}" for label in data.get("remove") or [])
+        return f"labels {add} {remove}".strip()
+    return f"branch {data.get('branch', '')}"

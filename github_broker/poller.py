@@ -67,6 +67,9 @@ class Daemon:
             return False
         if self.is_leader != was:
             logger.info("%s leader (%s)", "became" if self.is_leader else "lost", self.id)
+            with contextlib.suppress(BrokerError):
+                kind = "leader_gained" if self.is_leader else "leader_lost"
+                await self.store.record_event(kind, None, "", self.id)
         return self.is_leader
 
     async def sync_all(self) -> None:

@@ -82,7 +82,8 @@ end
 --       10 reviewing
 -- ARGV[1]: JSON context built once per repository by store.py: key prefixes for
 --   per-issue keys (issue, lock, lease, agent, cand, ready_role, tomb, review,
---   review_state, fix), the events channel, label names (in_progress, needs_review)
+--   review_state, fix), the events channel, the timeline stream and its cap
+--   (timeline, timeline_max), label names (in_progress, needs_review)
 --   and times (lease_ms, agent_s, cand_s, tomb_s, author_fallback_ms), and priority_unit
 --   (a task score divided by it, rounded down, is the task's priority).
 local function context()
@@ -139,6 +140,13 @@ local function record_completion(C, n, agent, task_id, task_type)
   drop_task(C, task_id)
 end
 
+-- Append an event to the repository's timeline stream (the dashboard's "recent events").
+-- Capped approximately, so a busy repository costs a bounded stream.
+local function timeline(C, kind, n, agent, detail)
+  redis.call('XADD', C.timeline, 'MAXLEN', '~', C.timeline_max, '*', 'kind', kind,
+             'n', tostring(n or ''), 'agent', agent or '', 'detail', detail or '')
+end
+
 -- End the lease on issue n for `outcome`; returns the agent that held it, or nil.
 local function end_lease(C, n, outcome, now)
   local lease_key = C.lease .. n
@@ -174,6 +182,7 @@ local function end_lease(C, n, outcome, now)
       end
     end
   end
+  timeline(C, outcome, n, agent, task_type)
   return agent
 end
 
