@@ -32,7 +32,8 @@ Added by this project (no TTL unless said):
 ``work``                 zset    issue number -> priority of every open work issue (bucket)
 ``skipped``              hash    issue number -> JSON reason it is not handed out
 ``open``                 set     numbers of the open issues mirrored in ``issue:{n}``
-``sync``                 hash    sync cursors: ``since``, the incremental ETag, default branch
+``sync``                 hash    sync cursors: ``since``, the incremental ETag, default branch,
+                                 ``full_at`` and ``synced_at`` (epoch seconds of the last passes)
 ``sync:pages``           hash    full pass: per page its ETag and the issue numbers on it
 ``intent``               hash    number -> JSON label delta the broker wants on GitHub, kept
                                  until a sync sees it applied
