@@ -24,6 +24,7 @@ from github_broker.prompts import Prompts
 from github_broker.settings import Settings, default_config_dir, load_settings
 from github_broker.store import Store
 from github_broker.tasks import TaskService
+from github_broker.ui import routes as dashboard
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,9 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
         version=__version__,
         description="Hands GitHub issues to AI coding agents as leased tasks.",
         lifespan=lifespan,
+        docs_url=None,  # served offline by the dashboard package
     )
     errors.install(app)
     app.include_router(routes.router)
+    dashboard.install(app)
     return app
