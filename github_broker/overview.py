@@ -9,6 +9,7 @@ from github_broker.clock import ms_from_iso, now_ms
 from github_broker.models import Event, Issue, LeaseInfo, Quota, SkipReason
 from github_broker.rules import priority_of_score
 from github_broker.settings import Settings
+from github_broker.status import Verdict, explain
 from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
@@ -101,6 +102,25 @@ class Overview:
     quota: Quota | None
     repositories: list[RepoOverview]
     timeline: list[Event] = field(default_factory=list)
+
+
+def age(ms: int | None, now_ms: int) -> str:
+    """How long ago (or, for a future time, in how long), in the largest two units."""
+    if ms is None:
+        return "never"
+    delta_s = (now_ms - ms) // 1000
+    text = span(abs(delta_s))
+    return f"in {text}" if delta_s < 0 else f"{text} ago"
+
+
+def span(seconds: int) -> str:
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600:02d}h"
 
 
 def _ref(rstore: RepoStore, issues: dict[int, Issue], n: int) -> IssueRef:
@@ -248,3 +268,47 @@ async def overview(store: Store, settings: Settings) -> Overview:
         repositories=[await repo_overview(r, settings) for r in store.repos.values()],
         timeline=await store.timeline(TIMELINE_SHOWN),
     )
+
+
+@dataclass
+class Explained:
+    """One repository's verdicts for an agent, with what names the bucket's blockers."""
+
+    repository: str
+    bucket: int | None
+    blockers: list[Blocker]
+    verdicts: list[Verdict]
+    titles: dict[int, str]
+    #: Issues in review: why the review waits (e.g. "no linked PR, review due in 4m 10s").
+    reviews: dict[int, str] = field(default_factory=dict)
+
+
+async def explained(
+    store: Store, settings: Settings, roles: list[str] | None, repository: str | None = None
+) -> list[Explained]:
+    out = []
+    for name, rstore in store.repos.items():
+        if repository and name != repository:
+            continue
+        verdicts = await explain(rstore, settings, roles)
+        numbers = sorted({v.issue for v in verdicts})
+        issues = {i.number: i for i in await rstore.get_issues(numbers)}
+        work = await rstore.work_priorities()
+        bucket = min(work.values()) if work else None
+        states = {v.issue: v for v in verdicts}
+        blockers = [
+            Blocker(_ref(rstore, issues, n), states[n].verdict if n in states else "open")
+            for n in sorted(n for n, p in work.items() if p == bucket)
+        ]
+        titles = {n: i.title for n, i in issues.items()}
+        held = {lease.issue: lease for lease in await rstore.leases()}
+        rows = await _reviews(
+            rstore, issues, await rstore.reviewing(), await rstore.task_index(), held, settings
+        )
+        now = now_ms()
+        reviews = {
+            r.issue.number: r.state + (f", review due {age(r.due_ms, now)}" if r.due_ms else "")
+            for r in rows
+        }
+        out.append(Explained(name, bucket, blockers, verdicts, titles, reviews))
+    return out
