@@ -174,6 +174,8 @@ class Event(BaseModel):
 
     at_ms: int
     kind: str
+    #: The stream entry id: read on after it with `timeline_since`.
+    id: str = ""
     repository: str | None = None
     issue: int | None = None
     agent: str = ""

@@ -551,6 +551,13 @@ class RepoStore:
         return _events(entries, self.repository)
 
     @translate_errors
+    async def timeline_since(self, after_id: str, count: int = 100) -> list[Event]:
+        """Events after `after_id` ("0-0": from the start), oldest first."""
+        reply = await self.client.xread({self.keys.timeline: after_id}, count=count)
+        entries = reply[0][1] if reply else []
+        return _events(entries, self.repository)
+
+    @translate_errors
     async def record_write(self, outcome: str, job: str, detail: str = "") -> None:
         """Count a GitHub write outcome (applied, refused: a 4xx to retry, dropped) and put
         it on the timeline."""
@@ -607,6 +614,7 @@ def _events(entries: list[Any], repository: str | None) -> list[Event]:
             Event(
                 at_ms=int(_text(entry_id).split("-")[0]),
                 kind=f.get("kind", ""),
+                id=_text(entry_id),
                 repository=repository,
                 issue=int(f["n"]) if f.get("n") else None,
                 agent=f.get("agent", ""),
