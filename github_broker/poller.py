@@ -20,7 +20,7 @@ from github_broker.errors import BrokerError, RateLimited
 from github_broker.gateway import GitHubGateway
 from github_broker.outbox import OutboxDrainer
 from github_broker.reviews import ReviewKeeper
-from github_broker.settings import Settings
+from github_broker.settings import Repository, Settings
 from github_broker.store import Store
 from github_broker.sync import Syncer
 
@@ -77,13 +77,19 @@ class Daemon:
             return
         for repo in self.settings.repositories:
             name = repo.full_name
-            await self._guarded(name, f"sync {name}", partial(self.syncer.sync, repo))
+            await self._guarded(name, f"sync {name}", partial(self._sync, repo))
             # Review upkeep fails on its own: a PR endpoint the token cannot read must not
             # stop the mirror from syncing.
             await self._guarded(
                 f"reviews:{name}", f"review upkeep of {name}", partial(self.reviews.run, repo)
             )
         await self._publish_quota()
+
+    async def _sync(self, repo: Repository) -> None:
+        await self.syncer.sync(repo)
+        # When the mirror was last known current: the dashboard's and `status`'s "last sync".
+        # Recorded here, not by the syncer, whose unchanged passes write nothing.
+        await self.store.repo(repo.full_name).save_sync_state({"synced_at": str(time.time())})
 
     async def _guarded(self, key: str, what: str, job: Callable[[], Awaitable[object]]) -> None:
         """Run `job` unless it is backing off; a failure logs and backs off, never raises."""

@@ -92,8 +92,6 @@ class Syncer:
             await self._full(repo, rstore, state, base, report, progress)
         else:
             await self._incremental(repo, rstore, state, base, report)
-        # When the mirror was last known current: the dashboard's and `status`'s "last sync".
-        await rstore.save_sync_state({"synced_at": str(time.time())})
         report.seconds = time.monotonic() - started
         changed = report.written or report.removed or report.revoked or report.adopted
         logger.log(logging.INFO if changed else logging.DEBUG, "sync %s", report.summary())
