@@ -18,6 +18,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from github_broker.errors import BrokerError, RateLimited
 from github_broker.gateway import GitHubGateway
+from github_broker.logs import log_fields
 from github_broker.outbox import OutboxDrainer
 from github_broker.reviews import ReviewKeeper
 from github_broker.settings import Repository, Settings
@@ -133,9 +134,17 @@ class Daemon:
             return
         for rstore in self.store.repos.values():
             try:
-                await rstore.reap()
+                expired = await rstore.reap()
             except BrokerError as e:
                 logger.warning("lease sweep of %s failed: %s", rstore.repository, e)
+                continue
+            if expired:
+                logger.info(
+                    "%d expired lease(s) of %s back in the pool",
+                    expired,
+                    rstore.repository,
+                    extra=log_fields(rstore.repository),
+                )
 
     # --- lifecycle ----------------------------------------------------------------------
 
