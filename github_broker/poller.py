@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -162,7 +163,7 @@ class Daemon:
         for func, seconds in jobs:
             # max_instances=1: a slow pass is never overlapped by the next one.
             scheduler.add_job(
-                func,
+                self._quiet_when_stopped(func),
                 "interval",
                 seconds=seconds,
                 max_instances=1,
@@ -172,6 +173,19 @@ class Daemon:
             )
         scheduler.start()
         self.scheduler = scheduler
+
+    def _quiet_when_stopped(self, func: Callable[[], Awaitable[object]]) -> Callable[[], Any]:
+        """`func` as a job whose pass, cancelled because the process stops, ends quietly
+        instead of as an error traceback (the next leader's pass redoes its work)."""
+
+        async def job() -> None:
+            try:
+                await func()
+            except asyncio.CancelledError:
+                if self.scheduler is not None:
+                    raise
+
+        return job
 
     async def stop(self) -> None:
         if self.scheduler is not None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
-from github_broker import cli, overview, render
+from github_broker import overview, render
 from github_broker.models import Claimed, Issue
 from github_broker.rules import Rules
 from github_broker.settings import Settings
@@ -130,23 +133,30 @@ def test_an_issue_with_two_tasks_is_listed_once() -> None:
 
 
 async def test_cli_explain_and_status_commands(
-    seeded: tuple[Store, Settings],
-    redis_url: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
+    seeded: tuple[Store, Settings], redis_url: str
 ) -> None:
-    monkeypatch.setenv("GITHUB_BROKER_REDIS__URL", redis_url)
-    monkeypatch.setenv("GITHUB_BROKER_REPOSITORIES", REPO)
-    monkeypatch.setenv("GITHUB_BROKER_GITHUB__TOKEN", "test-token")
-    config = ["--config", str(tmp_path / "none")]
-    # cli.main runs its own event loop: run it outside this test's loop.
-    import asyncio
+    env = {
+        **os.environ,
+        "GITHUB_BROKER_CONFIG_DIR": str(Path(__file__).parent / "no-config"),
+        "GITHUB_BROKER_REDIS__URL": redis_url,
+        "GITHUB_BROKER_REPOSITORIES": REPO,
+        "GITHUB_BROKER_GITHUB__TOKEN": "test-token",
+    }
 
-    code = await asyncio.to_thread(cli.main, [*config, "explain", "--issue", "1"])
-    out = capsys.readouterr().out
-    assert code == 0 and "held by agent-7" in out and out.count("#1 ") == 1
-    code = await asyncio.to_thread(cli.main, [*config, "explain", "--repo", "acme/nope"])
-    assert code == 2 and "not a configured repository" in capsys.readouterr().err
-    code = await asyncio.to_thread(cli.main, [*config, "status"])
-    assert code == 0 and "Bucket P0 pinned by 3 issue(s)" in capsys.readouterr().out
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "github_broker", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    one = cli("explain", "--issue", "1")
+    assert one.returncode == 0, one.stderr
+    assert "held by agent-7" in one.stdout and one.stdout.count("#1 ") == 1
+    wrong = cli("explain", "--repo", "acme/nope")
+    assert wrong.returncode == 2 and "not a configured repository" in wrong.stderr
+    status = cli("status")
+    assert status.returncode == 0 and "Bucket P0 pinned by 3 issue(s)" in status.stdout
