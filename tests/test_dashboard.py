@@ -8,7 +8,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from github_broker.api.app import create_app
+from github_broker.settings import Settings
 from github_broker.ui import session
+from tests.conftest import free_port
 from tests.test_api import app_factory, sim  # noqa: F401  (fixtures)
 
 TOKENS = {"admin_token": "boss-token", "agent_tokens": {"t1": "a1"}}
@@ -99,3 +102,13 @@ def test_openapi_lists_the_dashboard_answers(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert {"200", "303"} <= set(paths["/ui"]["get"]["responses"])
     assert {"303", "401", "415"} <= set(paths["/ui/login"]["post"]["responses"])
+
+
+def test_dashboard_says_when_redis_is_down(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(
+        redis={"url": f"redis://127.0.0.1:{free_port()}"}, server={"run_poller": False}
+    )
+    with TestClient(create_app(settings)) as c:
+        r = c.get("/ui")
+    assert r.status_code == 503 and "StoreUnavailable" in r.text
+    assert 'http-equiv="refresh"' in r.text
