@@ -42,7 +42,8 @@ Added by this project (no TTL unless said):
 ``outbox:attempts``      hash    write job -> times GitHub refused it (4xx) so far
 ``reviewing``            set     issues whose labels (with pending writes) say needs-review
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
-                                 review_done, needs_human; deleted with the needs-review label
+                                 review_done, needs_human, link (JSON: linked PR or null,
+                                 due time); deleted with the needs-review label
 ``events``               pubsub  "ready" whenever a task becomes claimable
 ``timeline``             stream  recent events (kind, n, agent, detail): claims, lease ends,
                                  GitHub writes; capped ``MAXLEN ~ 2000``

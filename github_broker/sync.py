@@ -282,4 +282,5 @@ def index_item(rules: Rules, issue: Issue, base: str) -> dict[str, Any]:
         "branch": analysis.branch or "",
         "skip": analysis.skip.model_dump_json() if analysis.skip else "",
         "holder": rules.holder(issue.labels) or "",
+        "pin": rules.pins_bucket(issue, analysis),
     }
