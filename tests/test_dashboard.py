@@ -37,11 +37,12 @@ def test_dashboard_shows_leases_queue_blockers_skipped_and_events(client: TestCl
     leases = page.split('<table class="leases">')[1].split("</table>")[0]
     assert "Urgent fix" in leases and "agent-7" in leases and "none yet" in leases
     assert "/acme/widgets/issues/1" in leases
-    # Issue 3 is P1: ready, but the P0 bucket holds it back; issues 1, 2, 4 pin the bucket.
+    # Issue 3 is P1: ready, but the P0 bucket (issues 1 and 2) holds it back.
     queue = page.split('<table class="queue">')[1].split("</table>")[0]
     assert re.search(r'class="blocked".*Later.*waits for the bucket', queue, re.S)
     blockers = page.split('<table class="blockers">')[1].split("</table>")[0]
-    assert "development held by agent-7" in blockers and "No branch" in blockers
+    assert "development held by agent-7" in blockers and "ready: development:2" in blockers
+    assert "No branch" not in blockers  # skipped issues do not pin the bucket
     skipped = page.split('<table class="skipped">')[1].split("</table>")[0]
     assert "No branch" in skipped
     events = page.split('class="timeline"')[1]

@@ -216,5 +216,5 @@ def test_broker_watcher_logs_other_agents_and_summarises_an_empty_backlog(
     assert "demo-agent-1 claimed" not in text  # its runner logs it already
     assert "done (2): #1 by my-agent, #3 by demo-agent-1" in text
     assert "#2 Task 2: body has no deliverables section" in text
-    assert "waiting (2):" in text and "#1: not development work now" in text
-    assert "#3: not development work now" in text
+    assert "waiting (2):" in text and "#1: no claimable task for it now" in text
+    assert "#3: no claimable task for it now" in text
