@@ -9,7 +9,7 @@ from github_broker.clock import ms_from_iso, now_ms
 from github_broker.models import Event, Issue, LeaseInfo, Quota, SkipReason
 from github_broker.rules import priority_of_score
 from github_broker.settings import Settings
-from github_broker.status import Verdict, explain
+from github_broker.status import Verdict, explain, waiting_reviews
 from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
@@ -69,8 +69,11 @@ class SkippedRow:
 class ReviewRow:
     issue: IssueRef
     pr: int | None
-    #: When the review is offered (needs-review seen + review.delay_s); None if unknown.
+    pr_url: str
+    #: When the review is offered (PR linked + review.delay_s); None if not known yet.
     due_ms: int | None
+    #: The review loop's step (status.WaitingReview.step) and what it means.
+    step: str
     state: str
     fix_rounds: int
 
@@ -183,7 +186,7 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
             for n in skipped_shown
         ],
         skipped_total=len(skipped),
-        reviews=await _reviews(rstore, issues, reviewing, tasks, held, settings),
+        reviews=await _reviews(rstore, issues, dict(ready), leases, settings),
         write_queue=await rstore.write_queue(),
         streaks=await rstore.agent_streaks(),
         last_sync_ms=_secs_ms(state.get("synced_at")),
@@ -230,32 +233,22 @@ def _blocker_state(
 async def _reviews(
     rstore: RepoStore,
     issues: dict[int, Issue],
-    reviewing: list[int],
-    tasks: dict[str, tuple[float, str, str]],
-    held: dict[int, LeaseInfo],
+    ready: dict[str, float],
+    leases: list[LeaseInfo],
     settings: Settings,
 ) -> list[ReviewRow]:
     rows = []
-    for n, (detected, state) in (await rstore.review_states(reviewing)).items():
-        due = ms_from_iso(detected) + int(settings.review.delay_s * 1000) if detected else None
-        pr = int(state["pr"]) if state.get("pr", "").isdigit() else None
-        lease = held.get(n)
-        if lease is not None and lease.task_type in ("review", "fix"):
-            what = f"{lease.task_type} held by {lease.agent_id}"
-        elif state.get("needs_human"):
-            what = "needs a human"
-        elif f"fix:{n}" in tasks:
-            what = "fix task offered"
-        elif f"review:{n}" in tasks:
-            what = "review offered"
-        elif state.get("reviewed"):
-            what = "reviewed, waiting for feedback"
-        elif pr is None:
-            what = "no linked PR"
-        else:
-            what = "waiting for the review delay"
+    for n, review in (await waiting_reviews(rstore, settings, ready, leases)).items():
         rows.append(
-            ReviewRow(_ref(rstore, issues, n), pr, due, what, int(state.get("fix_rounds") or 0))
+            ReviewRow(
+                issue=_ref(rstore, issues, n),
+                pr=review.pr,
+                pr_url=review.pr_url,
+                due_ms=ms_from_iso(review.due_at) if review.due_at else None,
+                step=review.step,
+                state=review.detail,
+                fix_rounds=review.fix_rounds,
+            )
         )
     return rows
 
@@ -279,8 +272,6 @@ class Explained:
     blockers: list[Blocker]
     verdicts: list[Verdict]
     titles: dict[int, str]
-    #: Issues in review: why the review waits (e.g. "no linked PR, review due in 4m 10s").
-    reviews: dict[int, str] = field(default_factory=dict)
 
 
 async def explained(
@@ -301,14 +292,5 @@ async def explained(
             for n in sorted(n for n, p in work.items() if p == bucket)
         ]
         titles = {n: i.title for n, i in issues.items()}
-        held = {lease.issue: lease for lease in await rstore.leases()}
-        rows = await _reviews(
-            rstore, issues, await rstore.reviewing(), await rstore.task_index(), held, settings
-        )
-        now = now_ms()
-        reviews = {
-            r.issue.number: r.state + (f", review due {age(r.due_ms, now)}" if r.due_ms else "")
-            for r in rows
-        }
-        out.append(Explained(name, bucket, blockers, verdicts, titles, reviews))
+        out.append(Explained(name, bucket, blockers, verdicts, titles))
     return out

@@ -116,7 +116,7 @@ def _repo_status(r: RepoOverview, now: int, rows: int) -> list[str]:
                     _title(v.issue),
                     f"#{v.pr}" if v.pr else "none",
                     age(v.due_ms, now) if v.due_ms else "-",
-                    v.state,
+                    f"{v.step}: {v.state}",
                     str(v.fix_rounds),
                 ]
                 for v in r.reviews[:rows]
@@ -223,6 +223,4 @@ def _short(title: str) -> str:
 def _why(e: Explained, v: Verdict) -> str:
     if v.verdict == "outside_bucket" and e.blockers:
         return f"{v.detail}: blocked by {_blocker_names(e)}"
-    if v.issue in e.reviews:
-        return f"in review: {e.reviews[v.issue]}"
     return v.detail

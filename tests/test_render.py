@@ -101,7 +101,7 @@ async def test_explain_starts_with_a_summary_and_names_the_blockers(
     assert "blocked by #1, #2" in blocked
     assert "… and 2882 more (--all lists them)" in text
     waiting = next(line for line in lines if line.strip().startswith("#2951 "))
-    assert "in review: no linked PR, review due in 4m" in waiting or "due in 5m" in waiting
+    assert "not_checked: the review upkeep has not looked at it yet" in waiting
     assert len(lines) < 120
 
 
