@@ -2,6 +2,8 @@
 -- KEYS, ARGV[1]: see _lib.lua. ARGV[2] most jobs to take, ARGV[3] hide for (ms).
 -- Returns a flat list {job, payload, attempts, ...}; a labels job's payload is the
 -- issue's intent, a branch job's its outbox:data entry.
+-- A labels job with nothing left to do leaves the queue without a call; the labels it is
+-- about to add are marked `on` first (the write may land even if its answer is lost).
 local C = context()
 local now = now_ms()
 local jobs = redis.call('ZRANGEBYSCORE', C.K.outbox, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
@@ -10,7 +12,18 @@ for _, job in ipairs(jobs) do
   local kind, n = string.match(job, '^(%a+):(%d+)$')
   local payload
   if kind == 'labels' then
-    payload = redis.call('HGET', C.K.intent, n)
+    local raw = redis.call('HGET', C.K.intent, n)
+    if raw then
+      local adds, removes, on, v = intent_sets(raw)
+      if is_empty(adds) and is_empty(removes) then
+        raw = nil
+      else
+        for l, _ in pairs(adds) do on[l] = true end
+        raw = intent_json(adds, removes, on, v)
+        redis.call('HSET', C.K.intent, n, raw)
+      end
+    end
+    payload = raw
   else
     payload = redis.call('HGET', C.K.outbox_data, job)
   end
@@ -21,6 +34,7 @@ for _, job in ipairs(jobs) do
     out[#out + 1] = redis.call('HGET', C.outbox_attempts, job) or '0'
   else
     redis.call('ZREM', C.K.outbox, job)
+    redis.call('HDEL', C.outbox_attempts, job)
   end
 end
 return out

@@ -42,13 +42,17 @@ for _, it in ipairs(items) do
   local labels = set_of(cjson.decode(it.issue).labels)
   local raw_intent = redis.call('HGET', C.K.intent, n)
   if raw_intent then
-    local intent = cjson.decode(raw_intent)
+    -- Wished (add) or already written (on) labels count as present, unless removed since.
+    local adds, removes, on = intent_sets(raw_intent)
+    for l, _ in pairs(on) do adds[l] = true end
     local seen = true
-    for _, l in ipairs(intent.add or {}) do
-      if not on_github[l] then seen = false end
-      labels[l] = true
+    for l, _ in pairs(adds) do
+      if not removes[l] then
+        if not on_github[l] then seen = false end
+        labels[l] = true
+      end
     end
-    for _, l in ipairs(intent.remove or {}) do
+    for l, _ in pairs(removes) do
       if on_github[l] then seen = false end
       labels[l] = nil
     end
@@ -73,7 +77,9 @@ for _, it in ipairs(items) do
       revoked = revoked + 1
       held = false
     end
-  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 then
+  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 and not raw_intent then
+    -- Not while the broker's own label writes are unconfirmed: the page may predate a
+    -- removal the write queue already made (the intent no longer lists applied removals).
     local task_type = 'development'
     if labels[C.needs_review] then task_type = 'review' end
     local expires = now + C.lease_ms
