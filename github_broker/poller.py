@@ -25,6 +25,7 @@ from github_broker.reviews import ReviewKeeper
 from github_broker.settings import Repository, Settings
 from github_broker.store import Store
 from github_broker.sync import Syncer
+from github_broker.webhooks import WebhookWorker
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class Daemon:
         self.syncer = Syncer(settings, store, gateway)
         self.drainer = OutboxDrainer(store, gateway)
         self.reviews = ReviewKeeper(settings, store, gateway)
+        self.webhooks = WebhookWorker(settings, store, gateway, self.syncer, self.reviews)
+        self._synced_at: dict[str, float] = {}
         self.id = node_id()
         self.is_leader = False
         self._failures: dict[str, int] = {}
@@ -79,7 +82,8 @@ class Daemon:
             return
         for repo in self.settings.repositories:
             name = repo.full_name
-            await self._guarded(name, f"sync {name}", partial(self._sync, repo))
+            if await self._sync_due(repo):
+                await self._guarded(name, f"sync {name}", partial(self._sync, repo))
             # Review upkeep fails on its own: a PR endpoint the token cannot read must not
             # stop the mirror from syncing.
             await self._guarded(
@@ -92,6 +96,21 @@ class Daemon:
         # When the mirror was last known current: the dashboard's and `status`'s "last sync".
         # Recorded here, not by the syncer, whose unchanged passes write nothing.
         await self.store.repo(repo.full_name).save_sync_state({"synced_at": str(time.time())})
+
+    async def _sync_due(self, repo: Repository) -> bool:
+        """While webhooks are healthy the sync is only the safety net: it runs every
+        poll.interval_with_webhooks_s instead of every poll.interval_s (full passes keep
+        their own interval)."""
+        if not self.webhooks.configured:
+            return True
+        last = self._synced_at.get(repo.full_name)
+        now = time.monotonic()
+        if last is not None and now - last < self.settings.poll.interval_with_webhooks_s:
+            with contextlib.suppress(BrokerError):
+                if await self.webhooks.healthy(repo) and not await self.webhooks.full_due(repo):
+                    return False
+        self._synced_at[repo.full_name] = now
+        return True
 
     async def _guarded(self, key: str, what: str, job: Callable[[], Awaitable[object]]) -> None:
         """Run `job` unless it is backing off; a failure logs and backs off, never raises."""
@@ -173,6 +192,7 @@ class Daemon:
             )
         scheduler.start()
         self.scheduler = scheduler
+        self.webhooks.start(lambda: self.is_leader)
 
     def _quiet_when_stopped(self, func: Callable[[], Awaitable[object]]) -> Callable[[], Any]:
         """`func` as a job whose pass, cancelled because the process stops, ends quietly
@@ -191,6 +211,8 @@ class Daemon:
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
             self.scheduler = None
+        # After the scheduler: awaiting first would let it start a job that exit then cancels.
+        await self.webhooks.stop()
         if self.is_leader:
             with contextlib.suppress(BrokerError):
                 await self.store.leader(self.id, 0, release=True)

@@ -12,9 +12,18 @@
 -- Labels the broker wrote and GitHub does not show yet (the intent) count as present,
 -- so a sync racing the write queue never re-offers an issue that was just claimed or
 -- completed. An intent GitHub shows in full is dropped: from then on GitHub is the truth.
--- Returns {issues written, tasks made ready, leases revoked, leases adopted}.
+-- Returns {issues written, tasks made ready, leases revoked, leases adopted}; older items
+-- than the cache are not counted.
 local C = context()
-local items = cjson.decode(ARGV[2])
+-- An item older than the cached issue (by updated_at) is skipped: a late webhook delivery
+-- or a listing read before a newer write never rolls the mirror back.
+local items = {}
+for _, it in ipairs(cjson.decode(ARGV[2])) do
+  local cached = redis.call('GET', C.issue .. tostring(it.n))
+  if not cached or cjson.decode(it.issue).updated_at >= cjson.decode(cached).updated_at then
+    items[#items + 1] = it
+  end
+end
 local now = now_ms()
 local now_iso = ARGV[3]
 local written, readied, revoked, adopted = 0, 0, 0, 0

@@ -49,6 +49,9 @@ class IssueStore:
         # One id space for every object kind keeps ids unique, as GitHub's are.
         self._ids = itertools.count(1001)
         self._user_id_seq = itertools.count(501)
+        #: Called under the lock with (state, repo, record, hint) after every issue or PR
+        #: change; the webhook dispatcher (simulator/webhooks.py) sets it.
+        self.observer: Callable[..., None] | None = None
 
     # ----- plumbing shared with SimState -----------------------------------------------------
 
@@ -96,6 +99,11 @@ class IssueStore:
     def touch(self, repo: Repo, rec: Record) -> None:
         rec["updated_at"] = self.now()
         repo.version += 1
+        if self.observer is not None:
+            self.observer(self, repo, rec)
+
+    def repo_records(self) -> list[Repo]:
+        return list(self._repos.values())
 
     def listing(
         self,
@@ -280,6 +288,8 @@ class IssueStore:
         }
         repo.issues[number] = rec
         repo.version += 1
+        if self.observer is not None:
+            self.observer(self, repo, rec, "opened")
         return rec
 
     def get_issue(
@@ -347,7 +357,9 @@ class IssueStore:
     def delete_issue(self, owner: str, repo: str, number: int) -> None:
         with self.lock:
             r = self.repo(owner, repo)
-            self.issue_record(r, number)
+            rec = self.issue_record(r, number)
+            if self.observer is not None:
+                self.observer(self, r, rec, "deleted")
             del r.issues[number]
             r.deleted.add(number)
             r.issue_comments.pop(number, None)
