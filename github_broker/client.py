@@ -6,6 +6,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
@@ -101,31 +102,29 @@ class BrokerClient:
         repositories: list[str] | None = None,
         wait_seconds: float = 0,
         previous: Previous = "completed",
+        request_id: str | None = None,
     ) -> Task | None:
         """The next task, or None when the broker has none for this agent (after long-polling
         up to `wait_seconds`, at most 60).
 
         `previous` settles a task this agent still holds, in the same atomic step as the claim.
-        That is what makes a retry safe: once an attempt may have reached the broker (a read
-        timeout, a connection cut mid-answer), the retries send `previous="abandoned"`, so a
-        task claimed for an answer that never arrived goes straight back to the pool instead
-        of being counted as done. Call `complete()` before asking if you finished a task, and
-        no retry can misfile it.
+        Every attempt of one call carries the same `request_id` (a new one per call unless
+        given; pass your own to make retries of your own idempotent too): a repeat that
+        reaches the broker gets the task already handed out for it, with the same lease, and
+        settles nothing, so a lost answer never costs a task or misfiles one as done.
         """
         body: dict[str, Any] = {
             "agent_id": self.agent_id,
             "wait_seconds": wait_seconds,
             "previous": previous,
+            "request_id": request_id or new_request_id(),
         }
         if roles:
             body["roles"] = list(roles)
         if repositories:
             body["repositories"] = list(repositories)
 
-        def attempt_body(maybe_delivered: bool) -> dict[str, Any]:
-            return {**body, "previous": "abandoned"} if maybe_delivered else body
-
-        response, _ = self._post("/request-task", attempt_body, self.timeout_s + wait_seconds)
+        response, _ = self._post("/request-task", lambda _: body, self.timeout_s + wait_seconds)
         if response.status_code == 204:
             return None
         if response.status_code != 200:
@@ -250,6 +249,11 @@ class BrokerClient:
             self.retries + 1,
         )
         time.sleep(delay)
+
+
+def new_request_id() -> str:
+    """A request id for one logical request-task (the same on each of its retries)."""
+    return uuid.uuid4().hex
 
 
 def _never_sent(e: requests.RequestException) -> bool:
