@@ -113,3 +113,14 @@ def test_dashboard_says_when_redis_is_down(make_settings: Callable[..., Settings
         r = c.get("/ui")
     assert r.status_code == 503 and "StoreUnavailable" in r.text
     assert 'http-equiv="refresh"' in r.text
+
+
+def test_dashboard_shows_failure_streaks(client: TestClient) -> None:
+    task = client.post("/request-task", json={"agent_id": "flaky-bot"}).json()
+    body = {"agent_id": "flaky-bot", "token": task["lease"]["token"], "reason": "failed"}
+    r = client.post(f"/tasks/acme/widgets/{task['issue_id']}/release", json=body)
+    assert r.status_code == 200
+    page = client.get("/ui").text
+    streaks = page.split('<table class="streaks">')[1].split("</table>")[0]
+    assert "flaky-bot" in streaks and "1 in a row" in streaks
+    assert re.search(r">failed<.*flaky-bot", page.split('class="timeline"')[1], re.S)
