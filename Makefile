@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-redis lint test test-fast bench sandbox constraints clean
+.PHONY: install install-redis install-chromium lint test test-fast bench sandbox constraints clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +21,18 @@ install-redis:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
 	  else echo "redis-server missing: install it (apt-get install redis-server)" >&2; exit 1; fi; }
 
+# The dashboard's browser test drives Debian's headless Chromium; install it the same way.
+install-chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium missing: install it (apt-get install chromium)" >&2; exit 1; fi; }
+
 lint: install
 	$(BIN)/ruff check github_broker tests benchmarks
 	$(BIN)/mypy
 
-test: install install-redis
+test: install install-redis install-chromium
 	$(BIN)/pytest
 
 test-fast: install install-redis

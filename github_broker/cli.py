@@ -206,52 +206,46 @@ def cmd_status(args: argparse.Namespace) -> int:
         finally:
             await store.close()
 
-    data = asyncio.run(run())
     if args.json:
-        _print(data)
+        _print(asyncio.run(run()))
         return 0
-    for repo in data["repositories"]:
-        bucket = "none" if repo["bucket"] is None else f"P{repo['bucket']}"
-        print(
-            f"{repo['repository']}  bucket {bucket}  ready {repo['ready_by_priority'] or '{}'}  "
-            f"pending GitHub writes {repo['pending_github_writes']}"
-        )
-        for lease in repo["leases"]:
-            print(
-                f"  held  #{lease['issue']:<6} {lease['task_type']:<12} {lease['agent_id']:<20} "
-                f"until {lease['expires_at']}"
-            )
-        for number, reason in repo["skipped"].items():
-            print(f"  skip  #{number:<6} {reason['code']}: {reason['reason']}")
-    quota = data["github_quota"]
-    if quota:
-        print(f"GitHub quota: {quota['remaining']}/{quota['limit']}")
+    print(_render_status(settings))
     return 0
+
+
+def _render_status(settings: Settings) -> str:
+    from github_broker import overview, render
+    from github_broker.store import Store
+
+    async def run() -> str:
+        store = Store.from_settings(settings)
+        try:
+            return render.status_text(await overview.overview(store, settings))
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """What an agent with the given roles would get, and why not each other issue."""
-    from github_broker import status
+    from github_broker import overview, render
     from github_broker.store import Store
 
     settings = _settings(args)
     _require_repositories(settings)
+    if args.repo and args.repo not in {r.full_name for r in settings.repositories}:
+        raise ConfigError(f"--repo {args.repo}: not a configured repository")
 
-    async def run() -> dict[str, list[Any]]:
+    async def run() -> list[overview.Explained]:
         store = Store.from_settings(settings)
         try:
-            return {
-                name: await status.explain(rstore, settings, args.role or None)
-                for name, rstore in store.repos.items()
-            }
+            return await overview.explained(store, settings, args.role or None, args.repo)
         finally:
             await store.close()
 
-    for name, verdicts in asyncio.run(run()).items():
-        print(name)
-        for v in verdicts:
-            prio = "-" if v.priority is None else f"P{v.priority}"
-            print(f"  #{v.issue:<6} {prio:<4} {v.verdict:<15} {v.detail}")
+    rows = None if args.all else render.ROWS_SHOWN
+    print(render.explain_text(asyncio.run(run()), issue=args.issue, rows=rows))
     return 0
 
 
@@ -306,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = add("explain", cmd_explain)
     p.add_argument("--role", action="append", help="a role the agent accepts (repeatable)")
+    p.add_argument("--repo", help="only this owner/name")
+    p.add_argument("--issue", type=int, help="only this issue number")
+    p.add_argument(
+        "--all", action="store_true", help="list every issue, not the first of each group"
+    )
     from github_broker.runner import add_agent_command
     from github_broker.sandbox import add_labels_command, add_sandbox_command
 

@@ -32,7 +32,8 @@ Added by this project (no TTL unless said):
 ``work``                 zset    issue number -> priority of every open work issue (bucket)
 ``skipped``              hash    issue number -> JSON reason it is not handed out
 ``open``                 set     numbers of the open issues mirrored in ``issue:{n}``
-``sync``                 hash    sync cursors: ``since``, the incremental ETag, default branch
+``sync``                 hash    sync cursors: ``since``, the incremental ETag, default branch,
+                                 ``full_at`` and ``synced_at`` (epoch seconds of the last passes)
 ``sync:pages``           hash    full pass: per page its ETag and the issue numbers on it
 ``intent``               hash    number -> JSON ``{add, remove, on, v}``: label writes still
                                  to do, labels written but not yet seen by a sync; kept
@@ -45,6 +46,9 @@ Added by this project (no TTL unless said):
                                  review_done, needs_human, link (JSON: linked PR or null,
                                  due time); deleted with the needs-review label
 ``events``               pubsub  "ready" whenever a task becomes claimable
+``timeline``             stream  recent events (kind, n, agent, detail): claims, lease ends,
+                                 GitHub writes; capped ``MAXLEN ~ 2000``
+``outbox:stats``         hash    applied, refused, dropped: GitHub write outcomes so far
 ``handout:{agent}:{rid}``  string  JSON ``{n, task_id, token}`` handed out for that request id
                                  (TTL: the lease TTL): a repeated request gets the same lease
 ``task_failures``        hash    issue number -> failures (failed, abandoned, expired) so far;
@@ -61,8 +65,9 @@ Added by this project (no TTL unless said):
                                  (``~`` once deleted or transferred); TTL 1 day
 =======================  ======  ==============================================================
 
-Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease) and
-``{key_prefix}:quota`` (the last GitHub rate-limit headers seen).
+Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease),
+``{key_prefix}:quota`` (the last GitHub rate-limit headers seen) and ``{key_prefix}:timeline``
+(stream of deployment-wide events such as leader changes, capped like the repositories' ones).
 """
 
 from __future__ import annotations
@@ -109,6 +114,8 @@ class RepoKeys:
         self.outbox_attempts = self.base + "outbox:attempts"
         self.events = self.base + "events"
         self.reviewing = self.base + "reviewing"
+        self.timeline = self.base + "timeline"
+        self.outbox_stats = self.base + "outbox:stats"
         self.task_failures = self.base + "task_failures"
         self.agent_streaks = self.base + "agent_streaks"
         self.webhooks = self.base + "webhooks"
@@ -164,3 +171,4 @@ class GlobalKeys:
         self.leader = f"{key_prefix}:leader"
         self.quota = f"{key_prefix}:quota"
         self.events = f"{key_prefix}:events"
+        self.timeline = f"{key_prefix}:timeline"

@@ -170,3 +170,16 @@ class Task(BaseModel):
     pr_url: str | None = None
     review_comments: list[ReviewComment] = []
     lease: LeaseGrant
+
+
+class Event(BaseModel):
+    """One entry of a timeline stream: what happened, to which issue, by which agent."""
+
+    at_ms: int
+    kind: str
+    #: The stream entry id: read on after it with `timeline_since`.
+    id: str = ""
+    repository: str | None = None
+    issue: int | None = None
+    agent: str = ""
+    detail: str = ""

@@ -118,6 +118,7 @@ class OutboxDrainer:
                     "dropping write %s on %s: %s", job, repo.full_name, e, extra=_fields(repo, job)
                 )
                 await rstore.outbox_done(job, payload)
+                await rstore.record_write("dropped", job, str(e))
                 report.dropped += 1
             except GitHubError as e:
                 if attempts + 1 >= MAX_REFUSED_ATTEMPTS:
@@ -130,10 +131,12 @@ class OutboxDrainer:
                         extra=_fields(repo, job),
                     )
                     await rstore.outbox_done(job, payload)
+                    await rstore.record_write("dropped", job, str(e))
                     report.dropped += 1
                 else:
                     delay_ms = backoff_ms(attempts)
                     await rstore.outbox_done(job, payload, retry_in_ms=delay_ms)
+                    await rstore.record_write("refused", job, str(e))
                     report.retried += 1
                     logger.warning(
                         "GitHub refused %s on %s (attempt %d), retry in %.0fs: %s",
@@ -145,7 +148,8 @@ class OutboxDrainer:
                         extra=_fields(repo, job),
                     )
             else:
-                await rstore.outbox_done(job, payload)
+                if await rstore.outbox_done(job, payload):
+                    await rstore.record_write("applied", job, _describe(job, payload))
                 report.applied += 1
                 if job in due_ms:
                     observe_write_lag(due_ms[job])
@@ -170,6 +174,16 @@ class OutboxDrainer:
             )
         else:
             raise GitHubError(f"unknown write job {job!r}")
+
+
+def _describe(job: str, payload: str) -> str:
+    """A job's change in a few words, for the timeline."""
+    data = json.loads(payload)
+    if job.startswith("labels:"):
+        add = " ".join(f"+{label}" for label in data.get("add") or [])
+        remove = " ".join(f"-{label}" for label in data.get("remove") or [])
+        return f"labels {add} {remove}".strip()
+    return f"branch {data.get('branch', '')}"
 
 
 def _fields(repo: Repository, job: str) -> dict[str, object]:

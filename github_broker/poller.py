@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -71,6 +72,9 @@ class Daemon:
             return False
         if self.is_leader != was:
             logger.info("%s leader (%s)", "became" if self.is_leader else "lost", self.id)
+            with contextlib.suppress(BrokerError):
+                kind = "leader_gained" if self.is_leader else "leader_lost"
+                await self.store.record_event(kind, None, "", self.id)
         return self.is_leader
 
     async def sync_all(self) -> None:
@@ -79,13 +83,19 @@ class Daemon:
         for repo in self.settings.repositories:
             name = repo.full_name
             if await self._sync_due(repo):
-                await self._guarded(name, f"sync {name}", partial(self.syncer.sync, repo))
+                await self._guarded(name, f"sync {name}", partial(self._sync, repo))
             # Review upkeep fails on its own: a PR endpoint the token cannot read must not
             # stop the mirror from syncing.
             await self._guarded(
                 f"reviews:{name}", f"review upkeep of {name}", partial(self.reviews.run, repo)
             )
         await self._publish_quota()
+
+    async def _sync(self, repo: Repository) -> None:
+        await self.syncer.sync(repo)
+        # When the mirror was last known current: the dashboard's and `status`'s "last sync".
+        # Recorded here, not by the syncer, whose unchanged passes write nothing.
+        await self.store.repo(repo.full_name).save_sync_state({"synced_at": str(time.time())})
 
     async def _sync_due(self, repo: Repository) -> bool:
         """While webhooks are healthy the sync is only the safety net: it runs every
@@ -172,7 +182,7 @@ class Daemon:
         for func, seconds in jobs:
             # max_instances=1: a slow pass is never overlapped by the next one.
             scheduler.add_job(
-                func,
+                self._quiet_when_stopped(func),
                 "interval",
                 seconds=seconds,
                 max_instances=1,
@@ -183,6 +193,19 @@ class Daemon:
         scheduler.start()
         self.scheduler = scheduler
         self.webhooks.start(lambda: self.is_leader)
+
+    def _quiet_when_stopped(self, func: Callable[[], Awaitable[object]]) -> Callable[[], Any]:
+        """`func` as a job whose pass, cancelled because the process stops, ends quietly
+        instead of as an error traceback (the next leader's pass redoes its work)."""
+
+        async def job() -> None:
+            try:
+                await func()
+            except asyncio.CancelledError:
+                if self.scheduler is not None:
+                    raise
+
+        return job
 
     async def stop(self) -> None:
         if self.scheduler is not None:

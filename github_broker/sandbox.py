@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import logging
 import os
@@ -18,10 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from github_broker.client import BrokerClient, BrokerClientError
+from github_broker.clock import now_ms
 from github_broker.errors import BrokerError, ConfigError
+from github_broker.models import Event
+from github_broker.overview import RepoOverview, age, repo_overview
 from github_broker.runner import Runner, RunnerConfig, RunnerError, stop_on_signals
 from github_broker.settings import DEFAULTS_DIR, ENV_PREFIX, Settings, load_settings
 from github_broker.simulator import DEMO_SEED_PATH, Simulator
+from github_broker.status import Verdict, explain
+from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +223,104 @@ class GitHubWatcher:
             logger.info("github: %s #%d %s", item.kind, number, item.state)
 
 
+#: Timeline kinds the event log shows for agents other than the demo ones (the demo agents'
+#: runners log their own).
+AGENT_EVENTS = {
+    "claim": "claimed",
+    "completed": "completed",
+    "failed": "failed",
+    "abandoned": "abandoned",
+    "expired": "lost to expiry",
+    "revoked": "had revoked",
+    "issue_closed": "lost (issue closed)",
+    "label_removed": "lost (label removed)",
+}
+
+
+def agent_event_line(event: Event) -> str:
+    what = AGENT_EVENTS[event.kind]
+    task = f" ({event.detail.split(':')[0]})" if event.kind == "claim" and event.detail else ""
+    return f"broker: {event.agent} {what} {event.repository}#{event.issue}{task}"
+
+
+def backlog_summary(repo: RepoOverview, done: dict[int, str], waiting: list[Verdict]) -> list[str]:
+    """What is left once no task is ready and none is held: done, skipped and why, waiting."""
+    out = [f"backlog of {repo.repository} ran out: nothing to hand out now"]
+    if done:
+        items = ", ".join(f"#{n} by {agent}" for n, agent in sorted(done.items()))
+        out.append(f"  done ({len(done)}): {items}")
+    out.append(f"  skipped ({repo.skipped_total}):")
+    out += [f"    #{s.issue.number} {s.issue.title}: {s.reason}" for s in repo.skipped]
+    reviews = {r.issue.number: r for r in repo.reviews}
+    out.append(f"  waiting ({len(waiting)}):")
+    for v in waiting:
+        review = reviews.get(v.issue)
+        if review is None:
+            out.append(f"    #{v.issue}: {v.detail}")
+            continue
+        due = f", review due {age(review.due_ms, now_ms())}" if review.due_ms else ""
+        out.append(f"    #{v.issue} {review.issue.title}: in review, {review.state}{due}")
+    return out
+
+
+class BrokerWatcher:
+    """Logs what other agents do (from the broker's timeline) and, each time the backlog
+    runs out, a summary of what is done, skipped and waiting."""
+
+    def __init__(
+        self, settings: Settings, demo_agents: list[str], interval_s: float = WATCH_INTERVAL_S
+    ) -> None:
+        self.settings = settings
+        self.demo_agents = set(demo_agents)
+        self.interval_s = interval_s
+        self.done: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sandbox-broker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        asyncio.run(self._watch())
+
+    async def _watch(self) -> None:
+        store = Store.from_settings(self.settings)
+        rstore = store.repo(SANDBOX_REPO)
+        last, reported = "0-0", False
+        try:
+            while not self._stop.is_set():
+                try:
+                    for event in await rstore.timeline_since(last):
+                        last = event.id
+                        self._note(event)
+                    idle = await self._idle(rstore)
+                    if idle and not reported:
+                        repo = await repo_overview(rstore, self.settings)
+                        verdicts = await explain(rstore, self.settings, None)
+                        waiting = [v for v in verdicts if v.verdict == "waiting"]
+                        for line in backlog_summary(repo, self.done, waiting):
+                            logger.info("%s", line)
+                    reported = idle
+                except BrokerError as e:
+                    logger.warning("broker state unreadable: %s", e)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            await store.close()
+
+    def _note(self, event: Event) -> None:
+        if event.kind == "completed" and event.issue is not None and event.detail == "development":
+            self.done[event.issue] = event.agent
+        if event.kind in AGENT_EVENTS and event.agent and event.agent not in self.demo_agents:
+            logger.info("%s", agent_event_line(event))
+
+    async def _idle(self, rstore: RepoStore) -> bool:
+        return not await rstore.ready_tasks() and not await rstore.leases()
+
+
 @contextlib.contextmanager
 def event_log() -> Iterator[None]:
     """Print runner and watcher events as short timestamped lines; quiet the rest."""
@@ -250,6 +354,7 @@ def banner(url: str, sim: Simulator, redis_url: str, agents: list[str], logs: Pa
     return f"""\
 github-broker sandbox: everything runs in this process, offline, no GitHub token
   simulated GitHub  {sim.base_url}  ({SANDBOX_REPO}, {open_issues} open issues and PRs)
+  dashboard         {url}/ui
   broker API        {url}  (OpenAPI: {url}/docs, queues: {url}/status)
   redis             {redis_url}
   demo agents       {agent_line}
@@ -285,6 +390,7 @@ class Sandbox:
         self.logs = Path(tempfile.mkdtemp(prefix="gb-sandbox-"))
         self.api: ApiServer | None = None
         self.watcher = GitHubWatcher(self.sim)
+        self.broker_watcher: BrokerWatcher | None = None
         self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -293,6 +399,8 @@ class Sandbox:
         self.api = ApiServer(settings, "127.0.0.1", self.port)
         self.api.start()
         self.watcher.start()
+        self.broker_watcher = BrokerWatcher(settings, self.agent_ids)
+        self.broker_watcher.start()
         print(banner(self.url, self.sim, self.redis_url, self.agent_ids, self.logs), flush=True)
         for agent_id in self.agent_ids:
             thread = threading.Thread(
@@ -350,6 +458,8 @@ class Sandbox:
         if self.api is not None:
             self.api.stop()
         self.watcher.stop()
+        if self.broker_watcher is not None:
+            self.broker_watcher.stop()
         self.sim.stop()
 
 

@@ -24,6 +24,7 @@ from github_broker.keys import GlobalKeys, RepoKeys
 from github_broker.models import (
     SCORE_GROUP,
     Claimed,
+    Event,
     Issue,
     LeaseInfo,
     LeaseRefusal,
@@ -43,6 +44,8 @@ T = TypeVar("T")
 LEASE_END_TTL_S = 86400
 #: Ready tasks a claim looks at per index before giving up on held leftovers.
 CLAIM_SCAN = 16
+#: Approximate cap of each timeline stream (XADD MAXLEN ~): recent events only.
+TIMELINE_MAX = 2000
 #: Memory URL scheme: an in-process fakeredis (sandbox, quick tests).
 MEMORY_URL = "memory://"
 
@@ -235,6 +238,8 @@ class RepoStore:
                 "fix": keys.fix_prefix,
                 "outbox_attempts": keys.outbox_attempts,
                 "events": keys.events,
+                "timeline": keys.timeline,
+                "timeline_max": TIMELINE_MAX,
                 "in_progress": settings.labels.in_progress,
                 "needs_review": settings.labels.needs_review,
                 "lease_ms": settings.leases.lease_ttl_s * 1000,
@@ -660,6 +665,93 @@ class RepoStore:
     async def set_issue_version(self, number: int, version: str, ttl_s: int) -> None:
         await self.client.set(self.keys.issue_version(number), version, ex=ttl_s)
 
+    # --- timeline and write outcomes (the dashboard) ------------------------------------
+
+    @translate_errors
+    async def record_event(
+        self, kind: str, number: int | None = None, agent: str = "", detail: str = ""
+    ) -> None:
+        await _xadd(self.client, self.keys.timeline, kind, number, agent, detail)
+
+    @translate_errors
+    async def timeline(self, count: int = 50) -> list[Event]:
+        """The most recent events, newest first."""
+        entries = await self.client.xrevrange(self.keys.timeline, count=count)
+        return _events(entries, self.repository)
+
+    @translate_errors
+    async def timeline_since(self, after_id: str, count: int = 100) -> list[Event]:
+        """Events after `after_id` ("0-0": from the start), oldest first."""
+        reply = await self.client.xread({self.keys.timeline: after_id}, count=count)
+        entries = reply[0][1] if reply else []
+        return _events(entries, self.repository)
+
+    @translate_errors
+    async def record_write(self, outcome: str, job: str, detail: str = "") -> None:
+        """Count a GitHub write outcome (applied, refused: a 4xx to retry, dropped) and put
+        it on the timeline."""
+        kind, _, number = job.partition(":")
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hincrby(self.keys.outbox_stats, outcome, 1)
+            pipe.xadd(
+                self.keys.timeline,
+                {"kind": f"write_{outcome}", "n": number, "agent": "", "detail": detail or kind},
+                maxlen=TIMELINE_MAX,
+                approximate=True,
+            )
+            await pipe.execute()
+
+    @translate_errors
+    async def write_queue(self) -> dict[str, Any]:
+        """Pending jobs, when the oldest was due, jobs refused at least once, outcome counts."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zcard(self.keys.outbox)
+            pipe.zrange(self.keys.outbox, 0, 0, withscores=True)
+            pipe.hlen(self.keys.outbox_attempts)
+            pipe.hgetall(self.keys.outbox_stats)
+            pending, oldest, refusing, stats = await pipe.execute()
+        counts = {_text(k): int(v) for k, v in stats.items()}
+        return {
+            "pending": int(pending),
+            "oldest_due_ms": int(oldest[0][1]) if oldest else None,
+            "refusing": int(refusing),
+            "applied": counts.get("applied", 0),
+            "refused": counts.get("refused", 0),
+            "dropped": counts.get("dropped", 0),
+        }
+
+    @translate_errors
+    async def agent_streaks(self) -> dict[str, int]:
+        """Consecutive failures per agent (the failure budget's hash), when it exists."""
+        raw = await _aw(self.client.hgetall(self.keys.agent_streaks))
+        return {_text(k): int(v) for k, v in raw.items() if int(v) > 0}
+
+
+async def _xadd(
+    client: Any, key: str, kind: str, number: int | None, agent: str, detail: str
+) -> None:
+    fields = {"kind": kind, "n": "" if number is None else str(number), "agent": agent}
+    fields["detail"] = detail
+    await client.xadd(key, fields, maxlen=TIMELINE_MAX, approximate=True)
+
+
+def _events(entries: list[Any], repository: str | None) -> list[Event]:
+    out = []
+    for entry_id, raw in entries:
+        f = {_text(k): _text(v) for k, v in raw.items()}
+        out.append(
+            Event(
+                at_ms=int(_text(entry_id).split("-")[0]),
+                kind=f.get("kind", ""),
+                id=_text(entry_id),
+                repository=repository,
+                issue=int(f["n"]) if f.get("n") else None,
+                agent=f.get("agent", ""),
+                detail=f.get("detail", ""),
+            )
+        )
+    return out
+
 
 class Store:
     """All repositories' stores plus the deployment-wide keys."""
@@ -714,6 +806,21 @@ class Store:
     async def quota(self) -> Quota | None:
         raw = await _aw(self.client.get(self.global_keys.quota))
         return Quota.model_validate_json(raw) if raw else None
+
+    @translate_errors
+    async def record_event(
+        self, kind: str, number: int | None = None, agent: str = "", detail: str = ""
+    ) -> None:
+        """A deployment-wide event (leader changes) on the global timeline."""
+        await _xadd(self.client, self.global_keys.timeline, kind, number, agent, detail)
+
+    @translate_errors
+    async def timeline(self, count: int = 50) -> list[Event]:
+        """Recent events of every repository and the deployment, newest first."""
+        events = _events(await self.client.xrevrange(self.global_keys.timeline, count=count), None)
+        for rstore in self.repos.values():
+            events += await rstore.timeline(count)
+        return sorted(events, key=lambda e: e.at_ms, reverse=True)[:count]
 
     @asynccontextmanager
     async def ready_events(self) -> AsyncIterator[asyncio.Queue[str]]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import re
 import signal
 import subprocess
@@ -16,9 +18,14 @@ import pytest
 
 from github_broker.client import BrokerClient
 from github_broker.errors import ConfigError
-from github_broker.sandbox import cmd_labels_init, sandbox_settings
+from github_broker.models import Claimed
+from github_broker.rules import Rules
+from github_broker.sandbox import BrokerWatcher, cmd_labels_init, sandbox_settings
 from github_broker.simulator import Simulator
+from github_broker.store import Store, flush_memory
+from github_broker.sync import index_item
 from tests.conftest import free_port
+from tests.factories import issue
 
 
 def sandbox_cli(*args: str) -> list[str]:
@@ -90,7 +97,7 @@ def test_sandbox_runs_a_task_cycle_serves_an_sdk_client_and_stops_on_sigint(
 ) -> None:
     proc, output, url = sandbox
     ready, _ = output.index(r"--- event log", 30)
-    assert url in output.text
+    assert url in output.text and f"dashboard         {url}/ui" in output.text
     # Two P0 issues and one demo agent: the SDK client gets the one the demo agent does not.
     with BrokerClient(url, "sdk-agent") as client:
         task = client.request_task(wait_seconds=20)
@@ -104,7 +111,11 @@ def test_sandbox_runs_a_task_cycle_serves_an_sdk_client_and_stops_on_sigint(
         completed, _ = output.index(rf"demo-agent-1 completed demo/sandbox#{n}\b", 60, claimed)
         output.index(rf"github: PR #\d+ opened: \S+ -> main, 'Closes #{n}'", 60, claimed)
         output.index(rf"github: #{n} labels .*\+needs-review", 60, completed)
+        output.index(
+            rf"broker: sdk-agent claimed demo/sandbox#{task.issue_id} \(development\)", 30, ready
+        )
         client.release(task)
+        output.index(rf"broker: sdk-agent abandoned demo/sandbox#{task.issue_id}\b", 30, ready)
 
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=40) in (0, 130)
@@ -161,3 +172,49 @@ def test_labels_init_creates_the_label_set_once(
     assert expected <= names
     assert "exists   acme/widgets  P0" in first and "created  acme/widgets  P1" in first
     assert "created" not in second.replace(" 0 created", "")
+
+
+def test_broker_watcher_logs_other_agents_and_summarises_an_empty_backlog(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = sandbox_settings("http://127.0.0.1:9", "memory://", 8080)
+    flush_memory()
+
+    async def seed_and_work() -> None:
+        store = Store.from_settings(settings)
+        rstore = store.repo("demo/sandbox")
+        rules = Rules(settings)
+        items = [
+            issue(1, "P0", "BACKENDCODER"),
+            issue(2, "P0", "BACKENDCODER", text="no deliverables here"),
+            issue(3, "P1", "BACKENDCODER"),
+        ]
+        await rstore.upsert_issues([index_item(rules, i, "main") for i in items])
+        for agent in ("my-agent", "demo-agent-1"):
+            got = await rstore.claim(
+                agent, previous="completed", mode="best_effort", base_branch="main", roles=None
+            )
+            assert isinstance(got, Claimed)
+            assert (await rstore.finish(got.issue.number, agent, got.token, "completed"))[0]
+        await store.close()
+
+    caplog.set_level(logging.INFO, logger="github_broker.sandbox")
+    watcher = BrokerWatcher(settings, ["demo-agent-1"], interval_s=0.05)
+    asyncio.run(seed_and_work())
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 20
+        while "ran out" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+    finally:
+        watcher.stop()
+        flush_memory()
+    text = caplog.text
+    assert "broker: my-agent claimed demo/sandbox#1 (development)" in text
+    assert "broker: my-agent completed demo/sandbox#1" in text
+    assert "demo-agent-1 claimed" not in text  # its runner logs it already
+    assert "done (2): #1 by my-agent, #3 by demo-agent-1" in text
+    assert "#2 Task 2: body has no deliverables section" in text
+    assert "waiting (2):" in text and "#1: no claimable task for it now" in text
+    assert "#3: no claimable task for it now" in text

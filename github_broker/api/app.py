@@ -26,6 +26,7 @@ from github_broker.prompts import Prompts
 from github_broker.settings import Settings, default_config_dir, load_settings
 from github_broker.store import Store
 from github_broker.tasks import TaskService
+from github_broker.ui import routes as dashboard
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
         version=__version__,
         description="Hands GitHub issues to AI coding agents as leased tasks.",
         lifespan=lifespan,
+        docs_url=None,  # served offline by the dashboard package
     )
     errors.install(app)
     # Innermost: the hot path sees a body the limit already checked, and is timed.
@@ -104,4 +106,5 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
     instrument(app)
     app.include_router(routes.router)
     app.include_router(webhooks.router)
+    dashboard.install(app)
     return app

@@ -113,11 +113,12 @@ end
 -- ARGV[1]: unused ('') since the context is compiled in: store.py prepends to each script
 --   `base_context()`, the repository's constants: key prefixes for per-issue keys (issue,
 --   lock, lease, agent, cand, ready_role, tomb, review, review_state, fix), the events
---   channel, label names (in_progress, needs_review) and times (lease_ms, agent_s, cand_s,
---   tomb_s, author_fallback_ms), and priority_unit (a task score divided by it, rounded
---   down, is the task's priority); request ids and the failure budget: handout and
---   cooldown prefixes, the task_failures and agent_streaks hashes, needs_human,
---   settle_grace_ms, max_failures, cooldown_s.
+--   channel, the timeline stream and its cap (timeline, timeline_max), label names
+--   (in_progress, needs_review) and times (lease_ms, agent_s, cand_s, tomb_s,
+--   author_fallback_ms), and priority_unit (a task score divided by it, rounded down, is the
+--   task's priority); request ids and the failure budget: handout and cooldown prefixes, the
+--   task_failures and agent_streaks hashes, needs_human, settle_grace_ms, max_failures,
+--   cooldown_s.
 local function context()
   local C = base_context()
   C.K = {tasks = KEYS[1], ready = KEYS[2], work = KEYS[3], leases = KEYS[4], intent = KEYS[5],
@@ -175,6 +176,13 @@ local function record_completion(C, n, agent, task_id, task_type)
   drop_task(C, task_id)
 end
 
+-- Append an event to the repository's timeline stream (the dashboard's "recent events").
+-- Capped approximately, so a busy repository costs a bounded stream.
+local function timeline(C, kind, n, agent, detail)
+  redis.call('XADD', C.timeline, 'MAXLEN', '~', C.timeline_max, '*', 'kind', kind,
+             'n', tostring(n or ''), 'agent', agent or '', 'detail', detail or '')
+end
+
 -- Spend one unit of the failure budget: the agent's streak, a cool-down before the agent
 -- sees issue n again, and the issue's count. Returns true when the count reached
 -- max_failures: the issue then gets needs-human (the caller queues the label), its tasks
@@ -218,6 +226,9 @@ local function end_lease(C, n, outcome, now, uncounted)
   -- it itself, and the next claim queues its own.
   redis.call('HDEL', C.K.outbox_data, 'branch:' .. n)
   redis.call('ZREM', C.K.outbox, 'branch:' .. n)
+  local what = task_type
+  if gave_up then what = task_type .. ', labelled ' .. C.needs_human end
+  timeline(C, outcome, n, agent, what)
   if gave_up then return agent end
   if outcome == 'completed' then
     redis.call('HDEL', C.agent_streaks, agent)

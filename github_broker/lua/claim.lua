@@ -159,6 +159,7 @@ redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
   claimed_ms = now}), 'EX', C.cand_s)
 unready(C.K.tasks, C.K.ready, C.ready_role, best_id)
 want_labels(C.K.intent, C.K.outbox, n, {C.in_progress, agent}, {}, now)
+timeline(C, 'claim', n, agent, best_id)
 if task_type == 'development' and branch ~= '' then
   local job = 'branch:' .. n
   redis.call('HSET', C.K.outbox_data, job, cjson.encode({branch = branch, base = base_branch}))

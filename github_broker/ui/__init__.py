@@ -1,0 +1,1 @@
+"""The maintainers' dashboard: server-rendered pages over the overview, and offline /docs."""
