@@ -17,6 +17,8 @@ from github_broker.settings import Settings, default_config_dir, load_settings
 
 logger = logging.getLogger("github_broker")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: Seconds serve lets in-flight requests finish after SIGTERM before closing them.
+SHUTDOWN_GRACE_S = 5
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -114,6 +116,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_config=_uvicorn_logging(args.log_level),
         log_level=args.log_level.lower(),
         access_log=args.access_log,
+        # Long-polls are answered at once on SIGTERM (ReadyWaker.close): what is left are
+        # short calls, well inside an orchestrator's grace period.
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
     return 0
 

@@ -39,14 +39,24 @@ Added by this project (no TTL unless said):
 ``outbox``               zset    write job (``labels:{n}``, ``branch:{n}``) -> due time (ms)
 ``outbox:data``          hash    write job -> JSON payload (branch jobs)
 ``outbox:attempts``      hash    write job -> times GitHub refused it (4xx) so far
+``outbox:taken``         hash    write job -> epoch of the leader that has it in hand; a new
+                                 leader makes these due at once
 ``reviewing``            set     issues whose labels (with pending writes) say needs-review
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
                                  review_done, needs_human; deleted with the needs-review label
 ``events``               pubsub  "ready" whenever a task becomes claimable
+``fence``                string  highest leader epoch that wrote this repository's mirror or
+                                 write queue; scripts refuse a caller with a lower one
+``mirror``               string  the time (ms) a complete sync pass finished: the mirror is
+                                 rebuilt (gone after Redis lost its data)
+``orphans``              hash    issue -> first time (ms) a sync saw it ``in-progress`` with no
+                                 single agent label and no lease; cleaned after the lease TTL
 =======================  ======  ==============================================================
 
-Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease) and
-``{key_prefix}:quota`` (the last GitHub rate-limit headers seen).
+Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease: ``id`` of the
+holder), ``{{key_prefix}:leader}:epoch`` (the last leader epoch handed out; same Cluster slot
+as the leader key; never expires) and ``{key_prefix}:quota`` (the last GitHub rate-limit
+headers seen).
 """
 
 from __future__ import annotations
@@ -91,6 +101,10 @@ class RepoKeys:
         self.outbox_attempts = self.base + "outbox:attempts"
         self.events = self.base + "events"
         self.reviewing = self.base + "reviewing"
+        self.fence = self.base + "fence"
+        self.mirror = self.base + "mirror"
+        self.orphans = self.base + "orphans"
+        self.outbox_taken = self.base + "outbox:taken"
 
     def issue(self, number: int) -> str:
         return f"{self.issue_prefix}{number}"
@@ -125,5 +139,7 @@ class GlobalKeys:
 
     def __init__(self, key_prefix: str) -> None:
         self.leader = f"{key_prefix}:leader"
+        # The hash tag puts the epoch in the leader key's slot (leader.lua touches both).
+        self.leader_epoch = f"{{{key_prefix}:leader}}:epoch"
         self.quota = f"{key_prefix}:quota"
         self.events = f"{key_prefix}:events"

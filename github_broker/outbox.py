@@ -7,6 +7,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from github_broker.errors import GitHubError, GitHubNotFound, GitHubUnavailable, RateLimited
@@ -51,6 +52,11 @@ class OutboxDrainer:
         self.gateway = gateway
         self.paused_until_s = 0.0
         self._outages = 0  # consecutive drains cut short by an unavailable GitHub
+        #: The leader epoch every take and settle carries (0: unfenced); set by the daemon.
+        self.epoch = 0
+        #: Asked right before each GitHub call: a leader that stalled and was replaced must
+        #: not send a write the new leader may already have superseded.
+        self.still_leader: Callable[[], Awaitable[bool]] | None = None
 
     async def drain(self, repo: Repository) -> DrainReport:
         """Apply due writes, batch after batch, until none is due or the time budget is spent."""
@@ -69,15 +75,21 @@ class OutboxDrainer:
         self, rstore: RepoStore, jobs: list[tuple[str, str, int]], delay_ms: int
     ) -> None:
         for job, payload, _ in jobs:
-            await rstore.outbox_done(job, payload, retry_in_ms=delay_ms, attempted=False)
+            await rstore.outbox_done(
+                job, payload, retry_in_ms=delay_ms, attempted=False, epoch=self.epoch
+            )
 
     async def _drain_batch(self, repo: Repository, report: DrainReport, deadline: float) -> int:
         rstore = self.store.repo(repo.full_name)
-        jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS)
+        jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS, epoch=self.epoch)
         for index, (job, payload, attempts) in enumerate(jobs):
             if time.monotonic() > deadline:
                 # Out of time: the rest are due at once for the next drain, not failures.
                 await self._put_back(rstore, jobs[index:], 0)
+                return 0
+            if self.still_leader is not None and not await self.still_leader():
+                # Deposed: the new leader retakes these jobs at once (outbox:taken).
+                logger.warning("write queue of %s: not the leader any more", repo.full_name)
                 return 0
             try:
                 await asyncio.to_thread(self._apply, repo.full_name, job, payload)
@@ -100,7 +112,7 @@ class OutboxDrainer:
                 return 0
             except GitHubNotFound as e:
                 logger.warning("dropping write %s on %s: %s", job, repo.full_name, e)
-                await rstore.outbox_done(job, payload)
+                await rstore.outbox_done(job, payload, epoch=self.epoch)
                 report.dropped += 1
             except GitHubError as e:
                 if attempts + 1 >= MAX_REFUSED_ATTEMPTS:
@@ -111,13 +123,15 @@ class OutboxDrainer:
                         attempts + 1,
                         e,
                     )
-                    await rstore.outbox_done(job, payload)
+                    await rstore.outbox_done(job, payload, epoch=self.epoch)
                     report.dropped += 1
                 else:
-                    await rstore.outbox_done(job, payload, retry_in_ms=backoff_ms(attempts))
+                    await rstore.outbox_done(
+                        job, payload, retry_in_ms=backoff_ms(attempts), epoch=self.epoch
+                    )
                     report.retried += 1
             else:
-                await rstore.outbox_done(job, payload)
+                await rstore.outbox_done(job, payload, epoch=self.epoch)
                 report.applied += 1
                 self._outages = 0
         return len(jobs)

@@ -10,6 +10,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from functools import wraps
 from importlib import resources
 from typing import Any, ParamSpec, TypeVar, cast
@@ -18,7 +19,7 @@ import redis.asyncio as aioredis
 import redis.exceptions
 
 from github_broker.clock import iso_from_ms, now_ms
-from github_broker.errors import StoreUnavailable
+from github_broker.errors import Fenced, MirrorRebuilding, StoreUnavailable
 from github_broker.keys import GlobalKeys, RepoKeys
 from github_broker.models import (
     SCORE_GROUP,
@@ -42,6 +43,8 @@ T = TypeVar("T")
 LEASE_END_TTL_S = 86400
 #: Ready tasks a claim looks at per index before giving up on held leftovers.
 CLAIM_SCAN = 16
+#: Seconds /ready waits for Redis's PONG.
+PING_TIMEOUT_S = 0.8
 #: Memory URL scheme: an in-process fakeredis (sandbox, quick tests).
 MEMORY_URL = "memory://"
 
@@ -63,6 +66,11 @@ def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
             raise StoreUnavailable(f"Redis unavailable: {e}") from e
         except redis.exceptions.ResponseError as e:
+            message = str(e)
+            if message.startswith("FENCED"):
+                raise Fenced(f"not the leader any more: {message}") from e
+            if message.startswith("REBUILDING"):
+                raise MirrorRebuilding(message.removeprefix("REBUILDING ")) from e
             raise StoreUnavailable(f"Redis error: {e}") from e
 
     return wrapper
@@ -70,18 +78,30 @@ def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]
 
 #: Redis Cluster: `redis+cluster://host:port[,host:port...]` (any reachable nodes).
 CLUSTER_SCHEME = "redis+cluster://"
-_TIMEOUTS: dict[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5}
+#: Default bounds of one Redis call (seconds); `Settings.redis` sets them per deployment.
+DEFAULT_SOCKET_TIMEOUT_S = 2.0
+DEFAULT_CONNECT_TIMEOUT_S = 1.0
 
 
-def connect(url: str) -> Any:
+def _timeouts(socket_s: float, connect_s: float) -> dict[str, Any]:
+    return {"socket_timeout": socket_s, "socket_connect_timeout": connect_s}
+
+
+def connect(
+    url: str,
+    *,
+    socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+) -> Any:
     """A client for `url`: redis://, rediss://, unix://, redis+sentinel://, redis+cluster://,
-    or memory:// (an in-process fakeredis)."""
+    or memory:// (an in-process fakeredis). Every call is bounded by the timeouts."""
+    timeouts = _timeouts(socket_timeout_s, connect_timeout_s)
     if url.startswith(MEMORY_URL):
         import fakeredis
 
         return fakeredis.FakeAsyncRedis(server=_memory_server())
     if url.startswith("redis+sentinel://"):
-        return _sentinel(url)
+        return _sentinel(url, socket_timeout_s)
     if url.startswith(CLUSTER_SCHEME):
         from redis.asyncio.cluster import ClusterNode, RedisCluster
 
@@ -91,17 +111,17 @@ def connect(url: str) -> Any:
                 n.partition(":") for n in url.removeprefix(CLUSTER_SCHEME).split("/")[0].split(",")
             )
         ]
-        return RedisCluster(startup_nodes=nodes, **_TIMEOUTS)
-    return aioredis.Redis.from_url(url, **_TIMEOUTS)
+        return RedisCluster(startup_nodes=nodes, **timeouts)
+    return aioredis.Redis.from_url(url, **timeouts)
 
 
-def _pubsub_client(url: str, client: Any) -> Any:
+def _pubsub_client(url: str, client: Any, timeouts: dict[str, Any]) -> Any:
     """Who to SUBSCRIBE through: the client itself, or for a cluster one node (a classic
     PUBLISH reaches every node of a cluster)."""
     if not url.startswith(CLUSTER_SCHEME):
         return client
     host, _, port = url.removeprefix(CLUSTER_SCHEME).split("/")[0].split(",")[0].partition(":")
-    return aioredis.Redis(host=host, port=int(port or 6379), **_TIMEOUTS)
+    return aioredis.Redis(host=host, port=int(port or 6379), **timeouts)
 
 
 _MEMORY: Any = None
@@ -124,7 +144,7 @@ def flush_memory() -> None:
     fakeredis.FakeRedis(server=_memory_server()).flushall()
 
 
-def _sentinel(url: str) -> aioredis.Redis:
+def _sentinel(url: str, socket_timeout_s: float) -> aioredis.Redis:
     # redis+sentinel://host1:26379,host2:26379/service_name[/db]
     from redis.asyncio.sentinel import Sentinel
 
@@ -135,7 +155,7 @@ def _sentinel(url: str) -> aioredis.Redis:
     for host in hosts.split(","):
         name, _, port = host.partition(":")
         nodes.append((name, int(port or 26379)))
-    sentinel = Sentinel(nodes, socket_timeout=10)
+    sentinel = Sentinel(nodes, socket_timeout=socket_timeout_s)
     return sentinel.master_for(service or "mymaster", db=int(db or 0))
 
 
@@ -159,6 +179,7 @@ class Scripts:
         "reap",
         "sync_upsert",
         "sync_remove",
+        "sync_save",
         "outbox_take",
         "outbox_done",
     )
@@ -170,6 +191,27 @@ class Scripts:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _refusal(value: Any) -> LeaseRefusal:
+    reason = _text(value)
+    if reason == "rebuilding":
+        # Redis lost the lease with everything else; the next sync re-adopts it from GitHub.
+        raise MirrorRebuilding("the mirror is being rebuilt from GitHub; retry shortly")
+    return LeaseRefusal(reason)
+
+
+@dataclass
+class UpsertResult:
+    """What one sync_upsert.lua call did; `suspects` maps an issue to the lease labels that
+    vanished from GitHub (the caller asks GitHub who removed them)."""
+
+    written: int = 0
+    readied: int = 0
+    revoked: int = 0
+    adopted: int = 0
+    suspects: dict[int, list[str]] = field(default_factory=dict)
+    restored: int = 0
 
 
 class RepoStore:
@@ -209,6 +251,12 @@ class RepoStore:
                 "fix": keys.fix_prefix,
                 "outbox_attempts": keys.outbox_attempts,
                 "events": keys.events,
+                "fence": keys.fence,
+                "mirror": keys.mirror,
+                "orphans": keys.orphans,
+                "outbox_taken": keys.outbox_taken,
+                "sync": keys.sync,
+                "sync_pages": keys.sync_pages,
                 "in_progress": settings.labels.in_progress,
                 "needs_review": settings.labels.needs_review,
                 "lease_ms": settings.leases.lease_ttl_s * 1000,
@@ -226,18 +274,36 @@ class RepoStore:
     # --- sync ---------------------------------------------------------------------------
 
     @translate_errors
-    async def upsert_issues(self, items: list[dict[str, Any]]) -> tuple[int, int, int, int]:
-        """Write issues and their index entries; returns (written, readied, revoked, adopted)."""
+    async def sync_issues(self, items: list[dict[str, Any]], *, epoch: int = 0) -> UpsertResult:
+        """Write issues and their index entries (sync_upsert.lua), fenced by `epoch`."""
         if not items:
-            return 0, 0, 0, 0
-        res = await self._run("sync_upsert", json.dumps(items), iso_from_ms(now_ms()))
-        return int(res[0]), int(res[1]), int(res[2]), int(res[3])
+            return UpsertResult()
+        res = await self._run("sync_upsert", json.dumps(items), iso_from_ms(now_ms()), epoch)
+        suspects = json.loads(_text(res[4]))
+        return UpsertResult(
+            written=int(res[0]),
+            readied=int(res[1]),
+            revoked=int(res[2]),
+            adopted=int(res[3]),
+            # cjson writes an empty list as {}.
+            suspects={
+                int(s["n"]): list(s["missing"]) for s in (suspects if suspects else [])
+            },
+            restored=int(res[5]),
+        )
+
+    async def upsert_issues(
+        self, items: list[dict[str, Any]], *, epoch: int = 0
+    ) -> tuple[int, int, int, int]:
+        """Write issues and their index entries; returns (written, readied, revoked, adopted)."""
+        r = await self.sync_issues(items, epoch=epoch)
+        return r.written, r.readied, r.revoked, r.adopted
 
     @translate_errors
-    async def remove_issues(self, numbers: list[int]) -> tuple[int, int]:
+    async def remove_issues(self, numbers: list[int], *, epoch: int = 0) -> tuple[int, int]:
         if not numbers:
             return 0, 0
-        removed, revoked = await self._run("sync_remove", json.dumps(numbers))
+        removed, revoked = await self._run("sync_remove", json.dumps(numbers), epoch)
         return int(removed), int(revoked)
 
     @translate_errors
@@ -256,16 +322,24 @@ class RepoStore:
         *,
         pages: dict[str, str] | None = None,
         drop_pages: list[str] | None = None,
+        rebuilt: bool = False,
+        epoch: int = 0,
     ) -> None:
-        """Cursors (small, read every pass) and full-pass page data (read by full passes)."""
-        async with self.client.pipeline(transaction=True) as pipe:
-            if values:
-                pipe.hset(self.keys.sync, mapping=values)
-            if pages:
-                pipe.hset(self.keys.sync_pages, mapping=pages)
-            if drop_pages:
-                pipe.hdel(self.keys.sync_pages, *drop_pages)
-            await pipe.execute()
+        """Cursors (small, read every pass) and full-pass page data (read by full passes);
+        `rebuilt` marks the mirror complete (a full pass finished). Fenced by `epoch`."""
+        await self._run(
+            "sync_save",
+            json.dumps(values or {}),
+            json.dumps(pages or {}),
+            json.dumps(drop_pages or []),
+            "1" if rebuilt else "0",
+            epoch,
+        )
+
+    @translate_errors
+    async def mirror_rebuilt(self) -> bool:
+        """Whether a complete sync pass has rebuilt the mirror since Redis last lost it."""
+        return bool(await _aw(self.client.exists(self.keys.mirror)))
 
     @translate_errors
     async def sync_pages(self) -> dict[str, str]:
@@ -406,7 +480,9 @@ class RepoStore:
     ) -> tuple[bool, int | LeaseRefusal]:
         """(True, expires_ms) or (False, why)."""
         ok, value = await self._run("heartbeat", number, agent_id, token)
-        return (True, int(value)) if int(ok) else (False, LeaseRefusal(_text(value)))
+        if not int(ok):
+            return False, _refusal(value)
+        return True, int(value)
 
     @translate_errors
     async def finish(
@@ -414,11 +490,11 @@ class RepoStore:
     ) -> tuple[bool, str]:
         """(True, outcome) or (False, why: a LeaseRefusal)."""
         ok, value = await self._run("finish", number, agent_id, token, outcome)
-        return (True, _text(value)) if int(ok) else (False, LeaseRefusal(_text(value)))
+        return (True, _text(value)) if int(ok) else (False, _refusal(value))
 
     @translate_errors
-    async def reap(self, limit: int = 100) -> int:
-        return int(await self._run("reap", limit))
+    async def reap(self, limit: int = 100, *, epoch: int = 0) -> int:
+        return int(await self._run("reap", limit, epoch))
 
     @translate_errors
     async def candidate(self, number: int, agent_id: str) -> dict[str, Any] | None:
@@ -498,19 +574,29 @@ class RepoStore:
     # --- GitHub write queue -------------------------------------------------------------
 
     @translate_errors
-    async def outbox_take(self, limit: int, hide_ms: int) -> list[tuple[str, str, int]]:
-        flat = await self._run("outbox_take", limit, hide_ms)
+    async def outbox_take(
+        self, limit: int, hide_ms: int, *, epoch: int = 0
+    ) -> list[tuple[str, str, int]]:
+        flat = await self._run("outbox_take", limit, hide_ms, epoch)
         return [
             (_text(flat[i]), _text(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
         ]
 
     @translate_errors
     async def outbox_done(
-        self, job: str, payload: str, retry_in_ms: int = -1, *, attempted: bool = True
+        self,
+        job: str,
+        payload: str,
+        retry_in_ms: int = -1,
+        *,
+        attempted: bool = True,
+        epoch: int = 0,
     ) -> bool:
         """Settle a taken job: done (retry_in_ms -1) or due again later; only `attempted`
-        failures count toward dropping it."""
-        res = await self._run("outbox_done", job, payload, retry_in_ms, "1" if attempted else "0")
+        failures count toward dropping it. Fenced by `epoch`."""
+        res = await self._run(
+            "outbox_done", job, payload, retry_in_ms, "1" if attempted else "0", epoch
+        )
         return bool(int(res))
 
     @translate_errors
@@ -538,7 +624,11 @@ class Store:
     def __init__(self, client: Any, settings: Settings) -> None:
         self.client = client
         self.settings = settings
-        self.pubsub_client = _pubsub_client(settings.redis.url, client)
+        self.pubsub_client = _pubsub_client(
+            settings.redis.url,
+            client,
+            _timeouts(settings.redis.socket_timeout_s, settings.redis.connect_timeout_s),
+        )
         self.scripts = Scripts(client)
         self.global_keys = GlobalKeys(settings.redis.key_prefix)
         self.repos = {
@@ -550,7 +640,14 @@ class Store:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Store:
-        return cls(connect(settings.redis.url), settings)
+        return cls(
+            connect(
+                settings.redis.url,
+                socket_timeout_s=settings.redis.socket_timeout_s,
+                connect_timeout_s=settings.redis.connect_timeout_s,
+            ),
+            settings,
+        )
 
     async def close(self) -> None:
         if self.pubsub_client is not self.client:
@@ -561,16 +658,23 @@ class Store:
         return self.repos[full_name]
 
     @translate_errors
-    async def ping(self) -> bool:
-        return bool(await self.client.ping())
+    async def ping(self, timeout_s: float = PING_TIMEOUT_S) -> bool:
+        """Whether Redis answers within `timeout_s` (a hung Redis fails fast: /ready)."""
+        try:
+            return bool(await asyncio.wait_for(self.client.ping(), timeout=timeout_s))
+        except TimeoutError as e:
+            raise StoreUnavailable(f"Redis did not answer within {timeout_s:g}s") from e
 
     @translate_errors
-    async def leader(self, candidate: str, ttl_ms: int, *, release: bool = False) -> bool:
+    async def leader(self, candidate: str, ttl_ms: int, *, release: bool = False) -> int:
+        """acquire: the caller's leader epoch (> 0) while it leads, else 0; release: 1 when
+        the caller held the lease and gave it up."""
         action = "release" if release else "acquire"
         res = await self.scripts.leader(
-            keys=[self.global_keys.leader], args=[candidate, ttl_ms, action]
+            keys=[self.global_keys.leader, self.global_keys.leader_epoch],
+            args=[candidate, ttl_ms, action],
         )
-        return bool(int(res))
+        return int(res)
 
     @translate_errors
     async def leader_id(self) -> str | None:

@@ -15,7 +15,7 @@ from github_broker.gateway import GitHubGateway, Page
 from github_broker.models import Issue, TaskType
 from github_broker.rules import Rules, task_score
 from github_broker.settings import Repository, Settings
-from github_broker.store import RepoStore, Store
+from github_broker.store import RepoStore, Store, UpsertResult
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class SyncReport:
     readied: int = 0
     revoked: int = 0
     adopted: int = 0
+    restored: int = 0
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -50,7 +51,8 @@ class SyncReport:
             f"({self.not_modified} unchanged), "
             f"{self.seen} issue(s) seen, {self.written} written, {self.removed} removed, "
             f"{self.readied} newly claimable, {self.revoked} lease(s) revoked, "
-            f"{self.adopted} re-adopted, {self.seconds:.2f}s"
+            f"{self.adopted} re-adopted, {self.restored} label(s) restored, "
+            f"{self.seconds:.2f}s"
         )
 
 
@@ -62,6 +64,9 @@ class Syncer:
         self.store = store
         self.gateway = gateway
         self.rules = Rules(settings)
+        #: The leader epoch every write carries (0: unfenced, a one-off CLI sync); the daemon
+        #: sets it whenever it takes or renews leadership.
+        self.epoch = 0
 
     async def base_branch(self, repo: Repository, rstore: RepoStore, state: dict[str, str]) -> str:
         if repo.base_branch:
@@ -70,7 +75,7 @@ class Syncer:
             return state["default_branch"]
         info = await asyncio.to_thread(self.gateway.repository, repo.full_name)
         branch = str(info.get("default_branch") or "main")
-        await rstore.save_sync_state({"default_branch": branch})
+        await rstore.save_sync_state({"default_branch": branch}, epoch=self.epoch)
         return branch
 
     async def sync(
@@ -93,7 +98,9 @@ class Syncer:
         else:
             await self._incremental(repo, rstore, state, base, report)
         report.seconds = time.monotonic() - started
-        changed = report.written or report.removed or report.revoked or report.adopted
+        changed = (
+            report.written or report.removed or report.revoked or report.adopted or report.restored
+        )
         logger.log(logging.INFO if changed else logging.DEBUG, "sync %s", report.summary())
         return report
 
@@ -157,7 +164,10 @@ class Syncer:
             # Only the first pass sets the cursor; later ones must not move it past changes
             # on pages they read early (the incremental passes catch those).
             cursors["since"] = min(newest, started_iso)
-        await rstore.save_sync_state(cursors, pages=saved, drop_pages=stale)
+        # Every open issue is mirrored now: leases unknown to Redis are re-adopted or gone.
+        await rstore.save_sync_state(
+            cursors, pages=saved, drop_pages=stale, rebuilt=True, epoch=self.epoch
+        )
         if not state.get("since") and newest:
             # Record the incremental cursor's ETag now, so the next pass can be a 304.
             await self._incremental(repo, rstore, {**state, **cursors}, base, report)
@@ -202,10 +212,11 @@ class Syncer:
                 break
         if page_no == 1:
             await rstore.save_sync_state(
-                {"since": cursor, "inc_since": cursor, "inc_etag": page.etag or ""}
+                {"since": cursor, "inc_since": cursor, "inc_etag": page.etag or ""},
+                epoch=self.epoch,
             )
         else:
-            await rstore.save_sync_state({"since": cursor})
+            await rstore.save_sync_state({"since": cursor}, epoch=self.epoch)
 
     async def _apply_changes(
         self, rstore: RepoStore, items: list[dict[str, Any]], base: str, report: SyncReport
@@ -244,19 +255,59 @@ class Syncer:
         self, rstore: RepoStore, issues: list[Issue], base: str, report: SyncReport
     ) -> None:
         for start in range(0, len(issues), UPSERT_BATCH):
-            batch = [
-                index_item(self.rules, issue, base)
-                for issue in issues[start : start + UPSERT_BATCH]
-            ]
-            written, readied, revoked, adopted = await rstore.upsert_issues(batch)
-            report.written += written
-            report.readied += readied
-            report.revoked += revoked
-            report.adopted += adopted
+            chunk = issues[start : start + UPSERT_BATCH]
+            batch = [index_item(self.rules, issue, base) for issue in chunk]
+            result = await rstore.sync_issues(batch, epoch=self.epoch)
+            self._count(report, result)
+            by_number = {item["n"]: item for item in batch}
+            settled = []
+            for n, missing in result.suspects.items():
+                actor = await self._who_removed(rstore.repository, n, missing)
+                if actor is not None:
+                    settled.append({**by_number[n], "removed_by": actor})
+            if settled:
+                self._count(report, await rstore.sync_issues(settled, epoch=self.epoch))
+
+    @staticmethod
+    def _count(report: SyncReport, result: UpsertResult) -> None:
+        report.written += result.written
+        report.readied += result.readied
+        report.revoked += result.revoked
+        report.adopted += result.adopted
+        report.restored += result.restored
+
+    async def _who_removed(self, full_name: str, number: int, missing: list[str]) -> str | None:
+        """'broker' when the broker's own login removed every missing label last (a late write
+        of a deposed leader), 'person' when anyone else removed one, None when GitHub shows no
+        such event yet (asked again on the next pass)."""
+        events = await asyncio.to_thread(self.gateway.label_events, full_name, number)
+        me = await asyncio.to_thread(self.gateway.login)
+        verdict = "broker"
+        for label in missing:
+            last = next(
+                (
+                    e
+                    for e in reversed(events)
+                    if e.get("event") == "unlabeled"
+                    and str((e.get("label") or {}).get("name", "")).lower() == label.lower()
+                ),
+                None,
+            )
+            if last is None:
+                return None
+            login = str((last.get("actor") or {}).get("login", ""))
+            # A GitHub App acts as "<slug>[bot]"; its login() is "" (no /user for Apps).
+            ours = login == me if me else login.endswith("[bot]")
+            if not ours:
+                verdict = "person"
+        logger.info("%s#%d: %s removed by the %s", full_name, number, missing, verdict)
+        return verdict
 
     async def _remove(self, rstore: RepoStore, numbers: list[int], report: SyncReport) -> None:
         for start in range(0, len(numbers), UPSERT_BATCH):
-            removed, revoked = await rstore.remove_issues(numbers[start : start + UPSERT_BATCH])
+            removed, revoked = await rstore.remove_issues(
+                numbers[start : start + UPSERT_BATCH], epoch=self.epoch
+            )
             report.removed += removed
             report.revoked += revoked
 
@@ -276,4 +327,5 @@ def index_item(rules: Rules, issue: Issue, base: str) -> dict[str, Any]:
         "branch": analysis.branch or "",
         "skip": analysis.skip.model_dump_json() if analysis.skip else "",
         "holder": rules.holder(issue.labels) or "",
+        "removed_by": "",
     }

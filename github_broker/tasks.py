@@ -76,7 +76,7 @@ class TaskService:
             if claimed is not None:
                 return await self._task(claimed)
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self.waker.closing:
                 return None
             await self.waker.wait(remaining)
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -55,6 +59,26 @@ class Services:
         return ok, why
 
 
+def _wake_waiters_on_exit(waker: ReadyWaker) -> None:
+    """On SIGTERM/SIGINT answer waiting long-polls at once (204), then let uvicorn's own
+    handler stop accepting and shut down: no orchestrator grace period is spent waiting."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signals can only be caught in the main thread (tests' in-thread servers)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+            loop.call_soon_threadsafe(waker.close)
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:
+                signal.signal(signum, signal.SIG_DFL)
+                signal.raise_signal(signum)
+
+        signal.signal(sig, handler)
+
+
 def create_app(settings: Settings | None = None, config_dir: Path | None = None) -> FastAPI:
     """The ASGI app. Without arguments it loads settings like the CLI (uvicorn --factory)."""
     config_dir = config_dir or default_config_dir()
@@ -67,6 +91,7 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
         gateway = GitHubGateway(settings.github)
         waker = ReadyWaker(settings.server.long_poll_recheck_s)
         waker.start(store)
+        _wake_waiters_on_exit(waker)
         daemon = Daemon(settings, store, gateway) if settings.server.run_poller else None
         if daemon is not None:
             await daemon.hold_leadership()

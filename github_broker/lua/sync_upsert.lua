@@ -2,7 +2,10 @@
 -- KEYS, ARGV[1]: see _lib.lua.
 -- ARGV[2]: JSON list of {n, issue (JSON text), prio (-1: not work), task ('' or task id),
 --   score, role, branch, skip ('' or the reason it is not assignable), holder (the agent
---   named by the issue's labels, or '')}. ARGV[3]: now as ISO 8601 UTC.
+--   named by the issue's labels, or ''), removed_by ('' unknown, 'person' or 'broker': who
+--   removed the lease's labels, when an earlier call reported the issue as a suspect)}.
+-- ARGV[3]: now as ISO 8601 UTC. ARGV[4]: the caller's leader epoch (error FENCED when
+--   another process leads now: a stalled ex-leader's page never lands).
 -- An issue GitHub shows in-progress without a live lease is re-adopted for its holder: the
 -- lease is rebuilt with a placeholder token that the agent's next heartbeat replaces; if
 -- the agent is gone the lease simply expires and the task returns to the pool.
@@ -11,12 +14,23 @@
 -- Labels the broker wrote and GitHub does not show yet (the intent) count as present,
 -- so a sync racing the write queue never re-offers an issue that was just claimed or
 -- completed. An intent GitHub shows in full is dropped: from then on GitHub is the truth.
--- Returns {issues written, tasks made ready, leases revoked, leases adopted}.
+-- An intent GitHub does not show while no write is queued (a late write of a deposed leader
+-- undid it) is queued again.
+-- A live lease whose in-progress or agent label vanished from GitHub is a suspect: the
+-- caller asks GitHub who removed it and calls again with removed_by. A person's edit revokes
+-- the lease (label_removed); the broker's own late write is undone (the labels re-applied).
+-- An issue in-progress with no single agent label and no lease (an orphan) gets its
+-- in-progress label removed once it stayed so for the lease TTL: it returns to the pool.
+-- Returns {issues written, tasks made ready, leases revoked, leases adopted,
+--   JSON list of suspects {n, missing labels}, labels re-applied}.
 local C = context()
+local fenced = fence(C, ARGV[4])
+if fenced then return fenced end
 local items = cjson.decode(ARGV[2])
 local now = now_ms()
 local now_iso = ARGV[3]
-local written, readied, revoked, adopted = 0, 0, 0, 0
+local written, readied, revoked, adopted, restored = 0, 0, 0, 0, 0
+local suspects = {}
 for _, it in ipairs(items) do
   local n = tostring(it.n)
   local ikey = C.issue .. n
@@ -48,8 +62,11 @@ for _, it in ipairs(items) do
     end
     -- Drop it only when no write is queued: a page read before the last write was made can
     -- "show" an older wish and must not cancel the newer one.
-    if seen and not redis.call('ZSCORE', C.K.outbox, 'labels:' .. n) then
+    local queued = redis.call('ZSCORE', C.K.outbox, 'labels:' .. n)
+    if seen and not queued then
       redis.call('HDEL', C.K.intent, n)
+    elseif not seen and not queued then
+      redis.call('ZADD', C.K.outbox, now, 'labels:' .. n)
     end
   end
 
@@ -58,9 +75,25 @@ for _, it in ipairs(items) do
     local reason = nil
     if it.prio < 0 then
       reason = 'label_removed'
-    elseif not raw_intent and not on_github[C.in_progress] then
-      -- Our in-progress label was seen before (no intent left) and is gone: a person removed it.
-      reason = 'label_removed'
+    else
+      local agent = redis.call('HGET', C.lease .. n, 'agent')
+      local pending = {}
+      if raw_intent then pending = set_of(cjson.decode(raw_intent).add) end
+      local missing = {}
+      for _, l in ipairs({C.in_progress, agent}) do
+        if l and not on_github[l] and not pending[l] then missing[#missing + 1] = l end
+      end
+      if #missing > 0 then
+        if it.removed_by == 'person' then
+          reason = 'label_removed'
+        elseif it.removed_by == 'broker' then
+          want_labels(C.K.intent, C.K.outbox, n, {C.in_progress, agent}, {}, now)
+          labels[C.in_progress] = true
+          restored = restored + 1
+        else
+          suspects[#suspects + 1] = {n = it.n, missing = missing}
+        end
+      end
     end
     if reason then
       end_lease(C, n, reason, now)
@@ -79,6 +112,19 @@ for _, it in ipairs(items) do
     redis.call('SET', C.agent .. it.holder, n, 'EX', C.agent_s, 'NX')
     adopted = adopted + 1
     held = true
+  end
+
+  if not held and on_github[C.in_progress] and labels[C.in_progress] and it.holder == ''
+      and it.prio >= 0 then
+    local first = tonumber(redis.call('HGET', C.orphans, n))
+    if not first then
+      redis.call('HSET', C.orphans, n, now)
+    elseif now - first >= C.lease_ms then
+      want_labels(C.K.intent, C.K.outbox, n, {}, {C.in_progress}, now)
+      redis.call('HDEL', C.orphans, n)
+    end
+  else
+    redis.call('HDEL', C.orphans, n)
   end
 
   if labels[C.needs_review] then
@@ -133,4 +179,6 @@ for _, it in ipairs(items) do
   end
 end
 if readied > 0 then redis.call('PUBLISH', C.events, 'ready') end
-return {written, readied, revoked, adopted}
+local suspects_json = '[]'
+if #suspects > 0 then suspects_json = cjson.encode(suspects) end
+return {written, readied, revoked, adopted, suspects_json, restored}
