@@ -286,9 +286,7 @@ class RepoStore:
             revoked=int(res[2]),
             adopted=int(res[3]),
             # cjson writes an empty list as {}.
-            suspects={
-                int(s["n"]): list(s["missing"]) for s in (suspects if suspects else [])
-            },
+            suspects={int(s["n"]): list(s["missing"]) for s in (suspects if suspects else [])},
             restored=int(res[5]),
         )
 
@@ -322,17 +320,22 @@ class RepoStore:
         *,
         pages: dict[str, str] | None = None,
         drop_pages: list[str] | None = None,
-        rebuilt: bool = False,
+        rebuilt: str | bool = "",
         epoch: int = 0,
     ) -> None:
-        """Cursors (small, read every pass) and full-pass page data (read by full passes);
-        `rebuilt` marks the mirror complete (a full pass finished). Fenced by `epoch`."""
+        """Cursors (small, read every pass) and full-pass page data (read by full passes).
+        `rebuilt`: the `full_started` cursor of the full pass that just finished; the mirror
+        is marked complete if it is still there (True: mark it regardless, for tests that
+        fill Redis by hand). Fenced by `epoch`."""
+        if rebuilt is True:
+            rebuilt = "seeded"
+            values = {**(values or {}), "full_started": rebuilt}
         await self._run(
             "sync_save",
             json.dumps(values or {}),
             json.dumps(pages or {}),
             json.dumps(drop_pages or []),
-            "1" if rebuilt else "0",
+            rebuilt or "",
             epoch,
         )
 

@@ -89,7 +89,8 @@ class Syncer:
         if full is None:
             last_full = float(state.get("full_at", 0))
             full = (
-                "since" not in state
+                not await rstore.mirror_rebuilt()
+                or "since" not in state
                 or time.time() - last_full >= self.settings.poll.full_sync_interval_s
             )
         report = SyncReport(repository=repo.full_name, full=full)
@@ -119,6 +120,10 @@ class Syncer:
         # Issues may change on pages already read while the pass goes on: the first cursor
         # starts before the pass did (with a margin for clock skew), never after.
         started_iso = iso_from_ms(now_ms() - CURSOR_MARGIN_MS)
+        # Marks this pass: if Redis loses its data meanwhile, the mark goes with it and the
+        # pass does not claim a rebuilt mirror at its end.
+        pass_id = f"{now_ms()}-{id(report)}"
+        await rstore.save_sync_state({"full_started": pass_id}, epoch=self.epoch)
         per_page = self.settings.github.per_page
         seen: set[int] = set()
         newest = state.get("since", "")
@@ -166,7 +171,7 @@ class Syncer:
             cursors["since"] = min(newest, started_iso)
         # Every open issue is mirrored now: leases unknown to Redis are re-adopted or gone.
         await rstore.save_sync_state(
-            cursors, pages=saved, drop_pages=stale, rebuilt=True, epoch=self.epoch
+            cursors, pages=saved, drop_pages=stale, rebuilt=pass_id, epoch=self.epoch
         )
         if not state.get("since") and newest:
             # Record the incremental cursor's ETag now, so the next pass can be a 304.

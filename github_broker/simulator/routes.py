@@ -316,9 +316,7 @@ def remove_issue_label(svc: Services, req: Request, p: Params) -> Response:
 @route("GET", "/repos/{owner}/{repo}/issues/{number}/events")
 def issue_events(svc: Services, req: Request, p: Params) -> Response:
     req.require_login()
-    events = svc.state.issue_events(
-        p["owner"], p["repo"], int(p["number"]), base_url=req.base_url
-    )
+    events = svc.state.issue_events(p["owner"], p["repo"], int(p["number"]), base_url=req.base_url)
     return paged_list(req, events)
 
 
