@@ -17,6 +17,8 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from github_broker.clock import iso_from_ms, now_ms
 from github_broker.errors import Fenced, MirrorRebuilding, StoreUnavailable
@@ -57,12 +59,19 @@ async def _aw(result: Awaitable[T] | T) -> T:
 
 
 def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Turn redis-py connection failures into StoreUnavailable."""
+    """Turn redis-py connection failures into StoreUnavailable, and bound the whole call by
+    the store's `call_timeout_s` (reconnects included: a hung Redis fails fast)."""
 
     @wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        bound = getattr(args[0], "call_timeout_s", None) if args else None
         try:
-            return await fn(*args, **kwargs)
+            if bound is None:
+                return await fn(*args, **kwargs)
+            async with asyncio.timeout(bound):
+                return await fn(*args, **kwargs)
+        except TimeoutError as e:
+            raise StoreUnavailable(f"Redis did not answer within {bound:g}s") from e
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
             raise StoreUnavailable(f"Redis unavailable: {e}") from e
         except redis.exceptions.ResponseError as e:
@@ -112,7 +121,13 @@ def connect(
             )
         ]
         return RedisCluster(startup_nodes=nodes, **timeouts)
-    return aioredis.Redis.from_url(url, **timeouts)
+    return aioredis.Redis.from_url(url, retry=_retry(), **timeouts)
+
+
+def _retry() -> Retry:
+    # One immediate retry on a broken pooled connection (Redis restarted); none on a timeout,
+    # or a hung Redis would hold each call for several socket timeouts (redis-py's default).
+    return Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,))
 
 
 def _pubsub_client(url: str, client: Any, timeouts: dict[str, Any]) -> Any:
@@ -121,7 +136,7 @@ def _pubsub_client(url: str, client: Any, timeouts: dict[str, Any]) -> Any:
     if not url.startswith(CLUSTER_SCHEME):
         return client
     host, _, port = url.removeprefix(CLUSTER_SCHEME).split("/")[0].split(",")[0].partition(":")
-    return aioredis.Redis(host=host, port=int(port or 6379), **timeouts)
+    return aioredis.Redis(host=host, port=int(port or 6379), retry=_retry(), **timeouts)
 
 
 _MEMORY: Any = None
@@ -225,6 +240,8 @@ class RepoStore:
         self.keys = keys
         self.settings = settings
         self.repository = keys.full_name
+        #: Longest one store call may take, reconnects included (seconds).
+        self.call_timeout_s = settings.redis.socket_timeout_s
         self._fixed = [
             keys.tasks,
             keys.ready,
@@ -627,6 +644,7 @@ class Store:
     def __init__(self, client: Any, settings: Settings) -> None:
         self.client = client
         self.settings = settings
+        self.call_timeout_s = settings.redis.socket_timeout_s
         self.pubsub_client = _pubsub_client(
             settings.redis.url,
             client,
@@ -660,13 +678,15 @@ class Store:
     def repo(self, full_name: str) -> RepoStore:
         return self.repos[full_name]
 
-    @translate_errors
     async def ping(self, timeout_s: float = PING_TIMEOUT_S) -> bool:
         """Whether Redis answers within `timeout_s` (a hung Redis fails fast: /ready)."""
         try:
-            return bool(await asyncio.wait_for(self.client.ping(), timeout=timeout_s))
+            async with asyncio.timeout(timeout_s):
+                return bool(await self.client.ping())
         except TimeoutError as e:
             raise StoreUnavailable(f"Redis did not answer within {timeout_s:g}s") from e
+        except (redis.exceptions.RedisError, OSError) as e:
+            raise StoreUnavailable(f"Redis unavailable: {e}") from e
 
     @translate_errors
     async def leader(self, candidate: str, ttl_ms: int, *, release: bool = False) -> int:

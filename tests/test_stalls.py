@@ -1,0 +1,240 @@
+"""Real processes that stall, die and lose their data: no lease is lost, nothing handed twice."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import requests
+
+from github_broker.keys import RepoKeys
+from github_broker.simulator import Simulator, generate_issues
+from tests.processes import BrokerProcess, broker_env
+from tests.world import simulated
+
+pytestmark = pytest.mark.slow
+REPO = "acme/widgets"
+KEYS = RepoKeys("gb", "acme", "widgets")
+
+
+def wait_until(check: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def leading(client: redis.Redis, brokers: list[BrokerProcess]) -> BrokerProcess | None:
+    raw = client.get("gb:leader")
+    if raw is None:
+        return None
+    for b in brokers:
+        if b.proc is not None and f":{b.proc.pid}:" in raw.decode():
+            return b
+    return None
+
+
+def post(url: str, path: str, body: dict[str, Any], timeout: float = 5) -> requests.Response:
+    return requests.post(f"{url}{path}", json=body, timeout=timeout)
+
+
+def lease_call(url: str, task: dict[str, Any], agent: str, verb: str) -> requests.Response:
+    n = task["issue_id"]
+    body = {"agent_id": agent, "token": task["lease"]["token"]}
+    if verb == "release":
+        body["reason"] = "abandoned"
+    return post(url, f"/tasks/acme/widgets/{n}/{verb}", body)
+
+
+@pytest.fixture
+def one_issue() -> Iterator[Simulator]:
+    with simulated(generate_issues(1, priorities=("P1",))) as s:
+        yield s
+
+
+def test_stalled_leaders_late_label_delete_does_not_revoke_the_live_lease(
+    one_issue: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    sim = one_issue
+    env = broker_env(redis_url, sim.base_url, REPO, GITHUB_BROKER_LEASES__LEASE_TTL_S="60")
+    brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+    client = redis.Redis.from_url(redis_url)
+    stopped: BrokerProcess | None = None
+    try:
+        old = wait_until(lambda: leading(client, brokers), 15, "a leader")
+        other = next(b for b in brokers if b is not old)
+        wait_until(lambda: client.zcard(KEYS.ready) == 1, 15, "the first sync")
+        a = post(other.url, "/request-task", {"agent_id": "agent-a"}).json()
+        labels = lambda: set(sim.state.issue_labels("acme", "widgets", 1))  # noqa: E731
+        wait_until(lambda: labels() >= {"in-progress", "agent-a"}, 10, "agent-a's labels")
+
+        # The leader's DELETE of in-progress takes 6 s; the leader stalls 9 s meanwhile.
+        sim.faults.add_latency(6000, method="DELETE", path=r"/labels/in-progress$", count=1)
+        assert lease_call(other.url, a, "agent-a", "release").status_code == 200
+        time.sleep(1.0)
+        assert old.proc is not None
+        old.proc.send_signal(signal.SIGSTOP)
+        stopped, stalled_at = old, time.monotonic()
+        wait_until(lambda: leading(client, brokers) is other, 10, "a new leader")
+
+        b = post(other.url, "/request-task", {"agent_id": "agent-b"})
+        assert b.status_code == 200 and b.json()["issue_id"] == 1
+        task_b = b.json()
+        # The stale DELETE lands 6 s after it was sent, after agent-b's labels were written.
+        time.sleep(max(0.0, 9.0 - (time.monotonic() - stalled_at)))
+        old.proc.send_signal(signal.SIGCONT)
+        stopped = None
+
+        for _ in range(8):  # several sync passes and drains of both processes
+            time.sleep(1.0)
+            beat = lease_call(other.url, task_b, "agent-b", "heartbeat")
+            assert beat.status_code == 200, beat.text
+            c = post(old.url, "/request-task", {"agent_id": "agent-c"})
+            assert c.status_code == 204, "issue #1 was handed out twice"
+        wait_until(lambda: labels() >= {"in-progress", "agent-b"}, 10, "agent-b's labels back")
+        assert "agent-a" not in labels()
+        assert "removed by the broker" in other.log_path.read_text()
+    finally:
+        if stopped is not None and stopped.proc is not None:
+            stopped.proc.send_signal(signal.SIGCONT)
+        client.close()
+        for br in brokers:
+            br.stop()
+
+
+def test_flushall_during_work_keeps_every_holder_and_tells_no_agent_its_lease_ended(
+    redis_url: str, tmp_path: Path
+) -> None:
+    agents = 20
+    with simulated(generate_issues(40, priorities=("P1",))) as sim:
+        env = broker_env(redis_url, sim.base_url, REPO, GITHUB_BROKER_POLL__INTERVAL_S="3")
+        brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+        client = redis.Redis.from_url(redis_url)
+        try:
+            wait_until(lambda: client.zcard(KEYS.ready) == 40, 20, "the first sync")
+            held = {}
+            for i in range(agents):
+                r = post(brokers[i % 2].url, "/request-task", {"agent_id": f"agent-{i:02d}"})
+                held[f"agent-{i:02d}"] = r.json()
+            wait_until(
+                lambda: all(
+                    {"in-progress", agent}
+                    <= set(sim.state.issue_labels("acme", "widgets", t["issue_id"]))
+                    for agent, t in held.items()
+                ),
+                15,
+                "the labels of every hand-out",
+            )
+            client.flushall()
+            flushed_at = time.monotonic()
+            answers: dict[int, int] = {}
+            # Heartbeats and new agents while the mirror is rebuilt, and after.
+            while time.monotonic() - flushed_at < 8:
+                for i, (agent, task) in enumerate(held.items()):
+                    r = lease_call(brokers[i % 2].url, task, agent, "heartbeat")
+                    answers[r.status_code] = answers.get(r.status_code, 0) + 1
+                    assert r.status_code in (200, 503), f"{agent} was told {r.text}"
+                    if r.status_code == 503:
+                        assert r.headers.get("Retry-After")
+                newcomer = post(brokers[0].url, "/request-task", {"agent_id": "newcomer"})
+                assert newcomer.status_code in (200, 204, 503), newcomer.text
+                if newcomer.status_code == 200:
+                    got = newcomer.json()
+                    held_issues = {t["issue_id"] for t in held.values()}
+                    assert got["issue_id"] not in held_issues, "a held issue went to another"
+                    lease_call(brokers[0].url, got, "newcomer", "release")
+                time.sleep(0.3)
+            assert answers.get(503, 0) > 0, "the test never hit the rebuild window"
+            for i, (agent, task) in enumerate(held.items()):
+                r = lease_call(brokers[i % 2].url, task, agent, "complete")
+                assert r.status_code == 200, f"{agent}: {r.text}"
+            print(f"\nFLUSHALL during work: answers {answers}, {agents} holders kept")
+        finally:
+            client.close()
+            for b in brokers:
+                b.stop()
+
+
+def test_ready_and_api_fail_fast_when_redis_hangs(tmp_path: Path) -> None:
+    from tests.conftest import _redis_exe, _start_redis
+
+    proc, port = _start_redis(_redis_exe(), str(tmp_path))
+    url = f"redis://127.0.0.1:{port}/0"
+    with simulated(generate_issues(2, priorities=("P1",))) as sim:
+        env = broker_env(url, sim.base_url, REPO, GITHUB_BROKER_REDIS__SOCKET_TIMEOUT_S="1.5")
+        broker = BrokerProcess(env, tmp_path, "b").start()
+        try:
+            assert requests.get(f"{broker.url}/ready", timeout=5).status_code == 200
+            proc.send_signal(signal.SIGSTOP)
+            started = time.monotonic()
+            ready = requests.get(f"{broker.url}/ready", timeout=10)
+            ready_s = time.monotonic() - started
+            assert ready.status_code == 503 and ready_s < 1.5, (ready.status_code, ready_s)
+            started = time.monotonic()
+            beat = post(
+                broker.url,
+                "/tasks/acme/widgets/1/heartbeat",
+                {"agent_id": "a1", "token": "t" * 24},
+                timeout=15,
+            )
+            beat_s = time.monotonic() - started
+            assert beat.status_code == 503 and beat.headers.get("Retry-After")
+            assert beat_s < 4, beat_s
+            started = time.monotonic()
+            ask = post(broker.url, "/request-task", {"agent_id": "a1"}, timeout=15)
+            assert ask.status_code == 503 and time.monotonic() - started < 4
+            print(f"\nRedis hung: /ready {ready_s:.2f}s, heartbeat {beat_s:.2f}s")
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            broker.stop()
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def test_sigterm_answers_long_polls_at_once_and_hands_back_leadership(
+    one_issue: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    env = broker_env(redis_url, one_issue.base_url, REPO)
+    broker = BrokerProcess(env, tmp_path, "b").start()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        wait_until(lambda: client.zcard(KEYS.ready) == 1, 15, "the first sync")
+        assert post(broker.url, "/request-task", {"agent_id": "holder"}).status_code == 200
+        wait_until(lambda: client.get("gb:leader") is not None, 10, "leadership")
+        answer: dict[str, Any] = {}
+
+        def long_poll() -> None:
+            r = post(broker.url, "/request-task", {"agent_id": "w", "wait_seconds": 50}, 60)
+            answer["status"] = r.status_code
+            answer["at"] = time.monotonic()
+
+        waiter = threading.Thread(target=long_poll)
+        waiter.start()
+        time.sleep(1.0)
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        broker.proc.wait(timeout=15)
+        exited_s = time.monotonic() - signalled
+        waiter.join(timeout=15)
+        assert answer["status"] == 204
+        assert answer["at"] - signalled < 3
+        assert exited_s < 6, exited_s
+        assert client.get("gb:leader") is None
+        assert "Traceback" not in broker.log_path.read_text()
+        print(
+            f"\nSIGTERM: long-poll answered in {answer['at'] - signalled:.2f}s, "
+            f"exit after {exited_s:.2f}s"
+        )
+    finally:
+        client.close()
+        broker.stop()
