@@ -238,3 +238,195 @@ def test_sigterm_answers_long_polls_at_once_and_hands_back_leadership(
     finally:
         client.close()
         broker.stop()
+
+
+# --- the race: many agents, two serve processes, the leader killed and stalled -------------
+
+RACE_AGENTS = 100
+RACE_ISSUES = 500
+RACE_RUN_S = 20.0
+LEASE_TTL_S = 3
+
+
+class Ledger:
+    """What the agents saw, with the client's clock: claims and the lease calls that passed."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.claims: list[tuple[float, int, str]] = []  # (answer received, issue, agent)
+        self.passed: list[tuple[float, int, str, str]] = []  # (request sent, issue, agent, verb)
+        self.refused: dict[str, int] = {}
+        self.unavailable = 0
+
+    def claimed(self, at: float, n: int, agent: str) -> None:
+        with self.lock:
+            self.claims.append((at, n, agent))
+
+    def ok(self, sent: float, n: int, agent: str, verb: str) -> None:
+        with self.lock:
+            self.passed.append((sent, n, agent, verb))
+
+    def double_assignments(self) -> list[tuple[int, str, str]]:
+        """Lease calls that passed for an agent after another agent was handed the issue."""
+        by_issue: dict[int, list[tuple[float, str]]] = {}
+        for at, n, agent in sorted(self.claims):
+            by_issue.setdefault(n, []).append((at, agent))
+        bad = []
+        for sent, n, agent, _ in self.passed:
+            before = [a for at, a in by_issue.get(n, []) if at < sent]
+            if before and before[-1] != agent:
+                bad.append((n, agent, before[-1]))
+        return bad
+
+    def lost_completions(self) -> list[tuple[int, str]]:
+        """Issues handed out again after a completion the broker accepted."""
+        done = {(n, agent): sent for sent, n, agent, verb in self.passed if verb == "complete"}
+        return [
+            (n, agent)
+            for (n, agent), sent in done.items()
+            if any(m == n and at > sent for at, m, _ in self.claims)
+        ]
+
+
+def race_agent(i: int, urls: list[str], ledger: Ledger, until: float) -> None:
+    import random
+
+    agent = f"racer-{i:03d}"
+    rng = random.Random(i)
+    session = requests.Session()
+    k = i
+
+    def call(path: str, body: dict[str, Any]) -> tuple[requests.Response | None, float]:
+        nonlocal k
+        sent = time.monotonic()
+        try:
+            r = session.post(f"{urls[k % len(urls)]}{path}", json=body, timeout=(1, 2))
+        except requests.RequestException:
+            r = None
+        if r is None or r.status_code == 503:
+            k += 1  # that process is down or stalled: try the other
+            with ledger.lock:
+                ledger.unavailable += 1
+        return r, sent
+
+    while time.monotonic() < until:
+        r, _ = call("/request-task", {"agent_id": agent, "previous": "abandoned"})
+        if r is None or r.status_code != 200:
+            time.sleep(0.3 if r is not None and r.status_code == 204 else 0.1)
+            continue
+        task = r.json()
+        n, token = task["issue_id"], task["lease"]["token"]
+        ledger.claimed(time.monotonic(), n, agent)
+        lease = {"agent_id": agent, "token": token}
+        work_until = time.monotonic() + rng.uniform(0.5, 2.5)
+        lost = False
+        while time.monotonic() < work_until and not lost:
+            time.sleep(min(0.8, max(0.0, work_until - time.monotonic())))
+            beat, sent = call(f"/tasks/acme/widgets/{n}/heartbeat", lease)
+            if beat is not None and beat.status_code == 200:
+                ledger.ok(sent, n, agent, "heartbeat")
+            elif beat is not None and beat.status_code == 409:
+                with ledger.lock:
+                    reason = beat.json()["reason"]
+                    ledger.refused[reason] = ledger.refused.get(reason, 0) + 1
+                lost = True
+        if lost:
+            continue
+        verb = "complete" if rng.random() < 0.5 else "release"
+        body = {**lease, "reason": "abandoned"} if verb == "release" else lease
+        for _ in range(20):
+            done, sent = call(f"/tasks/acme/widgets/{n}/{verb}", body)
+            if done is not None and done.status_code == 200:
+                ledger.ok(sent, n, agent, verb)
+                break
+            if done is not None and done.status_code == 409:
+                with ledger.lock:
+                    reason = done.json()["reason"]
+                    ledger.refused[reason] = ledger.refused.get(reason, 0) + 1
+                break
+            time.sleep(0.2)
+
+
+def labels_without_lease(sim: Simulator, client: redis.Redis) -> list[tuple[int, list[str]]]:
+    out = []
+    for n in range(1, RACE_ISSUES + 1):
+        names = sim.state.issue_labels("acme", "widgets", n)
+        ours = [x for x in names if x == "in-progress" or x.startswith("racer-")]
+        if not ours:
+            continue
+        holder = client.hget(KEYS.lease(n), "agent")
+        if holder is None or sorted(ours) != sorted(["in-progress", holder.decode()]):
+            out.append((n, names))
+    return out
+
+
+def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
+    redis_url: str, tmp_path: Path
+) -> None:
+    with simulated(generate_issues(RACE_ISSUES, priorities=("P1",))) as sim:
+        env = broker_env(
+            redis_url,
+            sim.base_url,
+            REPO,
+            GITHUB_BROKER_LEASES__LEASE_TTL_S=str(LEASE_TTL_S),
+        )
+        brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+        client = redis.Redis.from_url(redis_url)
+        urls = [b.url for b in brokers]
+        ledger = Ledger()
+        stopped: BrokerProcess | None = None
+        try:
+            wait_until(lambda: client.zcard(KEYS.ready) == RACE_ISSUES, 30, "the first sync")
+            started = time.monotonic()
+            until = started + RACE_RUN_S
+            threads = [
+                threading.Thread(target=race_agent, args=(i, urls, ledger, until), daemon=True)
+                for i in range(RACE_AGENTS)
+            ]
+            for t in threads:
+                t.start()
+            time.sleep(5)
+            victim = wait_until(lambda: leading(client, brokers), 5, "a leader")
+            victim.kill()  # kill -9 in the middle of its drains and syncs
+            replacement = BrokerProcess(env, tmp_path, "b2").start()
+            brokers.append(replacement)
+            urls[urls.index(victim.url)] = replacement.url
+            killed_at = time.monotonic() - started
+            time.sleep(4)
+            stalled = wait_until(
+                lambda: (b := leading(client, brokers)) is not victim and b, 8, "a new leader"
+            )
+            assert stalled.proc is not None
+            stalled.proc.send_signal(signal.SIGSTOP)  # longer than the leader TTL (3 s)
+            stopped, stalled_at = stalled, time.monotonic() - started
+            time.sleep(5)
+            stalled.proc.send_signal(signal.SIGCONT)
+            stopped = None
+            for t in threads:
+                t.join(timeout=RACE_RUN_S + 30)
+            # Every agent has finished: the labels converge on "nobody holds anything".
+            deadline = time.monotonic() + 20
+            while labels_without_lease(sim, client) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            leftover = labels_without_lease(sim, client)
+            doubles = ledger.double_assignments()
+            lost = ledger.lost_completions()
+            completions = sum(1 for *_, verb in ledger.passed if verb == "complete")
+            print(
+                f"\nrace: {RACE_AGENTS} agents, {len(ledger.claims)} claims, {completions} "
+                f"completions, {len(ledger.passed)} lease calls passed, refusals "
+                f"{ledger.refused}, {ledger.unavailable} unavailable answers; leader killed at "
+                f"{killed_at:.1f}s, leader stalled at {stalled_at:.1f}s for 5 s; "
+                f"{len(doubles)} double assignments, {len(lost)} completions lost, "
+                f"{len(leftover)} issues with labels and no lease"
+            )
+            assert len(ledger.claims) >= RACE_AGENTS
+            assert doubles == []
+            assert lost == []
+            assert leftover == []
+        finally:
+            if stopped is not None and stopped.proc is not None:
+                stopped.proc.send_signal(signal.SIGCONT)
+            client.close()
+            for b in brokers:
+                b.stop()
