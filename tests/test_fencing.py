@@ -199,3 +199,20 @@ async def test_redis_loss_never_tells_an_agent_its_lease_ended(world: World) -> 
     await world.tasks.finish(REPO, other.issue_id, "a2", other.lease.token, Outcome.COMPLETED)
     record = await world.rstore.candidate(other.issue_id, "a2")
     assert record is not None and record["status"] == "needs_review"
+
+
+def test_simulator_lists_label_events_with_their_actor(sim: Simulator) -> None:
+    import requests
+
+    url = f"{sim.base_url}/repos/acme/widgets/issues/1"
+    auth = {"Authorization": "token test-token"}
+    assert requests.post(f"{url}/labels", json=["in-progress"], headers=auth).status_code == 200
+    assert requests.delete(f"{url}/labels/in-progress", headers=auth).status_code == 200
+    sim.state.remove_label("acme", "widgets", 1, "P1")
+    events = requests.get(f"{url}/events", headers=auth).json()
+    assert [(e["event"], e["label"]["name"], e["actor"]["login"]) for e in events] == [
+        ("labeled", "in-progress", BROKER_LOGIN),
+        ("unlabeled", "in-progress", BROKER_LOGIN),
+        ("unlabeled", "P1", "maintainer"),
+    ]
+    assert all(e["created_at"] and e["id"] for e in events)

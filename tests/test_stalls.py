@@ -430,3 +430,32 @@ def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
             client.close()
             for b in brokers:
                 b.stop()
+
+
+def test_sdk_heartbeat_and_complete_ride_out_a_redis_loss(
+    one_issue: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    from github_broker.client import BrokerClient
+
+    env = broker_env(redis_url, one_issue.base_url, REPO, GITHUB_BROKER_POLL__INTERVAL_S="3")
+    broker = BrokerProcess(env, tmp_path, "b").start()
+    client = redis.Redis.from_url(redis_url)
+    sdk = BrokerClient(broker.url, "agent-a", retries=6)
+    try:
+        wait_until(lambda: client.zcard(KEYS.ready) == 1, 15, "the first sync")
+        task = sdk.request_task()
+        assert task is not None
+        labels = lambda: set(one_issue.state.issue_labels("acme", "widgets", 1))  # noqa: E731
+        wait_until(lambda: labels() >= {"in-progress", "agent-a"}, 10, "the labels")
+        client.flushall()
+        started = time.monotonic()
+        sdk.heartbeat(task)  # 503 + Retry-After until the sync re-adopted the lease
+        sdk.complete(task)
+        print(
+            f"\nSDK across FLUSHALL: heartbeat and complete in {time.monotonic() - started:.1f}s"
+        )
+        wait_until(lambda: "needs-review" in labels(), 10, "the completion on GitHub")
+    finally:
+        sdk.close()
+        client.close()
+        broker.stop()
