@@ -54,6 +54,8 @@ class Daemon:
         self._failures: dict[str, int] = {}
         self._not_before: dict[str, float] = {}
         self._quota_published_s = 0.0
+        # A loss-triggered rebuild and the scheduled pass must not run two syncs at once.
+        self._sync_lock = asyncio.Lock()
         self.scheduler: AsyncIOScheduler | None = None
 
     # --- jobs ---------------------------------------------------------------------------
@@ -94,6 +96,25 @@ class Daemon:
     async def sync_all(self) -> None:
         if not self.is_leader:
             return
+        async with self._sync_lock:
+            await self._sync_all()
+
+    async def rebuild_if_lost(self) -> None:
+        """Redis lost its data (the mirror marker is gone): sync now, not at the next
+        interval, since agents are told to retry until the mirror is rebuilt."""
+        if not self.is_leader or self._sync_lock.locked():
+            return
+        for rstore in self.store.repos.values():
+            try:
+                lost = not await rstore.mirror_rebuilt()
+            except BrokerError:
+                return
+            if lost:
+                logger.warning("the mirror of %s is gone: rebuilding it now", rstore.repository)
+                await self.sync_all()
+                return
+
+    async def _sync_all(self) -> None:
         for repo in self.settings.repositories:
             name = repo.full_name
             await self._guarded(name, f"sync {name}", partial(self.syncer.sync, repo))
@@ -128,6 +149,7 @@ class Daemon:
     async def drain_all(self) -> None:
         if not self.is_leader:
             return
+        await self.rebuild_if_lost()
         for repo in self.settings.repositories:
             try:
                 await self.drainer.drain(repo)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from github_broker.clock import iso_from_ms, now_ms
+from github_broker.errors import GitHubError
 from github_broker.gateway import GitHubGateway, Page
 from github_broker.models import Issue, TaskType
 from github_broker.rules import Rules, task_score
@@ -285,8 +286,12 @@ class Syncer:
         """'broker' when the broker's own login removed every missing label last (a late write
         of a deposed leader), 'person' when anyone else removed one, None when GitHub shows no
         such event yet (asked again on the next pass)."""
-        events = await asyncio.to_thread(self.gateway.label_events, full_name, number)
-        me = await asyncio.to_thread(self.gateway.login)
+        try:
+            events = await asyncio.to_thread(self.gateway.label_events, full_name, number)
+            me = await asyncio.to_thread(self.gateway.login)
+        except GitHubError as e:
+            logger.warning("%s#%d: who removed %s unknown: %s", full_name, number, missing, e)
+            return None
         verdict = "broker"
         for label in missing:
             last = next(
