@@ -244,7 +244,7 @@ def test_sigterm_answers_long_polls_at_once_and_hands_back_leadership(
 
 RACE_AGENTS = 100
 RACE_ISSUES = 500
-RACE_RUN_S = 20.0
+RACE_RUN_S = 16.0
 LEASE_TTL_S = 3
 
 
@@ -310,6 +310,7 @@ def race_agent(i: int, urls: list[str], ledger: Ledger, until: float) -> None:
         return r, sent
 
     while time.monotonic() < until:
+        k += 1  # spread the agents over every process, whichever is killed or stalled
         r, _ = call("/request-task", {"agent_id": agent, "previous": "abandoned"})
         if r is None or r.status_code != 200:
             time.sleep(0.3 if r is not None and r.status_code == 204 else 0.1)
@@ -385,13 +386,19 @@ def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
             ]
             for t in threads:
                 t.start()
-            time.sleep(5)
+            time.sleep(3)
             victim = wait_until(lambda: leading(client, brokers), 5, "a leader")
             victim.kill()  # kill -9 in the middle of its drains and syncs
-            replacement = BrokerProcess(env, tmp_path, "b2").start()
-            brokers.append(replacement)
-            urls[urls.index(victim.url)] = replacement.url
             killed_at = time.monotonic() - started
+            replacement = BrokerProcess(env, tmp_path, "b2")
+            brokers.append(replacement)
+
+            def restart() -> None:
+                replacement.start()
+                urls[urls.index(victim.url)] = replacement.url
+
+            restarting = threading.Thread(target=restart)
+            restarting.start()
             time.sleep(4)
             stalled = wait_until(
                 lambda: (b := leading(client, brokers)) is not victim and b, 8, "a new leader"
@@ -402,6 +409,7 @@ def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
             time.sleep(5)
             stalled.proc.send_signal(signal.SIGCONT)
             stopped = None
+            restarting.join(timeout=30)
             for t in threads:
                 t.join(timeout=RACE_RUN_S + 30)
             # Every agent has finished: the labels converge on "nobody holds anything".
@@ -415,8 +423,9 @@ def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
             print(
                 f"\nrace: {RACE_AGENTS} agents, {len(ledger.claims)} claims, {completions} "
                 f"completions, {len(ledger.passed)} lease calls passed, refusals "
-                f"{ledger.refused}, {ledger.unavailable} unavailable answers; leader killed at "
-                f"{killed_at:.1f}s, leader stalled at {stalled_at:.1f}s for 5 s; "
+                f"{ledger.refused}, {ledger.unavailable} unavailable answers; leader "
+                f"{victim.log_path.stem} killed at {killed_at:.1f}s, leader "
+                f"{stalled.log_path.stem} stalled at {stalled_at:.1f}s for 5 s; "
                 f"{len(doubles)} double assignments, {len(lost)} completions lost, "
                 f"{len(leftover)} issues with labels and no lease"
             )
@@ -451,9 +460,7 @@ def test_sdk_heartbeat_and_complete_ride_out_a_redis_loss(
         started = time.monotonic()
         sdk.heartbeat(task)  # 503 + Retry-After until the sync re-adopted the lease
         sdk.complete(task)
-        print(
-            f"\nSDK across FLUSHALL: heartbeat and complete in {time.monotonic() - started:.1f}s"
-        )
+        print(f"\nSDK across FLUSHALL: heartbeat and complete in {time.monotonic() - started:.1f}s")
         wait_until(lambda: "needs-review" in labels(), 10, "the completion on GitHub")
     finally:
         sdk.close()
