@@ -8,14 +8,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first, in their own layer: it is rebuilt only when pyproject.toml changes.
-COPY pyproject.toml README.md ./
-RUN mkdir github_broker && touch github_broker/__init__.py \
-    && pip install . \
-    && pip uninstall -y github-broker \
-    && rm -rf github_broker build *.egg-info
+# Dependencies first, in their own layer: rebuilt only when constraints.txt changes (the
+# exact versions, from `make constraints`), never on a README or source edit.
+COPY constraints.txt ./
+RUN pip install -r constraints.txt
 
-# Then the package itself.
+# Then the package itself, without resolving anything again.
+COPY pyproject.toml README.md LICENSE ./
 COPY github_broker ./github_broker
 RUN pip install --no-deps . && rm -rf build *.egg-info
 

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-redis lint test test-fast bench sandbox clean
+.PHONY: install install-redis lint test test-fast bench sandbox constraints clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,13 @@ test-fast: install install-redis
 bench: install install-redis
 	$(BIN)/python -m benchmarks.run
 
+# Options go in ARGS: make sandbox ARGS="--port 8090 --agents 5"
 sandbox: install
-	$(BIN)/github-broker sandbox
+	$(BIN)/github-broker sandbox $(ARGS)
+
+# Pin the runtime dependencies installed in $(VENV) for the Docker image.
+constraints: install
+	$(BIN)/python scripts/freeze_constraints.py constraints.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

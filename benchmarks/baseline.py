@@ -1,14 +1,19 @@
-"""The baseline app: one FastAPI endpoint doing one EVALSHA, the ceiling of a claim's shape.
+"""The baselines: one EVALSHA per request, the ceiling of a claim's shape.
 
-A claim is one HTTP request (JSON body validated by pydantic) that costs one Redis round
-trip to a Lua script. This app does exactly that and nothing else, served by uvicorn with
-the same settings, so the ratio claim/baseline is the cost of the broker's own logic.
+A claim is one HTTP request (a JSON body) that costs one Redis round trip to a Lua script.
+Two apps do exactly that and nothing else, served by uvicorn with serve's settings, so the
+ratio claim/baseline is the cost of the broker's own logic:
+
+- `fastapi`: a FastAPI endpoint with a pydantic body model, the framework serve is built on;
+- `asgi`: the same endpoint as a bare ASGI callable (json in, one EVALSHA, json out), the
+  fairer ceiling: no framework at all.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,6 +25,12 @@ from pydantic import BaseModel
 REDIS_URL_ENV = "BENCH_REDIS_URL"
 #: The trivial script: one round trip, no key touched.
 SCRIPT = "return ARGV[1]"
+KINDS = ("fastapi", "asgi")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 
 class TaskRequest(BaseModel):
@@ -51,21 +62,78 @@ def create_app() -> FastAPI:
     return app
 
 
+class BareApp:
+    """The same two routes as a bare ASGI application."""
+
+    def __init__(self) -> None:
+        self.script: Any = None
+        self.client: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        path = scope["path"]
+        if path == "/health":
+            await _answer(send, 200, b'{"status":"ok"}')
+            return
+        if path != "/request-task" or scope["method"] != "POST":
+            await _answer(send, 404, b'{"detail":"not found"}')
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        try:
+            agent_id = str(json.loads(b"".join(chunks))["agent_id"])
+        except (ValueError, KeyError, TypeError):
+            await _answer(send, 422, b'{"detail":"agent_id required"}')
+            return
+        value = await self.script(keys=[], args=[agent_id])
+        body = json.dumps({"agent_id": agent_id, "echo": value.decode()}).encode()
+        await _answer(send, 200, body)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.client = aioredis.Redis.from_url(os.environ[REDIS_URL_ENV])
+                self.script = self.client.register_script(SCRIPT)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.client.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _answer(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_asgi_app() -> BareApp:
+    return BareApp()
+
+
 def main() -> None:
-    """Serve the baseline exactly as `github-broker serve` serves the broker."""
+    """Serve a baseline exactly as `github-broker serve` serves the broker."""
     import argparse
 
-    import uvicorn
-
-    from github_broker.api.protocol import NoDelayH11Protocol
+    from github_broker.api.workers import ServeSpec, Supervisor
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--kind", choices=KINDS, default="fastapi")
     args = parser.parse_args()
-    uvicorn.run("benchmarks.baseline:create_app", factory=True, host="127.0.0.1", port=args.port,
-                workers=args.workers, http=NoDelayH11Protocol, log_level="info",
-                access_log=False)
+    factory = "create_app" if args.kind == "fastapi" else "create_asgi_app"
+    spec = ServeSpec(app=f"benchmarks.baseline:{factory}", host="127.0.0.1", port=args.port,
+                     workers=args.workers, log_level="info", access_log=False)
+    raise SystemExit(Supervisor(spec, poller=False).run())
 
 
 if __name__ == "__main__":

@@ -79,6 +79,19 @@ def _code(command: str) -> str:
     return f"`{command}`"
 
 
+def _mid(value: Any, digits: int = 1) -> str:
+    """A repeated measurement: median (min-max)."""
+    if not isinstance(value, dict):
+        return _n(value, digits)
+    if value.get("median") is None:
+        return "-"
+    return f"{_n(value['median'], digits)} ({_n(value['min'], digits)}-{_n(value['max'], digits)})"
+
+
+def _split(splits: list[list[int]]) -> str:
+    return ", ".join(":".join(str(c) for c in s) or "-" for s in splits)
+
+
 def _throughput(figs: dict[str, Any]) -> list[str]:
     rows = figs.get("throughput", [])
     if not rows:
@@ -90,30 +103,37 @@ def _throughput(figs: dict[str, Any]) -> list[str]:
         "Each agent loops without pause. `request-task`: the original's flow, asking again "
         "completes the held task (one request per claim). `claim-complete`: claim, then "
         "`POST /tasks/{owner}/{repo}/{n}/complete` with the lease token (two requests). "
-        "Baseline: the same request body to a FastAPI endpoint doing one `EVALSHA` of a "
-        "trivial script (`benchmarks/baseline.py`); x baseline compares requests/s with the "
-        "baseline of the same workers and client. CPU is % of one core over the window; GitHub "
-        "calls/s is what serve's write queue and sync made meanwhile.",
+        "Baselines: the same request body to an endpoint doing one `EVALSHA` of a trivial "
+        "script (`benchmarks/baseline.py`), once as a FastAPI route and once as a bare ASGI "
+        "app, served by the same process model as serve. Every variant of one worker count "
+        f"runs {rows[0]['runs']} times in turn (the order rotating); figures are medians with "
+        "the range in brackets, and each x baseline is the median of the per-repetition ratios "
+        "against the baseline measured in the same repetition. Split: established connections "
+        "per worker process, per repetition. Foreign: CPU (% of one core) used by everything "
+        "outside the measured processes, per repetition.",
         "",
-        "| server | workers | client | flow | claims/s | requests/s | x baseline "
-        "| claim p50 / p99 ms | complete p50 / p99 ms | server CPU | Redis CPU | simulator CPU "
-        "| generator CPU | GitHub calls/s | reproduce |",
+        "| server | workers | flow | claims/s | requests/s | x FastAPI | x ASGI "
+        "| claim p50 / p99 ms | complete p50 / p99 ms | server CPU | Redis CPU | Lua µs/call "
+        "| split | foreign CPU % | reproduce |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ratio = "1.00" if r["server"] == "baseline" else _n(r.get("ratio_to_baseline"), 2)
         cpu = r["cpu_pct"]
         out.append(
-            f"| {r['server']} | {r['workers']} | {r['client']} | {r['flow']} "
-            f"| {_n(r['claims_per_s'])} "
-            f"| {_n(r['requests_per_s'])} | {ratio} | {_ms(r['ops'].get('claim'))} "
+            f"| {r['server']} | {r['workers']} | {r['flow']} | {_mid(r['claims_per_s'], 0)} "
+            f"| {_mid(r['requests_per_s'], 0)} | {_mid(r.get('ratio_to_fastapi'), 2)} "
+            f"| {_mid(r.get('ratio_to_asgi'), 2)} | {_ms(r['ops'].get('claim'))} "
             f"| {_ms(r['ops'].get('complete'))} | {_n(cpu.get('server'), 0)} % "
-            f"| {_n(cpu.get('redis'), 0)} % | {_n(cpu.get('simulator'), 0)} % "
-            f"| {_n(r['generator_cpu_pct'], 0)} % | {_n(r['github_calls_per_s'], 0)} "
+            f"| {_n(cpu.get('redis'), 0)} % | {_n(r.get('lua_us_per_call'), 0)} "
+            f"| {_split(r['connection_split'])} "
+            f"| {', '.join(_n(f, 0) for f in r['foreign_cpu_pct'])} "
             f"| {_code(r['reproduce'])} |"
         )
-    notes = [f"- {r['server']} {r['workers']}w {r['flow']}: {r['warning']}"
-             for r in rows if r.get("warning")]
+    scaling = [r for r in rows if r.get("ratio_to_1_worker")]
+    notes = [f"- serve 2 workers, `{r['flow']}`: {r['ratio_to_1_worker']:.2f} x the requests/s "
+             "of 1 worker" for r in scaling]
+    notes += [f"- {r['server']} {r['workers']}w {r['flow']}: {r['warning']}"
+              for r in rows if r.get("warning")]
     return [*out, "", *notes, *([""] if notes else [])]
 
 
@@ -126,17 +146,17 @@ def _backlog(figs: dict[str, Any]) -> list[str]:
         "",
         f"`claim-abandon` flow (asking again gives the held task back, so the backlog stays "
         f"the same size), {rows[0]['agents']} agents, serve with 1 worker, with its poller "
-        "(sync, write queue, review upkeep) and without.",
+        "(sync, write queue, review upkeep) and without; medians of the repetitions.",
         "",
         "| serve's poller | open issues | in review | claims/s | claim p50 / p99 ms "
-        "| server CPU | reproduce |",
-        "|---|---|---|---|---|---|---|",
+        "| server CPU | Lua µs/call | reproduce |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(f"| {r['poller']} | {r['open_issues']:,} | {r['in_review']:,} "
-                   f"| {_n(r['claims_per_s'])} "
+                   f"| {_mid(r['claims_per_s'], 0)} "
                    f"| {_ms(r['ops'].get('claim'))} | {_n(r['cpu_pct'].get('server'), 0)} % "
-                   f"| {_code(r['reproduce'])} |")
+                   f"| {_n(r.get('lua_us_per_call'), 0)} | {_code(r['reproduce'])} |")
     return [*out, ""]
 
 
@@ -147,17 +167,19 @@ def _latency(figs: dict[str, Any]) -> list[str]:
     out = [
         "## Latency of one agent, no other load",
         "",
-        "One request at a time over a kept-alive connection; the serve process syncs and "
-        "drains its write queue as in production.",
+        "One request at a time over a kept-alive connection; serve's poller runs beside it as "
+        "in production. Medians over the alternating repetitions; p99 x baseline against the "
+        "FastAPI baseline of the same workers.",
         "",
-        "| server | workers | operation | p50 ms | p99 ms | p50 x baseline | samples | reproduce |",
+        "| server | workers | operation | p50 ms | p99 ms (range) | p99 x FastAPI | samples "
+        "| reproduce |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    base = {r["workers"]: r["p50_ms"] for r in rows if r["server"] == "baseline"}
+    base = {r["workers"]: r["p99_ms"] for r in rows if r["server"] == "baseline-fastapi"}
     for r in rows:
-        ratio = r["p50_ms"] / base[r["workers"]] if base.get(r["workers"]) else None
+        ratio = r["p99_ms"] / base[r["workers"]] if base.get(r["workers"]) else None
         out.append(f"| {r['server']} | {r['workers']} | {r['operation']} | {_n(r['p50_ms'], 2)} "
-                   f"| {_n(r['p99_ms'], 2)} | {_n(ratio, 2)} | {r['count']} "
+                   f"| {_mid(r['p99_range_ms'], 2)} | {_n(ratio, 2)} | {r['count']} "
                    f"| {_code(r['reproduce'])} |")
     return [*out, ""]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,8 @@ from benchmarks.servers import (
     SimulatorProcess,
     baseline_argv,
     broker_env,
+    connection_split,
+    machine_busy_s,
     serve_argv,
     size,
     wait_for_ready,
@@ -38,8 +41,8 @@ REVIEW_TIMEOUT_S = 60.0
 @dataclass(frozen=True)
 class Options:
     agents: int = 50
-    warmup_s: float = 2.0
-    duration_s: float = 10.0
+    warmup_s: float = 1.0
+    duration_s: float = 5.0
     client: str = "raw"
     sync_issues: int = 10_000
     big_backlog: int = 100_000
@@ -48,6 +51,8 @@ class Options:
     latency_samples: int = 500
     lifecycles: int = 50
     redis_claims: int = 100
+    #: Alternating repetitions of every throughput and latency comparison (medians reported).
+    repeats: int = 5
     quick: bool = False
     profile: bool = False
     only: tuple[str, ...] = GROUPS
@@ -55,7 +60,7 @@ class Options:
     def quick_version(self) -> Options:
         return replace(self, warmup_s=0.5, duration_s=2.0, big_backlog=30_000,
                        latency_samples=100, lifecycles=20,
-                       redis_claims=30, quick=True)
+                       redis_claims=30, repeats=2, quick=True)
 
     def reproduce(self, group: str, *extra: str) -> str:
         parts = [".venv/bin/python -m benchmarks.run", f"--only {group}"]
@@ -107,9 +112,9 @@ class Bench:
         return self.server(f"serve-{workers}w-{time.monotonic_ns()}",
                            serve_argv(workers, profile), {**env, **extra})
 
-    def baseline(self, workers: int) -> Any:
+    def baseline(self, workers: int, kind: str = "fastapi") -> Any:
         env = {**os.environ, "BENCH_REDIS_URL": self.redis.url}
-        return self.server(f"baseline-{workers}w", baseline_argv(workers), env)
+        return self.server(f"baseline-{kind}-{workers}w", baseline_argv(workers, kind), env)
 
     def load(self, server: HTTPServer, sim: SimulatorProcess, flow: str,
              client: str | None = None) -> dict[str, Any]:
@@ -120,6 +125,10 @@ class Bench:
             return {
                 "cpu": {"server": server.cpu_s(), "redis": self.redis.cpu_s(),
                         "simulator": sim.cpu_s()},
+                "machine_busy_s": machine_busy_s(),
+                "split": sorted(connection_split(server.pid, server.port).values(),
+                                reverse=True),
+                "scripts": self.redis.script_usec(),
                 "github_calls": sim.stats()["total"],
                 "outbox": size(self.redis.client(), KEYS.outbox),
             }
@@ -136,6 +145,14 @@ def _row(result: LoadResult, window_s: float) -> dict[str, Any]:
         name: 100 * (after["cpu"][name] - before["cpu"][name]) / window_s
         for name in before["cpu"]
     }
+    # Everything else the machine did meanwhile (other processes: the foreign load).
+    busy_pct = 100 * (after["machine_busy_s"] - before["machine_busy_s"]) / window_s
+    summary["foreign_cpu_pct"] = max(
+        0.0, busy_pct - sum(summary["cpu_pct"].values()) - summary["generator_cpu_pct"])
+    summary["connection_split"] = before["split"]  # at the window's start, all connected
+    calls = after["scripts"][0] - before["scripts"][0]
+    summary["lua_us_per_call"] = (after["scripts"][1] - before["scripts"][1]) / calls if calls \
+        else None
     summary["github_calls_per_s"] = (after["github_calls"] - before["github_calls"]) / window_s
     summary["outbox_growth_per_s"] = (after["outbox"] - before["outbox"]) / window_s
     summary["outbox_after"] = after["outbox"]
@@ -233,29 +250,44 @@ def cost_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> No
                         "reproduce": rep})
 
 
-def _latency_rows(bench: Bench, server_kind: str, workers: int, url: str, samples: int) -> None:
-    o = bench.options
-    rep = o.reproduce("latency")
-    flows = [("baseline", {"claim": "request"})] if server_kind == "baseline" else [
-        ("request-task", {"claim": "claim (settles the held task)"}),
-        ("claim-complete", {"claim": "explicit claim", "complete": "explicit complete"}),
-    ]
-    for flow, names in flows:
-        result = run_sequential(url, flow=flow, count=samples, client=o.client)
-        for op, summary in result.summary()["ops"].items():
-            bench.add("latency", {"server": server_kind, "workers": workers,
-                                  "operation": names[op], "flow": flow, **summary,
-                                  "reproduce": rep})
+#: Single-agent latency comparisons: (server, flow), alternating like the throughput runs.
+LATENCY_VARIANTS = (
+    ("baseline-fastapi", "baseline"),
+    ("baseline-asgi", "baseline"),
+    ("serve", "request-task"),
+    ("serve", "claim-complete"),
+)
+_OP_NAMES = {
+    "baseline": {"claim": "request"},
+    "request-task": {"claim": "claim (settles the held task)"},
+    "claim-complete": {"claim": "explicit claim", "complete": "explicit complete"},
+}
 
 
 def latency_figures(bench: Bench, env: dict[str, str]) -> None:
     o = bench.options
+    rep = o.reproduce("latency")
     for workers in (1, 2):
-        samples = o.latency_samples
-        with bench.serve(env, workers) as server:
-            _latency_rows(bench, "serve", workers, server.url, samples)
-        with bench.baseline(workers) as server:
-            _latency_rows(bench, "baseline", workers, server.url, samples)
+        with bench.baseline(workers, "fastapi") as fastapi, \
+                bench.baseline(workers, "asgi") as asgi, bench.serve(env, workers) as serve:
+            servers = {"baseline-fastapi": fastapi, "baseline-asgi": asgi, "serve": serve}
+            samples: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+            for r in range(o.repeats):
+                for name, flow in rotated(LATENCY_VARIANTS, r):
+                    result = run_sequential(servers[name].url, flow=flow,
+                                            count=o.latency_samples, client=o.client)
+                    for op, summary in result.summary()["ops"].items():
+                        samples.setdefault((name, flow, op), []).append(summary)
+        for (name, flow, op), runs in samples.items():
+            bench.add("latency", {
+                "server": name, "workers": workers, "flow": flow,
+                "operation": _OP_NAMES[flow][op], "runs": len(runs),
+                "count": sum(s["count"] for s in runs),
+                "p50_ms": spread([s["p50_ms"] for s in runs])["median"],
+                "p99_ms": spread([s["p99_ms"] for s in runs])["median"],
+                "p99_range_ms": spread([s["p99_ms"] for s in runs]),
+                "reproduce": rep,
+            })
 
 
 def _put_in_review(bench: Bench, server: HTTPServer, count: int) -> int:
@@ -272,15 +304,16 @@ def _put_in_review(bench: Bench, server: HTTPServer, count: int) -> int:
 def backlog_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str],
                    issues: int) -> None:
     # With and without serve's poller: the claim script's cost and the upkeep sharing
-    # serve's event loop grow differently with the backlog.
+    # the machine grow differently with the backlog.
     in_review = 0
     for poller in ("on", "off"):
         with bench.serve(env, 1, GITHUB_BROKER_SERVER__RUN_POLLER=str(poller == "on").lower()
                          ) as server:
             if poller == "on":
                 in_review = _put_in_review(bench, server, IN_REVIEW)
-            row = bench.load(server, sim, "claim-abandon")
-        bench.add("backlog", {**row, "open_issues": issues, "poller": poller,
+            runs = [bench.load(server, sim, "claim-abandon")
+                    for _ in range(bench.options.repeats)]
+        bench.add("backlog", {**aggregate(runs), "open_issues": issues, "poller": poller,
                               "in_review": in_review,
                               "reproduce": bench.options.reproduce("backlog")})
 
@@ -288,29 +321,102 @@ def backlog_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str],
 # --- the big data set: throughput, the largest backlog, the profile -----------------------
 
 
+#: The variants of one throughput comparison: (server, flow). They run in turn, the order
+#: rotating each repetition, so slow drifts of the machine hit every variant alike.
+THROUGHPUT_VARIANTS = (
+    ("baseline-fastapi", "baseline"),
+    ("baseline-asgi", "baseline"),
+    ("serve", "request-task"),
+    ("serve", "claim-complete"),
+)
+
+
+def rotated(items: tuple[Any, ...] | list[Any], by: int) -> list[Any]:
+    by %= len(items)
+    return [*items[by:], *items[:by]]
+
+
+def spread(values: list[float]) -> dict[str, float | None]:
+    """Median and range of repeated measurements."""
+    clean = [v for v in values if v is not None]
+    if not clean:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(clean), "min": min(clean), "max": max(clean)}
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row from the repetitions of one variant: medians, ranges, every run's
+    connection split and foreign load."""
+    first = runs[0]
+    ops = {}
+    for op in first["ops"]:
+        ops[op] = {
+            "p50_ms": spread([r["ops"][op]["p50_ms"] for r in runs if op in r["ops"]])["median"],
+            "p99_ms": spread([r["ops"][op]["p99_ms"] for r in runs if op in r["ops"]])["median"],
+            "count": sum(r["ops"][op]["count"] for r in runs if op in r["ops"]),
+        }
+    row = {
+        "flow": first["flow"], "agents": first["agents"], "client": first["client"],
+        "runs": len(runs),
+        "claims_per_s": spread([r["claims_per_s"] for r in runs]),
+        "requests_per_s": spread([r["requests_per_s"] for r in runs]),
+        "ops": ops,
+        "cpu_pct": {name: spread([r["cpu_pct"][name] for r in runs])["median"]
+                    for name in first["cpu_pct"]},
+        "generator_cpu_pct": spread([r["generator_cpu_pct"] for r in runs])["median"],
+        "foreign_cpu_pct": [round(r["foreign_cpu_pct"], 1) for r in runs],
+        "connection_split": [r["connection_split"] for r in runs],
+        "lua_us_per_call": spread([r["lua_us_per_call"] for r in runs])["median"],
+        "github_calls_per_s": spread([r["github_calls_per_s"] for r in runs])["median"],
+        "outbox_after": runs[-1]["outbox_after"],
+        "outbox_growth_per_s": spread([r["outbox_growth_per_s"] for r in runs])["median"],
+        "warning": "; ".join(sorted({r["warning"] for r in runs if r["warning"]})),
+    }
+    for key in ("ratio_to_fastapi", "ratio_to_asgi"):
+        if key in first:
+            row[key] = spread([r[key] for r in runs])
+    return row
+
+
 def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
     o = bench.options
     rep = o.reproduce("throughput")
-    # Serve and the baseline both set TCP_NODELAY per connection (api/protocol.py), so
-    # 2 workers need no quick-ACK client any more.
-    plans = [(1, o.client), (2, o.client)]
-    for workers, client in plans:
-        with bench.baseline(workers) as server:
-            base = bench.load(server, sim, "baseline", client)
-        bench.add("throughput", {**base, "server": "baseline", "workers": workers,
-                                 "open_issues": o.big_backlog, "reproduce": rep})
-        with bench.serve(env, workers) as server:
-            for flow in ("request-task", "claim-complete"):
-                row = bench.load(server, sim, flow, client)
-                row["ratio_to_baseline"] = row["requests_per_s"] / base["requests_per_s"]
-                bench.add("throughput", {**row, "server": "serve", "workers": workers,
-                                         "open_issues": o.big_backlog, "reproduce": rep})
+    # GitHub's real write pace (about 80 content writes a minute): serve's write queue
+    # drains as in production instead of competing with the claims at full speed.
+    paced = {"GITHUB_BROKER_GITHUB__SECONDS_BETWEEN_WRITES": "0.75"}
+    for workers in (1, 2):
+        with bench.baseline(workers, "fastapi") as fastapi, \
+                bench.baseline(workers, "asgi") as asgi, \
+                bench.serve(env, workers, **paced) as serve:
+            servers = {"baseline-fastapi": fastapi, "baseline-asgi": asgi, "serve": serve}
+            runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            for r in range(o.repeats):
+                done: dict[tuple[str, str], dict[str, Any]] = {}
+                for name, flow in rotated(THROUGHPUT_VARIANTS, r):
+                    done[(name, flow)] = bench.load(servers[name], sim, flow)
+                for (name, flow), row in done.items():
+                    if name == "serve":
+                        row["ratio_to_fastapi"] = row["requests_per_s"] / done[
+                            ("baseline-fastapi", "baseline")]["requests_per_s"]
+                        row["ratio_to_asgi"] = row["requests_per_s"] / done[
+                            ("baseline-asgi", "baseline")]["requests_per_s"]
+                    runs.setdefault((name, flow), []).append(row)
+        for (name, _flow), rows in runs.items():
+            bench.add("throughput", {**aggregate(rows), "server": name, "workers": workers,
+                                     "open_issues": o.big_backlog, "reproduce": rep})
+    one = {r["flow"]: r for r in bench.figures["throughput"]
+           if r["server"] == "serve" and r["workers"] == 1}
+    two = {r["flow"]: r for r in bench.figures["throughput"]
+           if r["server"] == "serve" and r["workers"] == 2}
+    for flow in one.keys() & two.keys():
+        two[flow]["ratio_to_1_worker"] = (two[flow]["requests_per_s"]["median"]
+                                          / one[flow]["requests_per_s"]["median"])
 
 
 def profile_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
     o = bench.options
     path = bench.workdir / "profile-serve.pyisession"
-    with bench.serve(env, 1, profile=path) as server:
+    with bench.serve(env, 1, profile=path, GITHUB_BROKER_SERVER__RUN_POLLER="false") as server:
         row = bench.load(server, sim, "request-task")
     # The profiler writes its session while serve shuts down; the server context waited.
     target = Path(__file__).resolve().parent / "results" / path.name

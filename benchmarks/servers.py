@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -29,6 +30,56 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every live process below it."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parents[int(entry)] = int(raw[raw.rindex(")") + 2 :].split()[1])
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(child for child, parent in parents.items() if parent == current)
+    return out
+
+
+def connection_split(pid: int, port: int) -> dict[int, int]:
+    """Established connections to `port` per process under `pid`: which worker serves whom."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                if local_port == port and fields[3] == "01":  # 01: ESTABLISHED
+                    inodes.add(fields[9])
+    split: dict[int, int] = {}
+    for child in _descendants(pid):
+        count = 0
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{child}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{child}/fd/{fd}")
+                    if link.startswith("socket:[") and link[8:-1] in inodes:
+                        count += 1
+        if count:
+            split[child] = count
+    return split
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (all cores), from /proc/stat."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
 
 
 def cpu_seconds(pid: int) -> float:
@@ -129,6 +180,11 @@ class RedisServer(Process):
         stats = cast(dict[str, Any], self.client().info("commandstats"))
         return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
+    def script_usec(self) -> tuple[int, int]:
+        """(calls, microseconds) of EVALSHA so far: the time Redis spent inside Lua scripts."""
+        stats = cast(dict[str, Any], self.client().info("commandstats")).get("cmdstat_evalsha", {})
+        return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
     def version(self) -> str:
         return str(cast(dict[str, Any], self.client().info("server"))["redis_version"])
 
@@ -225,14 +281,16 @@ def serve_argv(workers: int, profile: Path | None = None) -> list[str]:
     argv = ["-m", "github_broker", "serve", "--port", "{port}", "--workers", str(workers)]
     if profile is None:
         return [sys.executable, *argv]
+    # Profiled: the API alone in the profiled process (in production the poller runs in a
+    # process of its own, so it is not part of the request path either).
     return [sys.executable, "-m", "pyinstrument", "--renderer", "pyisession", "--outfile",
-            str(profile), *argv]
+            str(profile), *argv, "--single-process"]
 
 
-def baseline_argv(workers: int) -> list[str]:
-    """The baseline app under uvicorn with serve's settings (protocol, log level, no access log)."""
+def baseline_argv(workers: int, kind: str = "fastapi") -> list[str]:
+    """A baseline app served like serve (processes, protocol, log level, no access log)."""
     return [sys.executable, "-m", "benchmarks.baseline", "--port", "{port}",
-            "--workers", str(workers)]
+            "--workers", str(workers), "--kind", kind]
 
 
 def size(client: redis.Redis, key: str) -> int:

@@ -4,34 +4,52 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
+import atexit
 import json
 import logging
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from github_broker import __version__, logs
 from github_broker.errors import BrokerError, ConfigError
-from github_broker.settings import Settings, default_config_dir, load_settings
+from github_broker.settings import ENV_PREFIX, Settings, default_config_dir, load_settings
+
+if TYPE_CHECKING:
+    from github_broker.gateway import GitHubGateway
+    from github_broker.store import Store
 
 logger = logging.getLogger("github_broker")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-#: Seconds serve lets in-flight requests finish after SIGTERM before closing them.
-SHUTDOWN_GRACE_S = 5
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    if args.config is not None and not args.config.is_dir():
+        raise ConfigError(
+            f"--config {args.config}: no such directory. Pass the directory that holds "
+            "broker.yaml (and agents.yml), or leave --config out to use the defaults."
+        )
     return load_settings(args.config)
 
 
-def _progress(repository: str, page: int, seen: int) -> None:
-    if sys.stderr.isatty():
-        print(
-            f"\r{repository}: page {page}, {seen} open issues", end="", file=sys.stderr, flush=True
+def _require_repositories(settings: Settings) -> None:
+    if not settings.repositories:
+        raise ConfigError(
+            "no repositories configured: set `repositories` in broker.yaml "
+            f"or {ENV_PREFIX}REPOSITORIES=owner/name"
         )
-    elif page % 10 == 0:
-        print(f"{repository}: page {page}, {seen} open issues", file=sys.stderr, flush=True)
+
+
+def _require_github_auth(settings: Settings) -> None:
+    github = settings.github
+    if github.app_id is None and not github.resolved_token():
+        raise ConfigError(
+            "no GitHub credentials: set GITHUB_TOKEN (or "
+            f"{ENV_PREFIX}GITHUB__TOKEN, github.token_file, or a GitHub App in broker.yaml)"
+        )
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -41,11 +59,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from github_broker.sync import Syncer
 
     settings = _settings(args)
-    if not settings.repositories:
-        raise ConfigError(
-            "no repositories configured: set `repositories` in broker.yaml "
-            "or GITHUB_BROKER_REPOSITORIES=owner/name"
-        )
+    _require_repositories(settings)
+    _require_github_auth(settings)
 
     async def run() -> None:
         store = Store.from_settings(settings)
@@ -55,11 +70,18 @@ def cmd_sync(args: argparse.Namespace) -> int:
             for repo in settings.repositories:
                 if args.repo and repo.full_name != args.repo:
                     continue
-                report = await syncer.sync(
-                    repo, full=True if args.full else None, progress=_progress
-                )
-                if sys.stderr.isatty():
-                    print(file=sys.stderr)
+                total = await _expected_issues(store, gateway, repo.full_name)
+                with logs.progress_bar(total, repo.full_name) as bar:
+
+                    def progress(_repository: str, _page: int, seen: int) -> None:
+                        bar.total = max(bar.total or 0, seen)
+                        bar.update(seen - bar.n)
+
+                    report = await syncer.sync(
+                        repo, full=True if args.full else None, progress=progress
+                    )
+                    # GitHub's open count includes pull requests: end the bar at what was seen.
+                    bar.total = bar.n
                 print(report.summary())
         finally:
             await store.close()
@@ -69,6 +91,19 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _expected_issues(store: Store, gateway: GitHubGateway, full_name: str) -> int | None:
+    """The bar's total: the issues mirrored last time, else GitHub's open count (with PRs)."""
+    mirrored = len(await store.repo(full_name).open_numbers())
+    if mirrored:
+        return mirrored
+    try:
+        info = await asyncio.to_thread(gateway.repository, full_name)
+    except BrokerError:
+        return None  # the sync itself reports what is wrong
+    count = info.get("open_issues_count")
+    return int(count) if isinstance(count, int) else None
+
+
 def cmd_poll(args: argparse.Namespace) -> int:
     """The polling daemon (sync, write queue, lease reaping) until SIGINT/SIGTERM."""
     from github_broker.gateway import GitHubGateway
@@ -76,6 +111,10 @@ def cmd_poll(args: argparse.Namespace) -> int:
     from github_broker.store import Store
 
     settings = _settings(args)
+    if args.metrics_port is not None:
+        from github_broker.metrics import serve_process_metrics
+
+        serve_process_metrics(settings.server.host, args.metrics_port)
 
     async def run() -> None:
         store = Store.from_settings(settings)
@@ -94,8 +133,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """The HTTP API (and, unless disabled, the polling daemon) under uvicorn."""
     import os
 
-    import uvicorn
-
     settings = _settings(args)  # fail fast, before workers start
     host = args.host or settings.server.host
     port = args.port if args.port is not None else settings.server.port
@@ -103,43 +140,51 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["GITHUB_BROKER_CONFIG_DIR"] = str(args.config)
     if host != settings.server.host:
         os.environ["GITHUB_BROKER_SERVER__HOST"] = host
-        load_settings(args.config)  # the loopback-without-auth rule applies to --host too
-    from github_broker.api.protocol import NoDelayH11Protocol
+        # the loopback-without-auth rule applies to --host too
+        load_settings(args.config, flags={f"{ENV_PREFIX}SERVER__HOST": "--host"})
+    from github_broker.api.workers import ServeSpec, Supervisor, run_api_worker
 
-    uvicorn.run(
-        "github_broker.api.app:create_app",
-        factory=True,
+    prepare_metrics_dir()
+    os.environ[logs.FORMAT_ENV] = args.log_format  # the poller child logs alike
+    spec = ServeSpec(
+        app="github_broker.api.app:create_app",
         host=host,
         port=port,
         workers=args.workers,
-        http=NoDelayH11Protocol,
-        log_config=_uvicorn_logging(args.log_level),
+        log_config=logs.uvicorn_config(args.log_level, args.log_format),
         log_level=args.log_level.lower(),
         access_log=args.access_log,
-        # Long-polls are answered at once on SIGTERM (ReadyWaker.close): what is left are
-        # short calls, well inside an orchestrator's grace period.
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        # The poller runs beside the API workers, never inside them.
+        env={} if args.single_process else {"GITHUB_BROKER_SERVER__RUN_POLLER": "false"},
     )
-    return 0
+    if args.single_process:
+        # One process: the API, and the poller inside it unless server.run_poller is false.
+        run_api_worker(spec)
+        return 0
+    return Supervisor(spec, poller=settings.server.run_poller).run()
 
 
-def _uvicorn_logging(level: str) -> dict[str, Any]:
-    """uvicorn's logging plus the broker's own loggers; applied in every worker process."""
-    from uvicorn.config import LOGGING_CONFIG
+#: prometheus-client's multiprocess directory (read when prometheus-client is imported).
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-    config = copy.deepcopy(LOGGING_CONFIG)
-    config["formatters"]["broker"] = {"format": LOG_FORMAT}
-    config["handlers"]["broker"] = {
-        "formatter": "broker",
-        "class": "logging.StreamHandler",
-        "stream": "ext://sys.stderr",
-    }
-    config["loggers"]["github_broker"] = {
-        "handlers": ["broker"],
-        "level": level,
-        "propagate": False,
-    }
-    return config
+
+def prepare_metrics_dir() -> Path:
+    """An empty multiprocess metrics directory for `serve` and the workers uvicorn starts.
+
+    Must run before anything imports prometheus-client (github_broker.metrics does). An
+    operator's directory is emptied (files of an earlier run would add up), otherwise a
+    fresh temporary one is made and removed at exit."""
+    given = os.environ.get(METRICS_DIR_ENV)
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        for old in path.glob("*.db"):
+            old.unlink()
+        return path
+    path = Path(tempfile.mkdtemp(prefix="github-broker-metrics-"))
+    os.environ[METRICS_DIR_ENV] = str(path)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def _print(data: Any) -> None:
@@ -152,6 +197,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from github_broker.store import Store
 
     settings = _settings(args)
+    _require_repositories(settings)
 
     async def run() -> dict[str, Any]:
         store = Store.from_settings(settings)
@@ -189,6 +235,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from github_broker.store import Store
 
     settings = _settings(args)
+    _require_repositories(settings)
 
     async def run() -> dict[str, list[Any]]:
         store = Store.from_settings(settings)
@@ -222,6 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
+    parser.add_argument(
+        "--log-format",
+        default=logs.default_format(),
+        choices=logs.FORMATS,
+        help=f"log lines as text or JSON (default: ${logs.FORMAT_ENV} or text)",
+    )
+    parser.add_argument("--version", action="version", version=f"github-broker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
@@ -232,11 +286,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sync", cmd_sync)
     p.add_argument("--full", action="store_true", help="full pass (catches deletions)")
     p.add_argument("--repo", help="only this owner/name")
-    add("poll", cmd_poll)
+    p = add("poll", cmd_poll)
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve this process's Prometheus metrics (GitHub calls, write lag) on this port",
+    )
     p = add("serve", cmd_serve)
     p.add_argument("--host")
     p.add_argument("--port", type=int)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="API worker processes")
+    p.add_argument(
+        "--single-process",
+        action="store_true",
+        help="API and poller in this one process (debugging, profiling); ignores --workers",
+    )
     p.add_argument("--access-log", action="store_true")
     p = add("status", cmd_status)
     p.add_argument("--json", action="store_true")
@@ -253,9 +317,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+    logs.configure(args.log_level, args.log_format)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a reader that left shows up here, inside this handler
+        return code
+    except BrokenPipeError:
+        # The reader left (`| head`): stop quietly like other Unix tools. Point stdout at
+        # /dev/null so the flush at exit does not raise a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except ConfigError as e:
         print(f"github-broker: {e}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ from github_broker.errors import (
     GitHubUnavailable,
     RateLimited,
 )
+from github_broker.metrics import observe_github
 from github_broker.models import Quota
 from github_broker.settings import GitHubSettings
 
@@ -83,17 +84,21 @@ class GitHubGateway:
     ) -> tuple[int, dict[str, str], Any]:
         self._respect_quota(verb)
         headers = {"If-None-Match": etag} if etag else None
+        started = time.perf_counter()
         try:
             status, raw_headers, output = self._requester.requestJson(
                 verb, path, parameters=params, headers=headers, input=body
             )
         except requests.exceptions.RequestException as e:
+            observe_github(verb, path, "error", started)
             raise GitHubUnavailable(f"{verb} {path}: {type(e).__name__}: {e}") from e
         except GithubException as e:
             # Raised by PyGithub itself, e.g. minting a GitHub App installation token.
+            observe_github(verb, path, str(e.status), started)
             if e.status >= 500:
                 raise GitHubUnavailable(f"{verb} {path}: {e.status} {e}") from e
             raise GitHubError(f"{verb} {path}: {e.status} {e}", status=e.status) from e
+        observe_github(verb, path, str(status), started)
         with self._lock:
             self.calls += 1
         resp_headers = {k.lower(): v for k, v in raw_headers.items()}
@@ -263,6 +268,21 @@ class GitHubGateway:
                 return False  # "Reference already exists": an earlier attempt or a person made it
             raise
         return True
+
+    def label_names(self, full_name: str) -> list[str]:
+        """Every label of a repository (`GET /repos/{repo}/labels`, all pages)."""
+        names: list[str] = []
+        page = 1
+        while True:
+            _, _, data = self._request(
+                "GET",
+                f"/repos/{full_name}/labels",
+                params={"per_page": self.settings.per_page, "page": page},
+            )
+            names += [str(label["name"]) for label in data or []]
+            if len(data or []) < self.settings.per_page:
+                return names
+            page += 1
 
     def ensure_label(self, full_name: str, name: str, color: str, description: str) -> bool:
         """Create a repository label; False when it exists already."""

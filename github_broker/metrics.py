@@ -1,79 +1,278 @@
-"""Prometheus text exposition: this process's counters plus gauges read from Redis."""
+"""Prometheus metrics: counters and histograms of every process, gauges read from Redis.
+
+`serve` runs prometheus-client in multiprocess mode (`PROMETHEUS_MULTIPROC_DIR`, set by
+the CLI's `prepare_metrics_dir()` before anything imports this module): each worker writes its
+values to files there and whichever worker answers `/metrics` adds them all up. Queue
+sizes, leases, write-queue lag and the GitHub quota are read from Redis at scrape time, so
+they are the same whichever process answers.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from github_broker.clock import now_ms
 from github_broker.rules import priority_of_score
-from github_broker.store import Store
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from github_broker.store import Store
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: Upper bounds (seconds) of the latency histograms; request-task includes long-poll waits.
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+GITHUB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+LAG_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+#: Instruments fed outside the HTTP layer (gateway, write queue): one set per process.
+PROCESS_REGISTRY = CollectorRegistry(auto_describe=True)
+GITHUB_SECONDS = Histogram(
+    "gb_github_request_seconds",
+    "GitHub REST calls by method, route and status (error: no answer).",
+    ["method", "route", "status"],
+    buckets=GITHUB_BUCKETS,
+    registry=PROCESS_REGISTRY,
+)
+WRITE_LAG_SECONDS = Histogram(
+    "gb_github_write_lag_seconds",
+    "Seconds from a queued GitHub write being due to it being applied.",
+    buckets=LAG_BUCKETS,
+    registry=PROCESS_REGISTRY,
+)
+
+#: GitHub paths whose numbers, names and refs become placeholders (bounded label values).
+_ROUTE_PARTS = [
+    (re.compile(r"^/repos/[^/]+/[^/]+"), "/repos/{owner}/{repo}"),
+    (re.compile(r"/git/(refs|ref|matching-refs)/.+$"), r"/git/\1/{ref}"),
+    (re.compile(r"/labels/[^/]+$"), "/labels/{name}"),
+    (re.compile(r"/branches/.+$"), "/branches/{branch}"),
+    (re.compile(r"/\d+(?=/|$)"), "/{n}"),
+    (re.compile(r"\?.*$"), ""),
+]
+
+
+def github_route(path: str) -> str:
+    """`/repos/acme/widgets/issues/12/labels` -> `/repos/{owner}/{repo}/issues/{n}/labels`."""
+    for pattern, replacement in _ROUTE_PARTS:
+        path = pattern.sub(replacement, path)
+    return path
+
+
+def observe_github(method: str, path: str, status: str, started_s: float) -> None:
+    """Record one GitHub call that started at `started_s` (time.perf_counter())."""
+    GITHUB_SECONDS.labels(method, github_route(path), status).observe(
+        time.perf_counter() - started_s
+    )
+
+
+def observe_write_lag(due_ms: int) -> None:
+    WRITE_LAG_SECONDS.observe(max(0, now_ms() - due_ms) / 1000)
+
+
+class _Counts:
+    """`counts[label] += 1` on a labelled prometheus Counter (how the routes count)."""
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+
+    def __getitem__(self, label: str) -> float:
+        return 0.0
+
+    def __setitem__(self, label: str, value: float) -> None:
+        self.counter.labels(label).inc(value)
 
 
 class Metrics:
-    """Counters of one process (one uvicorn worker); the gauges are deployment-wide."""
+    """The HTTP layer's instruments and the `/metrics` exposition of one app."""
 
     def __init__(self) -> None:
-        self.task_requests: Counter[str] = Counter()
-        self.lease_refusals: Counter[str] = Counter()
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._task_requests = Counter(
+            "gb_task_requests",
+            "request-task answers, by result.",
+            ["result"],
+            registry=self.registry,
+        )
+        self._lease_refusals = Counter(
+            "gb_lease_refusals", "409 answers, by reason.", ["reason"], registry=self.registry
+        )
+        self.request_task_seconds = Histogram(
+            "gb_request_task_seconds",
+            "request-task latency (long-poll waits included), by HTTP status.",
+            ["status"],
+            buckets=REQUEST_BUCKETS,
+            registry=self.registry,
+        )
+        self.task_requests = _Counts(self._task_requests)
+        self.lease_refusals = _Counts(self._lease_refusals)
 
     async def render(self, store: Store) -> str:
-        lines = [
-            "# HELP gb_task_requests_total request-task answers by this process, by result.",
-            "# TYPE gb_task_requests_total counter",
-            *(
-                f'gb_task_requests_total{{result="{k}"}} {v}'
-                for k, v in sorted(self.task_requests.items())
-            ),
-            "# HELP gb_lease_refusals_total 409 answers by this process, by reason.",
-            "# TYPE gb_lease_refusals_total counter",
-            *(
-                f'gb_lease_refusals_total{{reason="{k}"}} {v}'
-                for k, v in sorted(self.lease_refusals.items())
-            ),
-            "# HELP gb_ready_tasks claimable tasks per repository and priority.",
-            "# TYPE gb_ready_tasks gauge",
-        ]
-        gauges: dict[str, list[str]] = {"leases": [], "writes": [], "skipped": [], "bucket": []}
-        for name, rstore in store.repos.items():
-            per_priority: Counter[int] = Counter(
-                priority_of_score(score) for _, score in await rstore.ready_tasks()
-            )
-            lines += [
-                f'gb_ready_tasks{{repository="{name}",priority="P{p}"}} {n}'
-                for p, n in sorted(per_priority.items())
-            ]
-            gauges["leases"].append(
-                f'gb_leases{{repository="{name}"}} {len(await rstore.leases())}'
-            )
-            gauges["writes"].append(
-                f'gb_pending_github_writes{{repository="{name}"}} {await rstore.outbox_size()}'
-            )
-            gauges["skipped"].append(
-                f'gb_skipped_issues{{repository="{name}"}} {len(await rstore.skipped())}'
-            )
-            bucket = await rstore.bucket()
-            if bucket is not None:
-                gauges["bucket"].append(f'gb_priority_bucket{{repository="{name}"}} {bucket}')
-        lines += ["# HELP gb_leases live leases.", "# TYPE gb_leases gauge", *gauges["leases"]]
-        lines += [
-            "# HELP gb_pending_github_writes queued GitHub writes.",
-            "# TYPE gb_pending_github_writes gauge",
-            *gauges["writes"],
-        ]
-        lines += [
-            "# HELP gb_skipped_issues work issues that cannot be handed out.",
-            "# TYPE gb_skipped_issues gauge",
-            *gauges["skipped"],
-        ]
-        lines += [
-            "# HELP gb_priority_bucket most urgent open priority (0 = P0).",
-            "# TYPE gb_priority_bucket gauge",
-            *gauges["bucket"],
-        ]
-        quota = await store.quota()
-        if quota and quota.remaining is not None:
-            lines += [
-                "# HELP gb_github_quota_remaining GitHub REST calls left this hour.",
-                "# TYPE gb_github_quota_remaining gauge",
-                f"gb_github_quota_remaining {quota.remaining}",
-            ]
-        return "\n".join(lines) + "\n"
+        gauges = await _deployment_gauges(store)
+        registry = CollectorRegistry(auto_describe=False)
+        if os.environ.get(MULTIPROC_ENV):
+            MultiProcessCollector(registry)  # every process's counters and histograms
+            pids = _multiprocess_pids(Path(os.environ[MULTIPROC_ENV]))
+        else:
+            registry.register(_Merged(self.registry, PROCESS_REGISTRY))
+            pids = [os.getpid()]
+        registry.register(_Processes(pids))
+        PlatformCollector(registry=registry)
+        registry.register(_Snapshot(gauges))
+        return generate_latest(registry).decode()
+
+
+def serve_process_metrics(host: str, port: int) -> None:
+    """`poll --metrics-port`: this process's GitHub and write-queue histograms over HTTP
+    (a daemon thread), for a poller that runs apart from any `serve`."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Merged(PROCESS_REGISTRY))
+    registry.register(_Processes([os.getpid()]))
+    PlatformCollector(registry=registry)
+    start_http_server(port, addr=host, registry=registry)
+
+
+def instrument(app: FastAPI) -> None:
+    """Time every `/request-task` answer into the app's `request_task_seconds`."""
+    app.add_middleware(_RequestTaskTimer)
+
+
+class _RequestTaskTimer:
+    """Pure ASGI middleware (no body buffering, unlike BaseHTTPMiddleware)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/request-task":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_noting_status(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_noting_status)
+        finally:
+            services = getattr(scope["app"].state, "services", None)
+            if services is not None:
+                services.metrics.request_task_seconds.labels(str(status)).observe(
+                    time.perf_counter() - started
+                )
+
+
+class _Merged:
+    def __init__(self, *registries: CollectorRegistry) -> None:
+        self.registries = registries
+
+    def collect(self) -> Iterator[Metric]:
+        for registry in self.registries:
+            yield from registry.collect()
+
+
+class _Snapshot:
+    """Gauges computed (asynchronously, from Redis) before the exposition is written."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+
+
+class _Processes:
+    """CPU, memory and file descriptors of each live broker process, labelled by pid."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for pid in self.pids:
+            collector = ProcessCollector(pid=lambda p=pid: p, registry=None)  # type: ignore[misc]
+            for family in collector.collect():
+                into = merged.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type)
+                )
+                for sample in family.samples:
+                    into.add_sample(sample.name, {**sample.labels, "pid": str(pid)}, sample.value)
+        yield from merged.values()
+
+
+def _multiprocess_pids(path: Path) -> list[int]:
+    pids = set()
+    for file in path.glob("*.db"):
+        tail = file.stem.rsplit("_", 1)[-1]
+        if tail.isdigit() and Path(f"/proc/{tail}").exists():
+            pids.add(int(tail))
+    return sorted(pids)
+
+
+async def _deployment_gauges(store: Store) -> list[Metric]:
+    ready = GaugeMetricFamily(
+        "gb_ready_tasks",
+        "Claimable tasks per repository and priority.",
+        labels=["repository", "priority"],
+    )
+    leases = GaugeMetricFamily("gb_leases", "Live leases.", labels=["repository"])
+    writes = GaugeMetricFamily(
+        "gb_pending_github_writes", "Queued GitHub writes.", labels=["repository"]
+    )
+    lag = GaugeMetricFamily(
+        "gb_github_write_queue_lag_seconds",
+        "How long the longest-waiting due GitHub write has waited.",
+        labels=["repository"],
+    )
+    skipped = GaugeMetricFamily(
+        "gb_skipped_issues", "Work issues that cannot be handed out.", labels=["repository"]
+    )
+    bucket = GaugeMetricFamily(
+        "gb_priority_bucket", "Most urgent open priority (0 = P0).", labels=["repository"]
+    )
+    now = now_ms()
+    for name, rstore in store.repos.items():
+        per_priority: dict[int, int] = {}
+        for _, score in await rstore.ready_tasks():
+            p = priority_of_score(score)
+            per_priority[p] = per_priority.get(p, 0) + 1
+        for p, n in sorted(per_priority.items()):
+            ready.add_metric([name, f"P{p}"], n)
+        leases.add_metric([name], len(await rstore.leases()))
+        writes.add_metric([name], await rstore.outbox_size())
+        oldest = await rstore.outbox_oldest_due_ms()
+        lag.add_metric([name], 0 if oldest is None else max(0, now - oldest) / 1000)
+        skipped.add_metric([name], len(await rstore.skipped()))
+        current = await rstore.bucket()
+        if current is not None:
+            bucket.add_metric([name], current)
+    families: list[Metric] = [ready, leases, writes, lag, skipped, bucket]
+    quota = await store.quota()
+    if quota and quota.remaining is not None:
+        remaining = GaugeMetricFamily(
+            "gb_github_quota_remaining", "GitHub REST calls left this hour."
+        )
+        remaining.add_metric([], quota.remaining)
+        families.append(remaining)
+    return families

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from github_broker.errors import GitHubError, GitHubNotFound, GitHubUnavailable, RateLimited
 from github_broker.gateway import GitHubGateway
+from github_broker.logs import log_fields
+from github_broker.metrics import observe_write_lag
 from github_broker.settings import Repository
 from github_broker.store import RepoStore, Store
 
@@ -81,7 +83,8 @@ class OutboxDrainer:
 
     async def _drain_batch(self, repo: Repository, report: DrainReport, deadline: float) -> int:
         rstore = self.store.repo(repo.full_name)
-        jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS, epoch=self.epoch)
+        due_ms = await rstore.outbox_due(DRAIN_BATCH)  # also spares an idle queue the script
+        jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS, epoch=self.epoch) if due_ms else []
         for index, (job, payload, attempts) in enumerate(jobs):
             if time.monotonic() > deadline:
                 # Out of time: the rest are due at once for the next drain, not failures.
@@ -111,7 +114,9 @@ class OutboxDrainer:
                 )
                 return 0
             except GitHubNotFound as e:
-                logger.warning("dropping write %s on %s: %s", job, repo.full_name, e)
+                logger.warning(
+                    "dropping write %s on %s: %s", job, repo.full_name, e, extra=_fields(repo, job)
+                )
                 await rstore.outbox_done(job, payload, epoch=self.epoch)
                 report.dropped += 1
             except GitHubError as e:
@@ -122,17 +127,28 @@ class OutboxDrainer:
                         repo.full_name,
                         attempts + 1,
                         e,
+                        extra=_fields(repo, job),
                     )
                     await rstore.outbox_done(job, payload, epoch=self.epoch)
                     report.dropped += 1
                 else:
-                    await rstore.outbox_done(
-                        job, payload, retry_in_ms=backoff_ms(attempts), epoch=self.epoch
-                    )
+                    delay_ms = backoff_ms(attempts)
+                    await rstore.outbox_done(job, payload, retry_in_ms=delay_ms, epoch=self.epoch)
                     report.retried += 1
+                    logger.warning(
+                        "GitHub refused %s on %s (attempt %d), retry in %.0fs: %s",
+                        job,
+                        repo.full_name,
+                        attempts + 1,
+                        delay_ms / 1000,
+                        e,
+                        extra=_fields(repo, job),
+                    )
             else:
                 await rstore.outbox_done(job, payload, epoch=self.epoch)
                 report.applied += 1
+                if job in due_ms:
+                    observe_write_lag(due_ms[job])
                 self._outages = 0
         return len(jobs)
 
@@ -156,3 +172,9 @@ class OutboxDrainer:
             )
         else:
             raise GitHubError(f"unknown write job {job!r}")
+
+
+def _fields(repo: Repository, job: str) -> dict[str, object]:
+    """Log fields of a write job (`labels:12`, `branch:12`)."""
+    number = job.partition(":")[2]
+    return log_fields(repo.full_name, int(number) if number.isdigit() else None)

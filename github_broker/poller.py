@@ -18,6 +18,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from github_broker.errors import BrokerError, Fenced, RateLimited
 from github_broker.gateway import GitHubGateway
+from github_broker.logs import log_fields
 from github_broker.outbox import OutboxDrainer
 from github_broker.reviews import ReviewKeeper
 from github_broker.settings import Settings
@@ -173,12 +174,20 @@ class Daemon:
             return
         for rstore in self.store.repos.values():
             try:
-                await rstore.reap(epoch=self.epoch)
+                expired = await rstore.reap(epoch=self.epoch)
             except Fenced as e:
                 self._deposed(e)
                 return
             except BrokerError as e:
                 logger.warning("lease sweep of %s failed: %s", rstore.repository, e)
+                continue
+            if expired:
+                logger.info(
+                    "%d expired lease(s) of %s back in the pool",
+                    expired,
+                    rstore.repository,
+                    extra=log_fields(rstore.repository),
+                )
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -94,6 +94,8 @@ def sandbox_settings(github_url: str, redis_url: str, port: int) -> Settings:
 
 def port_free(host: str, port: int) -> bool:
     with socket.socket() as s:
+        # As uvicorn binds: a port whose last server left it in TIME-WAIT is free to reuse.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -401,7 +403,8 @@ PRIORITY_LABELS = [
     ("P0", "b60205", "Priority 0: most urgent"),
     ("P1", "d93f0b", "Priority 1"),
     ("P2", "fbca04", "Priority 2"),
-    ("P3", "0e8a16", "Priority 3: least urgent"),
+    ("P3", "0e8a16", "Priority 3"),
+    ("P4", "c2e0c6", "Priority 4: least urgent"),
 ]
 ROLE_COLOR = "1d76db"
 #: GitHub refuses label descriptions longer than this.
@@ -414,7 +417,7 @@ def label_set(settings: Settings) -> list[tuple[str, str, str]]:
     if not all(pattern.match(name) for name, _, _ in PRIORITY_LABELS):
         raise ConfigError(
             f"labels.priority_pattern {settings.labels.priority_pattern!r} does not accept "
-            "P0-P3, the priority labels `labels init` creates; create yours by hand"
+            "P0-P4, the priority labels `labels init` creates; create yours by hand"
         )
     names = settings.labels
     broker = [
@@ -446,9 +449,13 @@ def cmd_labels_init(args: argparse.Namespace) -> int:
     gateway = GitHubGateway(settings.github)
     try:
         for repo in repos:
+            # One listing, then only the missing labels: creating is a paced write (~1 s).
+            existing = {name.lower() for name in gateway.label_names(repo)}
             created = 0
             for name, color, description in labels:
-                made = gateway.ensure_label(repo, name, color, description)
+                made = name.lower() not in existing and gateway.ensure_label(
+                    repo, name, color, description
+                )
                 created += made
                 print(f"{'created' if made else 'exists ':<8} {repo}  {name}")
             print(f"{repo}: {created} created, {len(labels) - created} already there")
@@ -469,8 +476,8 @@ def add_labels_command(subparsers: argparse._SubParsersAction) -> argparse.Argum
     sub = p.add_subparsers(dest="labels_command", required=True)
     init = sub.add_parser(
         "init",
-        help="create priorities P0-P3, the roles of agents.yml and the broker's labels",
-        description="Create the label set (priorities P0-P3, roles from agents.yml, "
+        help="create priorities P0-P4, the roles of agents.yml and the broker's labels",
+        description="Create the label set (priorities P0-P4, roles from agents.yml, "
         "in-progress, needs-review, review-done, needs-human, story, epic). "
         "Labels that exist are left as they are.",
     )

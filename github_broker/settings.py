@@ -89,6 +89,7 @@ class GitHubSettings(_Section):
                 )
             if self.token is not None or self.token_file is not None:
                 raise ValueError("set either a token or a GitHub App, not both")
+            _check_private_key(self)
         return self
 
     def app_key(self) -> str | None:
@@ -104,6 +105,28 @@ class GitHubSettings(_Section):
         if self.token_file is not None:
             return self.token_file.read_text().strip()
         return None
+
+
+def _check_private_key(github: GitHubSettings) -> None:
+    """A key PyGithub cannot read would only fail at the first GitHub call, deep inside it."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    where = (
+        f"app_private_key_file {github.app_private_key_file}"
+        if github.app_private_key is None
+        else "app_private_key"
+    )
+    try:
+        key = github.app_key() or ""
+    except OSError as e:
+        raise ValueError(f"{where}: cannot be read ({e.strerror})") from e
+    try:
+        load_pem_private_key(key.encode(), password=None)
+    except (ValueError, TypeError) as e:
+        raise ValueError(
+            f"{where} is not a PEM private key without a passphrase (-----BEGIN RSA PRIVATE "
+            "KEY-----...); download a new key from the App's settings page"
+        ) from e
 
 
 class RedisSettings(_Section):
@@ -379,8 +402,13 @@ def default_config_dir() -> Path:
     return local if (local / "broker.yaml").exists() else DEFAULTS_DIR
 
 
-def load_settings(config_dir: Path | None = None, **overrides: Any) -> Settings:
-    """Build Settings from a config directory; raise ConfigError with a readable message."""
+def load_settings(
+    config_dir: Path | None = None, *, flags: dict[str, str] | None = None, **overrides: Any
+) -> Settings:
+    """Build Settings from a config directory; raise ConfigError with a readable message.
+
+    `flags` names the command-line option behind an environment variable the CLI set
+    (`{"GITHUB_BROKER_SERVER__HOST": "--host"}`), so errors blame the option."""
     config_dir = config_dir or default_config_dir()
     broker_file = config_dir / "broker.yaml"
     agents_file = config_dir / "agents.yml"
@@ -406,7 +434,10 @@ def load_settings(config_dir: Path | None = None, **overrides: Any) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as e:
-        raise ConfigError(_explain(e, broker_file, agents_source)) from e
+        own_file = broker_file.exists() and config_dir != DEFAULTS_DIR
+        file_keys = set(data) - set(overrides) - {"agents"} if own_file else set()
+        origin = _Origin(broker_file, agents_source, file_keys, flags or {})
+        raise ConfigError(_explain(e, origin)) from e
     except SettingsError as e:
         raise ConfigError(
             f"Invalid configuration in the environment: {e}. Fix: complex values such as "
@@ -414,18 +445,44 @@ def load_settings(config_dir: Path | None = None, **overrides: Any) -> Settings:
         ) from e
 
 
-def _explain(error: ValidationError, broker_file: Path, agents_file: Path) -> str:
+class _Origin:
+    """Where a setting came from: a command-line option, the environment, a file, a default."""
+
+    def __init__(
+        self, broker_file: Path, agents_file: Path, file_keys: set[str], flags: dict[str, str]
+    ) -> None:
+        self.broker_file = broker_file
+        self.agents_file = agents_file
+        self.file_keys = file_keys
+        self.flags = flags
+
+    def __call__(self, loc: list[str]) -> str:
+        env_name = ENV_PREFIX + "__".join(p.upper() for p in loc if not p.isdigit())
+        if env_name in os.environ:
+            names = [env_name]
+        else:
+            # A whole section refused (a cross-field rule): every variable inside it counts.
+            names = sorted(n for n in os.environ if loc and n.startswith(env_name + "__"))
+        sources = [self.flags[n] for n in names if n in self.flags]
+        env = [n for n in names if n not in self.flags]
+        if env:
+            sources.append(f"environment variable{'s' if len(env) > 1 else ''} {', '.join(env)}")
+        in_file = loc[0] in self.file_keys if loc else bool(self.file_keys)
+        if loc and loc[0] == "agents":
+            sources.append(str(self.agents_file))
+        elif in_file:
+            sources.append(str(self.broker_file))
+        elif not names:
+            sources.append("the built-in defaults")
+        return " and ".join(dict.fromkeys(sources))
+
+
+def _explain(error: ValidationError, origin: _Origin) -> str:
     lines = []
     for item in error.errors():
         loc = [str(part) for part in item["loc"]]
         field = ".".join(loc) or "(top level)"
-        env_name = ENV_PREFIX + "__".join(p.upper() for p in loc if not p.isdigit())
-        if env_name in os.environ:
-            source = f"environment variable {env_name}"
-        elif loc and loc[0] == "agents":
-            source = str(agents_file)
-        else:
-            source = str(broker_file)
+        source = origin(loc)
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             fix = _suggest(loc)

@@ -182,8 +182,28 @@ def _load(name: str, with_lib: bool = True) -> str:
     return (folder / "_lib.lua").read_text(encoding="utf-8") + "\n" + text
 
 
+def _lua_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value).encode("utf-8")
+    # A decimal escape per byte outside printable ASCII, quotes and backslashes escaped.
+    return '"' + "".join(
+        chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in text
+    ) + '"'
+
+
+def context_prelude(context: dict[str, Any]) -> str:
+    """Lua source defining `base_context()`: the repository's constant context (key
+    prefixes, label names, times), compiled into its scripts instead of sent with each call."""
+    fields = ", ".join(f"{name} = {_lua_literal(v)}" for name, v in context.items())
+    return f"local function base_context() return {{{fields}}} end\n"
+
+
 class Scripts:
-    """Lua scripts registered once per client (EVALSHA, falling back to EVAL)."""
+    """Lua scripts registered once per client (EVALSHA, falling back to EVAL). Repository
+    scripts are compiled per repository, with its context (see `context_prelude`)."""
 
     REPO_SCRIPTS = (
         "claim",
@@ -199,8 +219,13 @@ class Scripts:
         "outbox_done",
     )
 
-    def __init__(self, client: aioredis.Redis) -> None:
-        self.repo = {name: client.register_script(_load(name)) for name in self.REPO_SCRIPTS}
+    def __init__(self, client: aioredis.Redis, context: dict[str, Any] | None = None) -> None:
+        prelude = context_prelude(context) if context is not None else ""
+        self.repo = (
+            {name: client.register_script(prelude + _load(name)) for name in self.REPO_SCRIPTS}
+            if context is not None
+            else {}
+        )
         self.leader = client.register_script(_load("leader", with_lib=False))
 
 
@@ -254,8 +279,7 @@ class RepoStore:
             keys.open,
             keys.reviewing,
         ]
-        self._context = json.dumps(
-            {
+        self.context: dict[str, Any] = {
                 "issue": keys.issue_prefix,
                 "lock": keys.lock_prefix,
                 "lease": keys.lease_prefix,
@@ -282,11 +306,13 @@ class RepoStore:
                 "tomb_s": LEASE_END_TTL_S,
                 "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
                 "priority_unit": 4 * SCORE_GROUP,
-            }
-        )
+        }
+        # Compiled into the scripts: nothing of it travels with a call (ARGV[1] stays, empty,
+        # so every script keeps its argument numbers).
+        self.scripts = Scripts(client, self.context)
 
     async def _run(self, script: str, *args: Any) -> Any:
-        return await self.scripts.repo[script](keys=self._fixed, args=[self._context, *args])
+        return await self.scripts.repo[script](keys=self._fixed, args=["", *args])
 
     # --- sync ---------------------------------------------------------------------------
 
@@ -622,6 +648,22 @@ class RepoStore:
     @translate_errors
     async def outbox_size(self) -> int:
         return int(await _aw(self.client.zcard(self.keys.outbox)))
+
+    @translate_errors
+    async def outbox_due(self, limit: int) -> dict[str, int]:
+        """Up to `limit` jobs due now -> since when they are due (ms); read-only."""
+        rows = await _aw(
+            self.client.zrangebyscore(
+                self.keys.outbox, "-inf", now_ms(), start=0, num=limit, withscores=True
+            )
+        )
+        return {_text(job): int(score) for job, score in rows}
+
+    @translate_errors
+    async def outbox_oldest_due_ms(self) -> int | None:
+        """When the longest-waiting write became due (ms), None when the queue is empty."""
+        rows = await _aw(self.client.zrange(self.keys.outbox, 0, 0, withscores=True))
+        return int(rows[0][1]) if rows else None
 
     @translate_errors
     async def intent(self, number: int) -> dict[str, Any] | None:

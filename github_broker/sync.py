@@ -13,6 +13,7 @@ from typing import Any
 from github_broker.clock import iso_from_ms, now_ms
 from github_broker.errors import GitHubError
 from github_broker.gateway import GitHubGateway, Page
+from github_broker.logs import log_fields
 from github_broker.models import Issue, TaskType
 from github_broker.rules import Rules, task_score
 from github_broker.settings import Repository, Settings
@@ -103,7 +104,12 @@ class Syncer:
         changed = (
             report.written or report.removed or report.revoked or report.adopted or report.restored
         )
-        logger.log(logging.INFO if changed else logging.DEBUG, "sync %s", report.summary())
+        logger.log(
+            logging.INFO if changed else logging.DEBUG,
+            "sync %s",
+            report.summary(),
+            extra=log_fields(repo.full_name),
+        )
         return report
 
     # --- passes -------------------------------------------------------------------------

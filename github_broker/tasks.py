@@ -9,6 +9,7 @@ import time
 from github_broker.clock import iso_from_ms
 from github_broker.errors import InvalidRequest, LeaseError, NotFound
 from github_broker.events import ReadyWaker
+from github_broker.logs import log_fields
 from github_broker.models import Claimed, LeaseGrant, NoTask, Outcome, ReviewComment, Task
 from github_broker.prompts import Prompts
 from github_broker.rules import Rules
@@ -103,6 +104,7 @@ class TaskService:
             )
             buckets: dict[str, int] = {}
             for s, result in zip(everywhere, settled, strict=True):
+                log_settled(s.repository, agent_id, result)
                 if isinstance(result, NoTask):
                     attempt.note(s.repository, result)
                     buckets[s.repository] = result.bucket if result.bucket is not None else 1 << 30
@@ -117,6 +119,7 @@ class TaskService:
                 roles=roles,
                 skip_issue=attempt.skip.get(rstore.repository),
             )
+            log_settled(rstore.repository, agent_id, got)
             if isinstance(got, Claimed):
                 logger.info(
                     "claimed %s#%d for %s (%s)",
@@ -124,6 +127,7 @@ class TaskService:
                     got.issue.number,
                     agent_id,
                     got.task_type,
+                    extra=log_fields(got.repository, got.issue.number, agent_id, got.task_id),
                 )
                 return got
             attempt.note(rstore.repository, got)
@@ -210,7 +214,14 @@ class TaskService:
         ok, value = await self._repo(repository).finish(number, agent_id, token, outcome.value)
         if not ok:
             raise LeaseError(value, f"{repository}#{number} not {outcome.value}: {value}")
-        logger.info("%s %s#%d by %s", outcome.value, repository, number, agent_id)
+        logger.info(
+            "%s %s#%d by %s",
+            outcome.value,
+            repository,
+            number,
+            agent_id,
+            extra=log_fields(repository, number, agent_id),
+        )
 
     # --- validation ---------------------------------------------------------------------
 
@@ -246,6 +257,19 @@ class TaskService:
             raise InvalidRequest(
                 f"unknown roles {unknown}; roles from agents.yml: {', '.join(self.settings.roles)}"
             )
+
+
+def log_settled(repository: str, agent_id: str, result: Claimed | NoTask) -> None:
+    """The implicit completion: a new request settled the task the agent still held."""
+    if result.settled_issue is not None:
+        logger.info(
+            "%s %s#%d by %s (settled by its next request)",
+            result.settled_outcome,
+            repository,
+            result.settled_issue,
+            agent_id,
+            extra=log_fields(repository, result.settled_issue, agent_id),
+        )
 
 
 def render_feedback(comments: list[ReviewComment]) -> str:

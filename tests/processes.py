@@ -54,6 +54,30 @@ class BrokerProcess:
             time.sleep(0.1)
         raise RuntimeError(f"broker did not start:\n{self.log_path.read_text()[-3000:]}")
 
+    def pids(self) -> set[int]:
+        """serve's supervisor and every process under it (API workers, the poller)."""
+        if self.proc is None:
+            return set()
+        parents: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    raw = Path(f"/proc/{entry}/stat").read_text()
+                except OSError:
+                    continue
+                parents[int(entry)] = int(raw[raw.rindex(")") + 2 :].split()[1])
+        found, todo = set(), [self.proc.pid]
+        while todo:
+            current = todo.pop()
+            found.add(current)
+            todo.extend(child for child, parent in parents.items() if parent == current)
+        return found
+
+    def holds_leadership(self, leader_id: str) -> bool:
+        """Whether the poller's leader id (`host:pid:suffix`) names one of this serve's
+        processes."""
+        return int(leader_id.split(":")[1]) in self.pids()
+
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash."""
         if self.proc and self.proc.poll() is None:

@@ -220,10 +220,10 @@ def test_metrics_expose_queues_and_refusals(client: TestClient) -> None:
         json={"agent_id": "a1", "token": "stale"},
     )
     text = client.get("/metrics").text
-    assert 'gb_task_requests_total{result="task"} 1' in text
-    assert 'gb_lease_refusals_total{reason="revoked"} 1' in text
-    assert 'gb_leases{repository="acme/widgets"} 1' in text
-    assert 'gb_ready_tasks{repository="acme/widgets",priority="P0"} 1' in text
+    assert 'gb_task_requests_total{result="task"} 1.0' in text
+    assert 'gb_lease_refusals_total{reason="revoked"} 1.0' in text
+    assert 'gb_leases{repository="acme/widgets"} 1.0' in text
+    assert 'gb_ready_tasks{priority="P0",repository="acme/widgets"} 1.0' in text
 
 
 def test_status_shows_github_quota_after_a_poll(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
 import time
@@ -37,10 +39,14 @@ def leading(client: redis.Redis, brokers: list[BrokerProcess]) -> BrokerProcess 
     raw = client.get("gb:leader")
     if raw is None:
         return None
-    for b in brokers:
-        if b.proc is not None and f":{b.proc.pid}:" in raw.decode():
-            return b
-    return None
+    return next((b for b in brokers if b.holds_leadership(raw.decode())), None)
+
+
+def signal_all(broker: BrokerProcess, sig: int) -> None:
+    """Signal serve and every process under it (API workers, the poller): the whole stalls."""
+    for pid in broker.pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
 def post(url: str, path: str, body: dict[str, Any], timeout: float = 5) -> requests.Response:
@@ -81,8 +87,7 @@ def test_stalled_leaders_late_label_delete_does_not_revoke_the_live_lease(
         sim.faults.add_latency(6000, method="DELETE", path=r"/labels/in-progress$", count=1)
         assert lease_call(other.url, a, "agent-a", "release").status_code == 200
         time.sleep(1.0)
-        assert old.proc is not None
-        old.proc.send_signal(signal.SIGSTOP)
+        signal_all(old, signal.SIGSTOP)
         stopped, stalled_at = old, time.monotonic()
         wait_until(lambda: leading(client, brokers) is other, 10, "a new leader")
 
@@ -91,7 +96,7 @@ def test_stalled_leaders_late_label_delete_does_not_revoke_the_live_lease(
         task_b = b.json()
         # The stale DELETE lands 6 s after it was sent, after agent-b's labels were written.
         time.sleep(max(0.0, 9.0 - (time.monotonic() - stalled_at)))
-        old.proc.send_signal(signal.SIGCONT)
+        signal_all(old, signal.SIGCONT)
         stopped = None
 
         for _ in range(8):  # several sync passes and drains of both processes
@@ -104,8 +109,8 @@ def test_stalled_leaders_late_label_delete_does_not_revoke_the_live_lease(
         assert "agent-a" not in labels()
         assert "removed by the broker" in other.log_path.read_text()
     finally:
-        if stopped is not None and stopped.proc is not None:
-            stopped.proc.send_signal(signal.SIGCONT)
+        if stopped is not None:
+            signal_all(stopped, signal.SIGCONT)
         client.close()
         for br in brokers:
             br.stop()
@@ -403,11 +408,10 @@ def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
             stalled = wait_until(
                 lambda: (b := leading(client, brokers)) is not victim and b, 8, "a new leader"
             )
-            assert stalled.proc is not None
-            stalled.proc.send_signal(signal.SIGSTOP)  # longer than the leader TTL (3 s)
+            signal_all(stalled, signal.SIGSTOP)  # longer than the leader TTL (3 s)
             stopped, stalled_at = stalled, time.monotonic() - started
             time.sleep(5)
-            stalled.proc.send_signal(signal.SIGCONT)
+            signal_all(stalled, signal.SIGCONT)
             stopped = None
             restarting.join(timeout=30)
             for t in threads:
@@ -434,8 +438,8 @@ def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
             assert lost == []
             assert leftover == []
         finally:
-            if stopped is not None and stopped.proc is not None:
-                stopped.proc.send_signal(signal.SIGCONT)
+            if stopped is not None:
+                signal_all(stopped, signal.SIGCONT)
             client.close()
             for b in brokers:
                 b.stop()

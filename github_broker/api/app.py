@@ -22,7 +22,7 @@ from github_broker.api.auth import Authenticator
 from github_broker.errors import BrokerError
 from github_broker.events import ReadyWaker
 from github_broker.gateway import GitHubGateway
-from github_broker.metrics import Metrics
+from github_broker.metrics import Metrics, instrument
 from github_broker.poller import Daemon
 from github_broker.prompts import Prompts
 from github_broker.settings import Settings, default_config_dir, load_settings
@@ -132,5 +132,6 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
         lifespan=lifespan,
     )
     errors.install(app)
+    instrument(app)
     app.include_router(routes.router)
     return app

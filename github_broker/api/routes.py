@@ -32,7 +32,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def services(request: Request) -> Any:
+async def services(request: Request) -> Any:
+    # async: a plain def dependency would make FastAPI hop to its thread pool per request.
     return request.app.state.services
 
 

@@ -80,13 +80,14 @@ end
 -- KEYS: 1 tasks, 2 ready, 3 work, 4 leases, 5 intent, 6 outbox, 7 outbox:data,
 --       8 skipped, 9 open (all of one repository, so one Cluster slot)
 --       10 reviewing
--- ARGV[1]: JSON context built once per repository by store.py: key prefixes for
---   per-issue keys (issue, lock, lease, agent, cand, ready_role, tomb, review,
---   review_state, fix), the events channel, label names (in_progress, needs_review)
---   and times (lease_ms, agent_s, cand_s, tomb_s, author_fallback_ms), and priority_unit
---   (a task score divided by it, rounded down, is the task's priority).
+-- ARGV[1]: unused ('') since the context is compiled in: store.py prepends to each script
+--   `base_context()`, the repository's constants: key prefixes for per-issue keys (issue,
+--   lock, lease, agent, cand, ready_role, tomb, review, review_state, fix), the events
+--   channel, label names (in_progress, needs_review) and times (lease_ms, agent_s, cand_s,
+--   tomb_s, author_fallback_ms), and priority_unit (a task score divided by it, rounded
+--   down, is the task's priority).
 local function context()
-  local C = cjson.decode(ARGV[1])
+  local C = base_context()
   C.K = {tasks = KEYS[1], ready = KEYS[2], work = KEYS[3], leases = KEYS[4], intent = KEYS[5],
          outbox = KEYS[6], outbox_data = KEYS[7], skipped = KEYS[8], open = KEYS[9],
          reviewing = KEYS[10]}
