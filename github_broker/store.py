@@ -189,9 +189,11 @@ def _lua_literal(value: Any) -> str:
         return repr(value)
     text = str(value).encode("utf-8")
     # A decimal escape per byte outside printable ASCII, quotes and backslashes escaped.
-    return '"' + "".join(
-        chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in text
-    ) + '"'
+    return (
+        '"'
+        + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in text)
+        + '"'
+    )
 
 
 def context_prelude(context: dict[str, Any]) -> str:
@@ -280,32 +282,32 @@ class RepoStore:
             keys.reviewing,
         ]
         self.context: dict[str, Any] = {
-                "issue": keys.issue_prefix,
-                "lock": keys.lock_prefix,
-                "lease": keys.lease_prefix,
-                "agent": keys.agent_task_prefix,
-                "cand": keys.candidate_prefix,
-                "ready_role": keys.ready_role_prefix,
-                "tomb": keys.lease_end_prefix,
-                "review": keys.review_detected_prefix,
-                "review_state": keys.review_state_prefix,
-                "fix": keys.fix_prefix,
-                "outbox_attempts": keys.outbox_attempts,
-                "events": keys.events,
-                "fence": keys.fence,
-                "mirror": keys.mirror,
-                "orphans": keys.orphans,
-                "outbox_taken": keys.outbox_taken,
-                "sync": keys.sync,
-                "sync_pages": keys.sync_pages,
-                "in_progress": settings.labels.in_progress,
-                "needs_review": settings.labels.needs_review,
-                "lease_ms": settings.leases.lease_ttl_s * 1000,
-                "agent_s": settings.leases.agent_task_ttl_s,
-                "cand_s": settings.leases.candidate_ttl_s,
-                "tomb_s": LEASE_END_TTL_S,
-                "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
-                "priority_unit": 4 * SCORE_GROUP,
+            "issue": keys.issue_prefix,
+            "lock": keys.lock_prefix,
+            "lease": keys.lease_prefix,
+            "agent": keys.agent_task_prefix,
+            "cand": keys.candidate_prefix,
+            "ready_role": keys.ready_role_prefix,
+            "tomb": keys.lease_end_prefix,
+            "review": keys.review_detected_prefix,
+            "review_state": keys.review_state_prefix,
+            "fix": keys.fix_prefix,
+            "outbox_attempts": keys.outbox_attempts,
+            "events": keys.events,
+            "fence": keys.fence,
+            "mirror": keys.mirror,
+            "orphans": keys.orphans,
+            "outbox_taken": keys.outbox_taken,
+            "sync": keys.sync,
+            "sync_pages": keys.sync_pages,
+            "in_progress": settings.labels.in_progress,
+            "needs_review": settings.labels.needs_review,
+            "lease_ms": settings.leases.lease_ttl_s * 1000,
+            "agent_s": settings.leases.agent_task_ttl_s,
+            "cand_s": settings.leases.candidate_ttl_s,
+            "tomb_s": LEASE_END_TTL_S,
+            "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
+            "priority_unit": 4 * SCORE_GROUP,
         }
         # Compiled into the scripts: nothing of it travels with a call (ARGV[1] stays, empty,
         # so every script keeps its argument numbers).
