@@ -470,3 +470,45 @@ def test_sdk_heartbeat_and_complete_ride_out_a_redis_loss(
         sdk.close()
         client.close()
         broker.stop()
+
+
+def test_runner_keeps_its_command_running_across_a_redis_loss(
+    one_issue: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    import sys
+
+    from github_broker.client import BrokerClient
+    from github_broker.runner import Runner, RunnerConfig
+
+    env = broker_env(
+        redis_url,
+        one_issue.base_url,
+        REPO,
+        GITHUB_BROKER_LEASES__LEASE_TTL_S="3",
+        GITHUB_BROKER_POLL__INTERVAL_S="3",
+    )
+    broker = BrokerProcess(env, tmp_path, "b").start()
+    client = redis.Redis.from_url(redis_url)
+    work = tmp_path / "work"
+    work.mkdir()
+    # The agent's command: works 6 s, then leaves a mark that it ran to the end.
+    (work / "agent.py").write_text("import time\ntime.sleep(6)\nopen('done', 'w').close()\n")
+    sdk = BrokerClient(broker.url, "agent-a", backoff_s=0.2)
+    result: list[int] = []
+    try:
+        wait_until(lambda: client.zcard(KEYS.ready) == 1, 15, "the first sync")
+        config = RunnerConfig(
+            command=[sys.executable, str(work / "agent.py")], workdir=work, once=True, wait_s=5
+        )
+        worker = threading.Thread(target=lambda: result.append(Runner(sdk, config).run()))
+        worker.start()
+        labels = lambda: set(one_issue.state.issue_labels("acme", "widgets", 1))  # noqa: E731
+        wait_until(lambda: labels() >= {"in-progress", "agent-a"}, 10, "the labels")
+        client.flushall()
+        worker.join(timeout=40)
+        assert result == [0] and (work / "done").exists()
+        wait_until(lambda: "needs-review" in labels(), 10, "the completion on GitHub")
+    finally:
+        sdk.close()
+        client.close()
+        broker.stop()
