@@ -343,5 +343,13 @@ def index_item(rules: Rules, issue: Issue, base: str) -> dict[str, Any]:
         "branch": analysis.branch or "",
         "skip": analysis.skip.model_dump_json() if analysis.skip else "",
         "holder": rules.holder(issue.labels) or "",
+        # Labels that may be agent ids (sync_upsert.lua removes those of past holders).
+        "others": [
+            lab
+            for lab in issue.labels
+            if lab not in rules.known_labels
+            and lab not in rules.roles
+            and not rules.priority_re.match(lab)
+        ],
         "removed_by": "",
     }

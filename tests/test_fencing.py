@@ -216,3 +216,43 @@ def test_simulator_lists_label_events_with_their_actor(sim: Simulator) -> None:
         ("unlabeled", "P1", "maintainer"),
     ]
     assert all(e["created_at"] and e["id"] for e in events)
+
+
+@pytest.mark.anyio
+async def test_agent_label_a_late_write_put_back_is_removed_again(
+    world: World, sim: Simulator
+) -> None:
+    await world.tick()
+    first = await world.ask("a1")
+    assert first is not None and first.issue_id == 1
+    await world.tasks.finish(REPO, 1, "a1", first.lease.token, Outcome.ABANDONED)
+    await world.tick()
+    second = await world.ask("a2")
+    assert second is not None and second.issue_id == 1
+    await world.tick()
+    await world.tick()
+    # A deposed leader's late POST of a1's claim labels lands now.
+    sim.state.add_labels("acme", "widgets", 1, ["a1"], actor=BROKER_LOGIN)
+    await world.tick()
+    await world.tick()
+    assert world.labels(1) >= {"in-progress", "a2"} and "a1" not in world.labels(1)
+    await world.tasks.heartbeat(REPO, 1, "a2", second.lease.token)
+
+
+@pytest.mark.anyio
+async def test_labels_of_an_ended_hand_out_put_back_late_are_not_readopted(
+    world: World, sim: Simulator
+) -> None:
+    await world.tick()
+    first = await world.ask("a1")
+    assert first is not None and first.issue_id == 1
+    await world.tasks.finish(REPO, 1, "a1", first.lease.token, Outcome.ABANDONED)
+    await world.tick()
+    await world.tick()
+    sim.state.add_labels("acme", "widgets", 1, ["in-progress", "a1"], actor=BROKER_LOGIN)
+    await world.tick()
+    assert await world.rstore.leases() == []  # not re-adopted for a1, who gave it up
+    await world.tick()
+    assert not world.labels(1) & {"in-progress", "a1"}
+    again = await world.ask("a2")
+    assert again is not None and again.issue_id == 1

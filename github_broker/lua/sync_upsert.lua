@@ -3,7 +3,8 @@
 -- ARGV[2]: JSON list of {n, issue (JSON text), prio (-1: not work), task ('' or task id),
 --   score, role, branch, skip ('' or the reason it is not assignable), holder (the agent
 --   named by the issue's labels, or ''), removed_by ('' unknown, 'person' or 'broker': who
---   removed the lease's labels, when an earlier call reported the issue as a suspect)}.
+--   removed the lease's labels, when an earlier call reported the issue as a suspect),
+--   others (labels that are neither priority, role nor the broker's own: maybe agent ids)}.
 -- ARGV[3]: now as ISO 8601 UTC. ARGV[4]: the caller's leader epoch (error FENCED when
 --   another process leads now: a stalled ex-leader's page never lands).
 -- An issue GitHub shows in-progress without a live lease is re-adopted for its holder: the
@@ -19,10 +20,18 @@
 -- A live lease whose in-progress or agent label vanished from GitHub is a suspect: the
 -- caller asks GitHub who removed it and calls again with removed_by. A person's edit revokes
 -- the lease (label_removed); the broker's own late write is undone (the labels re-applied).
+-- A label naming an agent that held the issue before (its task_candidate record exists) and
+-- holds no live lease on it now is removed: a deposed leader's late write put it back.
 -- An issue in-progress with no single agent label and no lease (an orphan) gets its
 -- in-progress label removed once it stayed so for the lease TTL: it returns to the pool.
 -- Returns {issues written, tasks made ready, leases revoked, leases adopted,
 --   JSON list of suspects {n, missing labels}, labels re-applied}.
+-- Whether `agent` held issue n before and that hand-out ended (its record is not 'assigned').
+local function handed_back(C, n, agent)
+  local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
+  return raw ~= false and raw ~= nil and cjson.decode(raw).status ~= 'assigned'
+end
+
 local C = context()
 local fenced = fence(C, ARGV[4])
 if fenced then return fenced end
@@ -100,7 +109,8 @@ for _, it in ipairs(items) do
       revoked = revoked + 1
       held = false
     end
-  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 then
+  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0
+      and not handed_back(C, n, it.holder) then
     local task_type = 'development'
     if labels[C.needs_review] then task_type = 'review' end
     local expires = now + C.lease_ms
@@ -112,6 +122,23 @@ for _, it in ipairs(items) do
     redis.call('SET', C.agent .. it.holder, n, 'EX', C.agent_s, 'NX')
     adopted = adopted + 1
     held = true
+  end
+
+  local holder_now = held and redis.call('HGET', C.lease .. n, 'agent') or nil
+  local stale = {}
+  for _, l in ipairs(it.others or {}) do
+    if labels[l] and l ~= holder_now and redis.call('EXISTS', C.cand .. n .. ':' .. l) == 1 then
+      stale[#stale + 1] = l
+      labels[l] = nil
+    end
+  end
+  if #stale > 0 then
+    if not held and labels[C.in_progress] and it.holder ~= '' and labels[it.holder] == nil then
+      -- The in-progress label came back with the past holder's: neither is anyone's now.
+      stale[#stale + 1] = C.in_progress
+      labels[C.in_progress] = nil
+    end
+    want_labels(C.K.intent, C.K.outbox, n, {}, stale, now)
   end
 
   if not held and on_github[C.in_progress] and labels[C.in_progress] and it.holder == ''
