@@ -202,7 +202,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     async def run() -> dict[str, Any]:
         store = Store.from_settings(settings)
         try:
-            return await status.status(store)
+            return await status.status(store, settings)
         finally:
             await store.close()
 
@@ -310,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     from github_broker.sandbox import add_labels_command, add_sandbox_command
 
     add_agent_command(sub)
+    from github_broker.agent.mcp_cli import add_mcp_command
+
+    add_mcp_command(sub)
     add_sandbox_command(sub)
     add_labels_command(sub)
     return parser

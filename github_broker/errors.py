@@ -33,6 +33,14 @@ class GitHubNotFound(GitHubError):
     """The repository, issue, label or ref does not exist."""
 
 
+class GitHubRefused(GitHubError):
+    """GitHub refused a write (422); `code` is its reason: already_exists, invalid, ..."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message, status=422)
+        self.code = code
+
+
 class GitHubUnavailable(BrokerError):
     """GitHub timed out, refused the connection or answered 5xx; retry later."""
 

@@ -22,6 +22,7 @@ from github import Auth, Github, GithubException
 from github_broker.errors import (
     GitHubError,
     GitHubNotFound,
+    GitHubRefused,
     GitHubUnavailable,
     RateLimited,
 )
@@ -67,6 +68,9 @@ class GitHubGateway:
         self.calls = 0
         self._etags: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self._login: str | None = None
+        # Configured full name -> `/repositories/{id}`: a renamed or transferred repository
+        # keeps its id, and PyGithub would follow GitHub's 301 dropping the query string.
+        self._repo_paths: dict[str, str] = {}
 
     def close(self) -> None:
         self._github.close()
@@ -146,13 +150,39 @@ class GitHubGateway:
             raise GitHubUnavailable(where)
         if status in (404, 410):
             raise GitHubNotFound(where, status=status)
+        if status == 422:
+            raise GitHubRefused(where, code=_refusal_code(message, data))
         raise GitHubError(where, status=status)
 
     # --- reads --------------------------------------------------------------------------
 
     def repository(self, full_name: str) -> dict[str, Any]:
+        """The repository; also pins the id every other call addresses it by."""
+        # A 301 here loses nothing: this request has no query string.
         _, _, data = self._request("GET", f"/repos/{full_name}")
+        current = str(data.get("full_name") or full_name)
+        if current.lower() != full_name.lower():
+            logger.warning(
+                "repository %s now lives at %s (renamed or transferred); addressing it by id %s,"
+                " update the configuration",
+                full_name,
+                current,
+                data.get("id"),
+            )
+        if data.get("id") is not None:
+            with self._lock:
+                self._repo_paths[full_name] = f"/repositories/{data['id']}"
         return dict(data)
+
+    def _repo(self, full_name: str) -> str:
+        """The path prefix of a repository: by id once known (renames and transfers keep it)."""
+        with self._lock:
+            path = self._repo_paths.get(full_name)
+        if path is None:
+            self.repository(full_name)
+            with self._lock:
+                path = self._repo_paths.get(full_name, f"/repos/{full_name}")
+        return path
 
     def issues_page(
         self, full_name: str, params: dict[str, Any], *, page: int, etag: str | None = None
@@ -160,7 +190,7 @@ class GitHubGateway:
         """One page of `GET /repos/{repo}/issues` (pull requests included, as GitHub does)."""
         query = {**params, "per_page": self.settings.per_page, "page": page}
         status, headers, data = self._request(
-            "GET", f"/repos/{full_name}/issues", params=query, etag=etag
+            "GET", f"{self._repo(full_name)}/issues", params=query, etag=etag
         )
         if status == 304:
             return Page(status=304, etag=etag)
@@ -173,7 +203,7 @@ class GitHubGateway:
     def issue(self, full_name: str, number: int) -> dict[str, Any] | None:
         """One issue (or PR) as GitHub shows it now; None when deleted or transferred."""
         try:
-            _, _, data = self._request("GET", f"/repos/{full_name}/issues/{number}")
+            _, _, data = self._request("GET", f"{self._repo(full_name)}/issues/{number}")
         except GitHubNotFound:
             return None
         return dict(data)
@@ -208,16 +238,16 @@ class GitHubGateway:
             page += 1
 
     def open_pulls(self, full_name: str) -> list[dict[str, Any]]:
-        return self._list(f"/repos/{full_name}/pulls", {"state": "open"})
+        return self._list(f"{self._repo(full_name)}/pulls", {"state": "open"})
 
     def pull_feedback(
         self, full_name: str, pr: int
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
         """(reviews, inline review comments, conversation comments) of a pull request."""
         return (
-            self._list(f"/repos/{full_name}/pulls/{pr}/reviews"),
-            self._list(f"/repos/{full_name}/pulls/{pr}/comments"),
-            self._list(f"/repos/{full_name}/issues/{pr}/comments"),
+            self._list(f"{self._repo(full_name)}/pulls/{pr}/reviews"),
+            self._list(f"{self._repo(full_name)}/pulls/{pr}/comments"),
+            self._list(f"{self._repo(full_name)}/issues/{pr}/comments"),
         )
 
     def label_events(self, full_name: str, number: int) -> list[dict[str, Any]]:
@@ -242,30 +272,30 @@ class GitHubGateway:
     def add_labels(self, full_name: str, number: int, labels: list[str]) -> None:
         if labels:
             self._request(
-                "POST", f"/repos/{full_name}/issues/{number}/labels", body={"labels": labels}
+                "POST", f"{self._repo(full_name)}/issues/{number}/labels", body={"labels": labels}
             )
 
     def remove_label(self, full_name: str, number: int, label: str) -> None:
         # Already absent (404) means the wish is fulfilled.
         with contextlib.suppress(GitHubNotFound):
             self._request(
-                "DELETE", f"/repos/{full_name}/issues/{number}/labels/{quote(label, safe='')}"
+                "DELETE", f"{self._repo(full_name)}/issues/{number}/labels/{quote(label, safe='')}"
             )
 
     def create_branch(self, full_name: str, branch: str, base: str) -> bool:
         """Create `branch` at the tip of `base`; False when it already exists."""
         # Conditional: while the base branch does not move this is a free 304.
-        ref = self._get_cached(f"/repos/{full_name}/git/ref/heads/{quote(base, safe='/')}")
+        ref = self._get_cached(f"{self._repo(full_name)}/git/ref/heads/{quote(base, safe='/')}")
         sha = ref["object"]["sha"]
         try:
             self._request(
                 "POST",
-                f"/repos/{full_name}/git/refs",
+                f"{self._repo(full_name)}/git/refs",
                 body={"ref": f"refs/heads/{branch}", "sha": sha},
             )
-        except GitHubError as e:
-            if e.status == 422:
-                return False  # "Reference already exists": an earlier attempt or a person made it
+        except GitHubRefused as e:
+            if e.code == "already_exists":
+                return False  # an earlier attempt or a person made it
             raise
         return True
 
@@ -289,11 +319,11 @@ class GitHubGateway:
         try:
             self._request(
                 "POST",
-                f"/repos/{full_name}/labels",
+                f"{self._repo(full_name)}/labels",
                 body={"name": name, "color": color, "description": description},
             )
-        except GitHubError as e:
-            if e.status == 422:
+        except GitHubRefused as e:
+            if e.code == "already_exists":
                 return False
             raise
         return True
@@ -302,6 +332,19 @@ class GitHubGateway:
         """`GET /rate_limit`: reachable and authenticated (does not count against the quota)."""
         self._request("GET", "/rate_limit")
         return self.quota
+
+
+def _refusal_code(message: str, data: Any) -> str:
+    """GitHub's reason for a 422: `errors[].code` when it sends one, else read the message.
+
+    Labels answer `{"errors": [{"code": "already_exists"}]}`; refs answer only a message
+    ("Reference already exists", "... is not a valid ref name.").
+    """
+    errors = data.get("errors") if isinstance(data, dict) else None
+    codes = sorted({str(e.get("code")) for e in errors or [] if isinstance(e, dict)} - {"None"})
+    if codes:
+        return codes[0] if len(codes) == 1 else ",".join(codes)
+    return "already_exists" if "already exists" in message.lower() else "invalid"
 
 
 def _auth(settings: GitHubSettings) -> Auth.Auth | None:

@@ -43,7 +43,8 @@ Added by this project (no TTL unless said):
                                  leader makes these due at once
 ``reviewing``            set     issues whose labels (with pending writes) say needs-review
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
-                                 review_done, needs_human; deleted with the needs-review label
+                                 review_done, needs_human, link (JSON: linked PR or null,
+                                 due time); deleted with the needs-review label
 ``events``               pubsub  "ready" whenever a task becomes claimable
 ``fence``                string  highest leader epoch that wrote this repository's mirror or
                                  write queue; scripts refuse a caller with a lower one

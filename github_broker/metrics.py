@@ -61,6 +61,8 @@ WRITE_LAG_SECONDS = Histogram(
 #: GitHub paths whose numbers, names and refs become placeholders (bounded label values).
 _ROUTE_PARTS = [
     (re.compile(r"^/repos/[^/]+/[^/]+"), "/repos/{owner}/{repo}"),
+    # The gateway addresses a repository by id once it knows it (renames keep the id).
+    (re.compile(r"^/repositories/\d+"), "/repos/{owner}/{repo}"),
     (re.compile(r"/git/(refs|ref|matching-refs)/.+$"), r"/git/\1/{ref}"),
     (re.compile(r"/labels/[^/]+$"), "/labels/{name}"),
     (re.compile(r"/branches/.+$"), "/branches/{branch}"),

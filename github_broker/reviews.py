@@ -83,23 +83,50 @@ class ReviewKeeper:
             if issue is None or detected is None:
                 continue
             pull = by_head.get(self.rules.branch(issue) or "") or by_issue.get(n)
+            due_ms = ms_from_iso(detected) + int(self.review.delay_s * 1000)
+            await self._note_link(rstore, n, pull, due_ms, state)
             if pull is None:
                 report.unlinked += 1
                 continue
             await self._review_done(rstore, n, pull, state, report)
-            if ms_from_iso(detected) + self.review.delay_s * 1000 > time.time() * 1000:
+            if self.settings.labels.needs_human in issue.labels:
+                continue  # the broker gave up on it: no review, no fix, until a person says
+            if due_ms > time.time() * 1000:
+                continue
+            reviewed = state.get("reviewed") == "1"
+            if reviewed and f"{TaskType.FIX}:{n}" in pending_fixes:
                 continue
             feedback = await asyncio.to_thread(
-                self._feedback, repo.full_name, pull["number"], login
+                self._feedback, repo.full_name, pull, login, state.get("dev_agent", "")
             )
-            if state.get("reviewed") != "1":
-                if "payload" not in state:
-                    report.reviews_offered += await self._offer_review(
-                        rstore, issue, pull, state, feedback
-                    )
-            elif f"{TaskType.FIX}:{n}" not in pending_fixes:
+            if not reviewed:
+                # Offered once due, then refreshed on every pass until an agent takes it.
+                report.reviews_offered += await self._offer_review(
+                    rstore, issue, pull, state, feedback
+                )
+            else:
                 await self._maybe_fix(rstore, issue, pull, state, feedback, report)
         return report
+
+    async def _note_link(
+        self,
+        rstore: RepoStore,
+        n: int,
+        pull: dict[str, Any] | None,
+        due_ms: int,
+        state: dict[str, str],
+    ) -> None:
+        """Record the linked PR (or its absence) and the due time for /status and /explain."""
+        link = json.dumps(
+            {
+                "pr": pull["number"] if pull else None,
+                "pr_url": pull.get("html_url", "") if pull else "",
+                "due_ms": due_ms,
+            },
+            sort_keys=True,
+        )
+        if state.get("link") != link:
+            await rstore.mark_review_state(n, "link", link)
 
     async def _review_done(
         self,
@@ -135,7 +162,7 @@ class ReviewKeeper:
             "feedback_ids": [f.key for f in feedback],
             "comments": [f.comment.model_dump() for f in feedback],
         }
-        added = await rstore.put_task(
+        result = await rstore.put_task(
             f"{TaskType.REVIEW}:{issue.number}",
             score=self._score(issue, TaskType.REVIEW),
             role=self.review.review_role or self.rules.role(issue.labels) or "",
@@ -144,7 +171,14 @@ class ReviewKeeper:
             branch=pull["head"]["ref"],
             payload=payload,
         )
-        return int(added)
+        if result == 2:
+            logger.info(
+                "%s#%d: waiting review refreshed (%d feedback items)",
+                rstore.repository,
+                issue.number,
+                len(feedback),
+            )
+        return int(result == 1)
 
     async def _maybe_fix(
         self,
@@ -198,24 +232,28 @@ class ReviewKeeper:
 
     # --- feedback (runs in a worker thread) ---------------------------------------------
 
-    def _feedback(self, full_name: str, pr: int, login: str) -> list[Feedback]:
-        reviews, inline, conversation = self.gateway.pull_feedback(full_name, pr)
+    def _feedback(
+        self, full_name: str, pull: dict[str, Any], login: str, dev_agent: str
+    ) -> list[Feedback]:
+        reviews, inline, conversation = self.gateway.pull_feedback(full_name, pull["number"])
+        # The PR's author (the developing agent) and the broker's own login are not reviewers.
+        own = {login, str((pull.get("user") or {}).get("login") or ""), dev_agent} - {""}
         out = []
         for r in reviews:
             # Approvals are not work; an empty COMMENTED review wraps inline comments.
-            if r.get("state") == "APPROVED" or not (r.get("body") or "").strip():
+            if r.get("state") in ("APPROVED", "PENDING") or not (r.get("body") or "").strip():
                 continue
-            out.append(self._item("review", r, r.get("submitted_at"), login))
-        out += [self._item("inline", c, c.get("created_at"), login) for c in inline]
-        out += [self._item("conversation", c, c.get("created_at"), login) for c in conversation]
+            out.append(self._item("review", r, r.get("submitted_at"), own))
+        out += [self._item("inline", c, c.get("created_at"), own) for c in inline]
+        out += [self._item("conversation", c, c.get("created_at"), own) for c in conversation]
         return sorted((f for f in out if f is not None), key=lambda f: (f.created_ms, f.key))
 
     def _item(
-        self, kind: str, data: dict[str, Any], created: str | None, login: str
+        self, kind: str, data: dict[str, Any], created: str | None, own: set[str]
     ) -> Feedback | None:
         user = data.get("user") or {}
         author = str(user.get("login", ""))
-        if not self._counts(author, str(user.get("type", "")), login):
+        if not self._counts(author, str(user.get("type", "")), own):
             return None
         comment = ReviewComment(
             id=int(data["id"]),
@@ -228,8 +266,8 @@ class ReviewKeeper:
         )
         return Feedback(f"{kind}:{data['id']}", ms_from_iso(created) if created else 0, comment)
 
-    def _counts(self, author: str, user_type: str, login: str) -> bool:
-        if user_type == "Bot" or author.endswith("[bot]") or author == login:
+    def _counts(self, author: str, user_type: str, own: set[str]) -> bool:
+        if user_type == "Bot" or author.endswith("[bot]") or author in own:
             return False
         if author in self.review.ignored_authors:
             return False

@@ -30,6 +30,11 @@ def branch_problem(name: str, base_branch: str | None) -> str | None:
         return "empty branch name"
     if base_branch and name == base_branch:
         return f"branch {name!r} is the base branch"
+    # git stores refs as files: refs/heads/develop and refs/heads/develop/sub cannot coexist.
+    if base_branch and name.startswith(base_branch + "/"):
+        return f"branch {name!r} lies under the base branch {base_branch!r}; git cannot create it"
+    if base_branch and base_branch.startswith(name + "/"):
+        return f"the base branch {base_branch!r} lies under branch {name!r}; git cannot create it"
     if name in {"HEAD", "@"} or name.startswith(("-", "/")) or name.endswith(("/", ".")):
         return f"branch {name!r} is not a valid git ref name"
     if ".." in name or "@{" in name or "//" in name or _BAD_REF_CHARS.search(name):
@@ -77,6 +82,8 @@ class Rules:
         }
         self.in_progress = labels.in_progress
         self.known_agents = set(settings.server.resolved_agent_tokens().values())
+        self.needs_review = labels.needs_review
+        self.bucket_counts_unassignable = settings.bucket_counts_unassignable
 
     def priority(self, labels: list[str]) -> int | None:
         found = [int(m.group(1)) for lab in labels if (m := self.priority_re.match(lab))]
@@ -123,8 +130,7 @@ class Rules:
         if priority is None:
             return Analysis(None, role, branch, _skip("no_priority", "no priority label"))
         if role is None:
-            known = ", ".join(self.roles) or "(none configured)"
-            return Analysis(None, None, branch, _skip("no_role", f"no role label; roles: {known}"))
+            return Analysis(None, None, branch, self._role_skip(issue.labels))
         if not any(p.search(issue.body) for p in self.deliverables):
             return Analysis(
                 priority, role, branch, _skip("no_deliverables", "body has no deliverables section")
@@ -135,6 +141,36 @@ class Rules:
         if problem:
             return Analysis(priority, role, branch, _skip("bad_branch", problem))
         return Analysis(priority, role, branch, None)
+
+    def _role_skip(self, labels: list[str]) -> SkipReason:
+        """No configured role label: name the labels that look like an unknown role."""
+        known = ", ".join(self.roles) or "(none configured)"
+        holder = self.holder(labels)
+        unknown = [
+            lab
+            for lab in labels
+            if lab not in self.known_labels
+            and lab != holder
+            and lab not in self.known_agents
+            and not self.priority_re.match(lab)
+        ]
+        if unknown:
+            names = ", ".join(repr(lab) for lab in unknown)
+            reason = f"no configured role label ({names} is not a role); roles: {known}"
+            return _skip("unknown_role", reason)
+        return _skip("no_role", f"no role label; roles: {known}")
+
+    def pins_bucket(self, issue: Issue, analysis: Analysis) -> bool:
+        """Whether a work issue holds the strict bucket at its priority.
+
+        Work someone can take, or is taking or reviewing, does; an issue skipped for its
+        body does not unless `bucket_counts_unassignable` is set.
+        """
+        if analysis.priority is None or analysis.skip is None:
+            return True
+        if self.bucket_counts_unassignable:
+            return True
+        return bool({self.in_progress, self.needs_review} & set(issue.labels))
 
 
 def _skip(code: str, reason: str) -> SkipReason:

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from github_broker.agent.presets import PRESETS, Preset
+from github_broker.agent.workspace import DEFAULT_CLONE_URL, WorkspaceError, Workspaces
 from github_broker.client import (
     BrokerClient,
     BrokerClientError,
@@ -94,11 +96,20 @@ class RunnerConfig:
     kill_grace_s: float = DEFAULT_KILL_GRACE_S
     #: Where the command's output goes (one file per task); None: the runner's own stdout.
     output_dir: Path | None = None
+    #: A known CLI to run (`command` then holds extra arguments for it).
+    preset: Preset | None = None
+    #: A git worktree per task, on its branch, as the command's working directory.
+    workspaces: Workspaces | None = None
 
     def check(self) -> None:
         """Refuse at start-up what would make every task fail."""
         if not self.workdir.is_dir():
             raise RunnerError(f"working directory {self.workdir} does not exist")
+        if self.preset is not None:
+            missing = self.preset.missing()
+            if missing:
+                raise RunnerError(missing)
+            return
         if isinstance(self.command, str):
             if not self.command.strip():
                 raise RunnerError("the agent command is empty")
@@ -286,12 +297,14 @@ class Runner:
     # --- the command --------------------------------------------------------------------
 
     def _run_command(self, task: Task) -> tuple[Ending, int | None]:
-        with tempfile.TemporaryDirectory(prefix="gb-task-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="gb-task-") as tmp, self._workspace(task) as cwd:
             prompt_file, task_file = write_task_files(task, Path(tmp))
             env = {**os.environ, **task_env(task, self.agent, prompt_file, task_file)}
             heartbeat = Heartbeat(self.client, task)
             with self._output(task) as output, prompt_file.open("rb") as stdin:
-                proc = self._spawn(env, stdin, output)
+                proc = self._spawn(
+                    env, self._stdin(task, stdin), output, self._command(task, prompt_file), cwd
+                )
                 heartbeat.start()
                 try:
                     return self._watch(proc, heartbeat)
@@ -301,10 +314,46 @@ class Runner:
                         _signal_group(proc, signal.SIGKILL)
                         proc.wait()
 
+    def _command(self, task: Task, prompt_file: Path) -> Sequence[str] | str:
+        preset, command = self.config.preset, self.config.command
+        if preset is None:
+            return command
+        return preset.command(
+            task.prompt, prompt_file, [command] if isinstance(command, str) else command
+        )
+
+    def _stdin(self, task: Task, prompt: IO[bytes]) -> IO[bytes] | int:
+        preset = self.config.preset
+        if preset is None or preset.reads_stdin(task.prompt):
+            return prompt
+        return subprocess.DEVNULL
+
+    @contextlib.contextmanager
+    def _workspace(self, task: Task) -> Iterator[Path]:
+        """The task's worktree when workspaces are on (removed afterwards), else the workdir."""
+        if self.config.workspaces is None:
+            yield self.config.workdir
+            return
+        try:
+            path = self.config.workspaces.add(task)
+        except WorkspaceError as e:
+            raise RunnerError(f"no workspace for {task.repository}#{task.issue_id}: {e}") from e
+        try:
+            yield path
+        finally:
+            try:
+                self.config.workspaces.remove(task)
+            except WorkspaceError as e:
+                logger.warning("%s: could not remove the worktree %s: %s", self.agent, path, e)
+
     def _spawn(
-        self, env: dict[str, str], stdin: IO[bytes], output: IO[bytes] | None
+        self,
+        env: dict[str, str],
+        stdin: IO[bytes] | int,
+        output: IO[bytes] | None,
+        command: Sequence[str] | str,
+        cwd: Path,
     ) -> subprocess.Popen[bytes]:
-        command = self.config.command
         shell = isinstance(command, str)
         try:
             # A session of its own: a terminal's Ctrl-C reaches only the runner, which stops
@@ -312,7 +361,7 @@ class Runner:
             return subprocess.Popen(
                 command if shell else list(command),
                 shell=shell,
-                cwd=self.config.workdir,
+                cwd=cwd,
                 env=env,
                 stdin=stdin,
                 stdout=output,
@@ -472,6 +521,7 @@ Exit 0 completes the task; any other exit releases it as failed. Several argumen
 `--` are run as they are; a single one goes through the shell.
 
 examples:
+  github-broker agent --agent-id claude-1 --preset claude --workspace ~/gb-work
   github-broker agent --agent-id claude-1 --workdir ~/src/app -- claude -p
   github-broker agent --agent-id bot-1 --role TESTER -- './work.sh "$GB_BRANCH" < "$GB_PROMPT_FILE"'
 """
@@ -485,8 +535,15 @@ def command_from_argv(argv: Sequence[str]) -> Sequence[str] | str:
 
 def cmd_agent(args: argparse.Namespace) -> int:
     """Run an agent command on tasks from a broker until stopped."""
+    preset = PRESETS[args.preset] if args.preset else None
+    words = args.agent_command[1:] if args.agent_command[:1] == ["--"] else args.agent_command
+    workspaces = None
+    if args.workspace:
+        workspaces = Workspaces(args.workspace.expanduser(), args.clone_url)
     config = RunnerConfig(
-        command=command_from_argv(args.agent_command),
+        command=list(words) if preset else command_from_argv(args.agent_command),
+        preset=preset,
+        workspaces=workspaces,
         workdir=args.workdir,
         timeout_s=args.timeout,
         roles=tuple(args.role or ()),
@@ -555,6 +612,22 @@ def add_agent_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help="stop the command after this long and release the task as failed",
     )
     p.add_argument("--workdir", type=Path, default=Path("."), help="where the command runs")
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="run this coding CLI with the task's prompt; words after `--` are added to it",
+    )
+    p.add_argument(
+        "--workspace",
+        type=Path,
+        metavar="DIR",
+        help="run each task in a git worktree on its branch under DIR (one clone per repository)",
+    )
+    p.add_argument(
+        "--clone-url",
+        default=DEFAULT_CLONE_URL,
+        help="clone URL template with {repository}, {owner}, {name} (default %(default)s)",
+    )
     p.add_argument("--once", action="store_true", help="take one task, report it and exit")
     p.add_argument(
         "--wait",

@@ -216,7 +216,7 @@ class LabelNames(_Section):
 class BodyPatterns(_Section):
     """How an assignable body is recognised (multiline regexes, searched, not matched)."""
 
-    deliverables: list[str] = [r"^##\s*成果物", r"^##\s*Deliverables\b"]
+    deliverables: list[str] = [r"^#{1,6}\s*成果物", r"^#{1,6}\s*Deliverables\b"]
     #: Each pattern captures the branch name in group 1.
     branch: list[str] = [
         r"作業ブランチ[^\n]*?[:\uff1a]\*{0,2}\s*`?([^\s`*]+)`?",
@@ -297,6 +297,9 @@ class Settings(BaseSettings):
     #: `owner/name` strings or mappings; the environment takes `a/b,c/d` or JSON.
     repositories: Annotated[list[Repository], NoDecode] = []
     priority_mode: Literal["strict", "best_effort"] = "strict"
+    #: Whether issues skipped for their body (no branch, no deliverables, bad branch) hold
+    #: the strict bucket at their priority; by default only work someone can take does.
+    bucket_counts_unassignable: bool = False
     github: GitHubSettings = GitHubSettings()
     redis: RedisSettings = RedisSettings()
     poll: PollSettings = PollSettings()

@@ -469,8 +469,9 @@ class RepoStore:
         branch: str,
         payload: dict[str, Any],
         direct: bool = False,
-    ) -> bool:
-        """Offer a review or fix task (see task_put.lua); False when it exists or isn't wanted."""
+    ) -> int:
+        """Offer a review or fix task (see task_put.lua): 1 added, 2 waiting review refreshed,
+        0 when it exists or isn't wanted."""
         res = await self._run(
             "task_put",
             task_id,
@@ -483,7 +484,7 @@ class RepoStore:
             self.settings.review.fix_task_ttl_s,
             "1" if direct else "0",
         )
-        return bool(int(res))
+        return int(res)
 
     @translate_errors
     async def want_labels(self, number: int, add: list[str], remove: list[str]) -> None:

@@ -343,6 +343,7 @@ def index_item(rules: Rules, issue: Issue, base: str) -> dict[str, Any]:
         "branch": analysis.branch or "",
         "skip": analysis.skip.model_dump_json() if analysis.skip else "",
         "holder": rules.holder(issue.labels) or "",
+        "pin": rules.pins_bucket(issue, analysis),
         # Labels that may be agent ids (sync_upsert.lua removes those of past holders).
         "others": [
             lab

@@ -94,6 +94,9 @@ def test_github_routes_are_bounded_label_values() -> None:
         "/repos/{owner}/{repo}/git/refs/{ref}"
     )
     assert github_route("/rate_limit") == "/rate_limit"
+    assert github_route("/repositories/1001/issues/12/labels") == (
+        "/repos/{owner}/{repo}/issues/{n}/labels"
+    )
 
 
 @pytest.mark.slow

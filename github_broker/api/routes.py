@@ -180,9 +180,9 @@ async def metrics(svc: Services) -> str:
 
 @router.get("/status", responses=ERRORS)
 async def status(request: Request, svc: Services) -> dict[str, Any]:
-    """Queues per repository and priority, leases, skipped issues, GitHub quota (admin)."""
+    """Queues per priority, leases, skipped issues, waiting reviews, GitHub quota (admin)."""
     svc.auth.admin(request)
-    return await status_view.status(svc.store)
+    return await status_view.status(svc.store, svc.settings)
 
 
 @router.get("/explain", responses=ERRORS)

@@ -2,9 +2,10 @@
 -- KEYS, ARGV[1]: see _lib.lua.
 -- ARGV[2]: JSON list of {n, issue (JSON text), prio (-1: not work), task ('' or task id),
 --   score, role, branch, skip ('' or the reason it is not assignable), holder (the agent
---   named by the issue's labels, or ''), removed_by ('' unknown, 'person' or 'broker': who
---   removed the lease's labels, when an earlier call reported the issue as a suspect),
---   others (labels that are neither priority, role nor the broker's own: maybe agent ids)}.
+--   named by the issue's labels, or ''), pin (false: left out of the strict bucket),
+--   removed_by ('' unknown, 'person' or 'broker': who removed the lease's labels, when an
+--   earlier call reported the issue as a suspect), others (labels that are neither
+--   priority, role nor the broker's own: maybe agent ids)}.
 -- ARGV[3]: now as ISO 8601 UTC. ARGV[4]: the caller's leader epoch (error FENCED when
 --   another process leads now: a stalled ex-leader's page never lands).
 -- An issue GitHub shows in-progress without a live lease is re-adopted for its holder: the
@@ -48,7 +49,12 @@ for _, it in ipairs(items) do
     written = written + 1
   end
   redis.call('SADD', C.K.open, n)
-  if it.prio >= 0 then redis.call('ZADD', C.K.work, it.prio, n) else redis.call('ZREM', C.K.work, n) end
+  -- it.pin is false for work nobody can take (body skipped), unless settings say it counts.
+  if it.prio >= 0 and it.pin ~= false then
+    redis.call('ZADD', C.K.work, it.prio, n)
+  else
+    redis.call('ZREM', C.K.work, n)
+  end
   -- A lease whose lock timed out before the reaper came by ends here first, so it is not
   -- mistaken for work GitHub shows in progress without a lease.
   if redis.call('EXISTS', C.lock .. n) == 0 and redis.call('EXISTS', C.lease .. n) == 1 then
@@ -163,6 +169,13 @@ for _, it in ipairs(items) do
     drop_task(C, 'fix:' .. n)
   end
 
+  -- Review and fix tasks of an issue that stopped being work (needs-human, priority or role
+  -- gone) wait out of the pool; they return below if it becomes work again.
+  if it.prio < 0 then
+    for _, kind in ipairs({'fix', 'review'}) do
+      unready(C.K.tasks, C.K.ready, C.ready_role, kind .. ':' .. n)
+    end
+  end
   -- ready = tasks - held, for review and fix tasks too.
   if not held and it.prio >= 0 and not labels[C.in_progress] then
     for _, kind in ipairs({'fix', 'review'}) do

@@ -5,16 +5,31 @@
 -- ARGV[8] payload JSON (review: kept in review_state:{n}; fix: task:fix:{pr}),
 -- ARGV[9] TTL of task:fix:{pr} in seconds, ARGV[10] '1' for a fix posted directly by a
 -- maintainer (allowed outside a needs-review cycle).
--- An existing task is left alone, and a review is offered only once per needs-review
--- cycle, so the same feedback is never handed out twice.
--- Returns 1 when the task was added, 0 when it existed or is not wanted.
+-- An existing fix task is left alone, and a review is offered only once per needs-review
+-- cycle, so the same feedback is never handed out twice. A review that waits in the pool
+-- (not leased yet) gets the newer payload: the reviewer sees the feedback gathered by the
+-- last upkeep pass before its hand-out, not the feedback of the pass that queued it.
+-- An issue that is not work (needs-human, lost its priority or role) gets no task.
+-- Returns 1 when the task was added, 2 when a waiting review's payload was refreshed,
+-- 0 when it existed or is not wanted.
 local C = context()
 local task_id, score, role, pr, author, branch, payload =
   ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local kind, n = string.match(task_id, '^(%a+):(%d+)$')
 if ARGV[10] ~= '1' and redis.call('SISMEMBER', C.K.reviewing, n) == 0 then return 0 end
-if redis.call('HEXISTS', C.K.tasks, task_id) == 1 then return 0 end
+if not redis.call('ZSCORE', C.K.work, n) and redis.call('SISMEMBER', C.K.open, n) == 1 then
+  return 0
+end
 local state_key = C.review_state .. n
+if redis.call('HEXISTS', C.K.tasks, task_id) == 1 then
+  if kind == 'review' and redis.call('EXISTS', C.lock .. n) == 0
+      and redis.call('HGET', state_key, 'reviewed') ~= '1'
+      and redis.call('HGET', state_key, 'payload') ~= payload then
+    redis.call('HSET', state_key, 'payload', payload, 'pr', pr)
+    return 2
+  end
+  return 0
+end
 if kind == 'review' then
   if redis.call('HGET', state_key, 'reviewed') == '1' then return 0 end
   redis.call('HSET', state_key, 'payload', payload, 'pr', pr)

@@ -1,4 +1,4 @@
-"""The /_sim control API: stats, faults and issue edits for tests driving another process."""
+"""The /_sim control API: stats, faults, issue edits, renames for tests driving a process."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ logger = logging.getLogger(__name__)
 
 _ISSUE_PATH = re.compile(r"/_sim/issues/(?P<owner>[^/]+)/(?P<repo>[^/]+)/(?P<number>\d+)")
 _FAULT_PATH = re.compile(r"/_sim/faults/(?P<id>\d+)")
+_RENAME_PATH = re.compile(r"/_sim/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/rename")
 
 
 def handle(
@@ -54,6 +55,13 @@ def _dispatch(svc: Services, method: str, path: str, body: Any, base_url: str) -
         return Response(200, {"faults": svc.faults.rules()})
     if route == ("POST", "/_sim/issues"):
         return _create_issue(svc, _object(body), base_url)
+    rename = _RENAME_PATH.fullmatch(path)
+    if rename and method == "POST":
+        # {"owner": ..., "name": ...}: the old name answers 301 from now on.
+        target = _object(body)
+        owner = str(target.get("owner") or rename["owner"])
+        svc.state.rename_repo(rename["owner"], rename["repo"], owner, str(target["name"]))
+        return Response(200, svc.state.get_repo(owner, str(target["name"]), base_url=base_url))
     issue = _ISSUE_PATH.fullmatch(path)
     if issue:
         return _issue(

@@ -61,7 +61,7 @@ class Gateway:
     ) -> Response:
         """``headers`` must have lower-case names."""
         split = urlsplit(target)
-        path = split.path or "/"
+        path = self.svc.state.path_by_name(split.path or "/")
         query = parse_qs(split.query, keep_blank_values=True)
         if path == "/_sim" or path.startswith("/_sim/"):
             try:
@@ -70,6 +70,12 @@ class Gateway:
                 logger.exception("control call failed: %s %s", method, target)
                 return ApiError(500, "Internal Server Error").to_response()
 
+        if not headers.get("user-agent", "").strip():
+            # GitHub refuses anonymous clients before anything else, quota included.
+            return Response(403, {"message": _NO_USER_AGENT}, {"Content-Type": "text/plain"})
+        moved = self.svc.state.moved_path(path)
+        if moved is not None:
+            return _moved_permanently(base_url, moved, split.query)
         route, params = ROUTER.match(method, path)
         route_key = route.key if route else f"{method} (unmatched)"
         outcome = _Outcome(request_id=f"SIM{next(self._request_ids):08X}")
@@ -194,6 +200,24 @@ class Gateway:
         response = self._with_quota(ApiError(403, message).to_response(), quota_key)
         response.headers["Retry-After"] = str(rule.retry_after)
         return response
+
+
+_NO_USER_AGENT = (
+    "Request forbidden by administrative rules. Please make sure your request has a "
+    "User-Agent header (https://docs.github.com/en/rest/overview/resources-in-the-rest-api"
+    "#user-agent-required). Check https://developer.github.com for other possible causes."
+)
+
+
+def _moved_permanently(base_url: str, path: str, query: str) -> Response:
+    """GitHub's answer for a renamed or transferred repository: where it lives now."""
+    location = f"{base_url}{path}" + (f"?{query}" if query else "")
+    body = {
+        "message": "Moved Permanently",
+        "url": location,
+        "documentation_url": "https://docs.github.com/v3/#http-redirects",
+    }
+    return Response(301, body, {"Location": location})
 
 
 @dataclass

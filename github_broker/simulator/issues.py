@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime
 from typing import Any
+from urllib.parse import unquote
 
 from . import render
 from .messages import ApiError, NotFound, validation_failed
@@ -43,6 +45,8 @@ class IssueStore:
         self.base_url = base_url
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self._repos: dict[tuple[str, str], Repo] = {}
+        # Former names of renamed or transferred repositories; GitHub answers them with 301.
+        self._moved: dict[tuple[str, str], Repo] = {}
         self._user_ids: dict[str, int] = {}
         # One id space for every object kind keeps ids unique, as GitHub's are.
         self._ids = itertools.count(1001)
@@ -73,6 +77,11 @@ class IssueStore:
             data = self.ctx(base_url).user(self.user(login))
             assert data is not None
             return data
+
+    def private_user_json(self, login: str, *, base_url: str | None = None) -> dict[str, Any]:
+        """The authenticated user as `GET /user` shows it to that user."""
+        with self.lock:
+            return self.ctx(base_url).private_user(self.user(login), _START)
 
     def repo(self, owner: str, name: str) -> Repo:
         found = self._repos.get((owner.lower(), name.lower()))
@@ -153,6 +162,44 @@ class IssueStore:
     def get_repo(self, owner: str, repo: str, *, base_url: str | None = None) -> dict[str, Any]:
         with self.lock:
             return render.repository(self.ctx(base_url), self.repo(owner, repo))
+
+    def rename_repo(self, owner: str, name: str, new_owner: str, new_name: str) -> None:
+        """Rename or transfer a repository; its old name keeps answering with a redirect."""
+        with self.lock:
+            repo = self.repo(owner, name)
+            new_key = (new_owner.lower(), new_name.lower())
+            if new_key in self._repos:
+                raise validation_failed("Repository", "name", "already_exists")
+            del self._repos[(repo.owner.lower(), repo.name.lower())]
+            self._moved[(repo.owner.lower(), repo.name.lower())] = repo
+            repo.owner, repo.name = self.user(new_owner), new_name
+            self._repos[new_key] = repo
+            self._moved.pop(new_key, None)
+            repo.version += 1
+
+    def moved_path(self, path: str) -> str | None:
+        """Where GitHub redirects `path` when it names a repository by a former name."""
+        parts = path.split("/", 4)
+        if len(parts) < 4 or parts[1] != "repos":
+            return None
+        with self.lock:
+            repo = self._moved.get((unquote(parts[2]).lower(), unquote(parts[3]).lower()))
+            if repo is None:
+                return None
+            rest = "/" + parts[4] if len(parts) > 4 else ""
+            return f"/repositories/{repo.id}{rest}"
+
+    def path_by_name(self, path: str) -> str:
+        """`/repositories/{id}/...` (a repository by id) as `/repos/{owner}/{name}/...`."""
+        parts = path.split("/", 3)
+        if len(parts) < 3 or parts[1] != "repositories" or not parts[2].isdigit():
+            return path
+        with self.lock:
+            repo = next((r for r in self._repos.values() if r.id == int(parts[2])), None)
+            if repo is None:
+                return path
+            rest = "/" + parts[3] if len(parts) > 3 else ""
+            return f"/repos/{repo.owner}/{repo.name}{rest}"
 
     def repo_names(self) -> list[str]:
         with self.lock:
@@ -529,6 +576,7 @@ class IssueStore:
     ) -> dict[str, Any]:
         with self.lock:
             r = self.repo(owner, repo)
+            _check_color(color)
             if name.strip().lower() in r.labels:
                 raise validation_failed("Label", "name", "already_exists")
             spec = {"name": name, "color": color, "description": description}
@@ -550,6 +598,8 @@ class IssueStore:
             rec = r.labels.get(name.lower())
             if rec is None:
                 raise NotFound()
+            if color is not None:
+                _check_color(color)
             if new_name and new_name != rec["name"]:
                 if new_name.lower() in r.labels and new_name.lower() != name.lower():
                     raise validation_failed("Label", "name", "already_exists")
@@ -639,3 +689,14 @@ def _assignee_matches(rec: Record, assignee: str) -> bool:
     if assignee == "*":
         return bool(rec["assignees"])
     return assignee.lower() in (a.lower() for a in rec["assignees"])
+
+
+#: When every simulated account was created.
+_START = "2020-01-01T00:00:00Z"
+#: GitHub takes a label colour as six hex digits, with or without a leading '#'.
+_COLOR = re.compile(r"#?[0-9a-fA-F]{6}")
+
+
+def _check_color(color: str) -> None:
+    if not _COLOR.fullmatch(color):
+        raise validation_failed("Label", "color", "invalid")

@@ -24,16 +24,52 @@ class Ctx:
         if login is None:
             return None
         uid = self.user_ids.get(login, 0)
+        url = f"{self.base}/users/{quote(login)}"
         return {
             "login": login,
             "id": uid,
             "node_id": f"U_{uid}",
             "avatar_url": f"{self.base}/avatars/{quote(login)}",
             "gravatar_id": "",
-            "url": f"{self.base}/users/{quote(login)}",
+            "url": url,
             "html_url": f"{self.base}/{quote(login)}",
+            "followers_url": f"{url}/followers",
+            "following_url": f"{url}/following{{/other_user}}",
+            "gists_url": f"{url}/gists{{/gist_id}}",
+            "starred_url": f"{url}/starred{{/owner}}{{/repo}}",
+            "subscriptions_url": f"{url}/subscriptions",
+            "organizations_url": f"{url}/orgs",
+            "repos_url": f"{url}/repos",
+            "events_url": f"{url}/events{{/privacy}}",
+            "received_events_url": f"{url}/received_events",
             "type": kind or ("Bot" if login.endswith("[bot]") else "User"),
+            "user_view_type": "public",
             "site_admin": False,
+        }
+
+    def private_user(self, login: str, created_at: str) -> dict[str, Any]:
+        """`GET /user`: the authenticated user sees its own account's private fields."""
+        data = self.user(login)
+        assert data is not None
+        counts = ("followers", "following", "public_gists", "public_repos", "private_gists")
+        return {
+            **data,
+            "user_view_type": "private",
+            "name": None,
+            "company": None,
+            "blog": "",
+            "location": None,
+            "email": None,
+            "hireable": None,
+            "bio": None,
+            **{field: 0 for field in counts},
+            "total_private_repos": 0,
+            "owned_private_repos": 0,
+            "disk_usage": 0,
+            "collaborators": 0,
+            "two_factor_authentication": True,
+            "created_at": created_at,
+            "updated_at": created_at,
         }
 
     def api(self, repo: Repo) -> str:
@@ -43,9 +79,67 @@ class Ctx:
         return f"{self.base}/{repo.owner}/{repo.name}"
 
 
+#: `{name}_url` templates every repository answer carries (GitHub's hypermedia links).
+_REPO_LINKS = {
+    "forks": "/forks",
+    "keys": "/keys{/key_id}",
+    "collaborators": "/collaborators{/collaborator}",
+    "teams": "/teams",
+    "hooks": "/hooks",
+    "issue_events": "/issues/events{/number}",
+    "events": "/events",
+    "assignees": "/assignees{/user}",
+    "tags": "/tags",
+    "blobs": "/git/blobs{/sha}",
+    "git_tags": "/git/tags{/sha}",
+    "trees": "/git/trees{/sha}",
+    "statuses": "/statuses/{sha}",
+    "languages": "/languages",
+    "stargazers": "/stargazers",
+    "contributors": "/contributors",
+    "subscribers": "/subscribers",
+    "subscription": "/subscription",
+    "commits": "/commits{/sha}",
+    "git_commits": "/git/commits{/sha}",
+    "comments": "/comments{/number}",
+    "issue_comment": "/issues/comments{/number}",
+    "contents": "/contents/{+path}",
+    "compare": "/compare/{base}...{head}",
+    "merges": "/merges",
+    "archive": "/{archive_format}{/ref}",
+    "downloads": "/downloads",
+    "milestones": "/milestones{/number}",
+    "notifications": "/notifications{?since,all,participating}",
+    "releases": "/releases{/id}",
+    "deployments": "/deployments",
+}
+
+
 def repository(ctx: Ctx, repo: Repo) -> dict[str, Any]:
     api = ctx.api(repo)
+    host = ctx.base.split("://", 1)[-1]
     return {
+        **{f"{name}_url": api + suffix for name, suffix in _REPO_LINKS.items()},
+        "git_url": f"git://{host}/{repo.full_name}.git",
+        "ssh_url": f"git@{host.split(':')[0]}:{repo.full_name}.git",
+        "svn_url": ctx.html(repo),
+        "mirror_url": None,
+        "homepage": None,
+        "language": None,
+        "license": None,
+        "size": 0,
+        "forks": 0,
+        "forks_count": 0,
+        "stargazers_count": 0,
+        "watchers": 0,
+        "watchers_count": 0,
+        "subscribers_count": 0,
+        "network_count": 0,
+        "has_projects": False,
+        "has_wiki": False,
+        "has_pages": False,
+        "has_downloads": False,
+        "has_discussions": False,
         "id": repo.id,
         "node_id": f"R_{repo.id}",
         "name": repo.name,
@@ -208,6 +302,16 @@ def pull(ctx: Ctx, repo: Repo, rec: Record) -> dict[str, Any]:
         "merged_by": ctx.user(pr["merged_by"]),
         "comments": rec["comments"],
         "review_comments": pr["review_comments"],
+        "_links": {
+            "self": {"href": url},
+            "html": {"href": html},
+            "issue": {"href": f"{api}/issues/{number}"},
+            "comments": {"href": f"{api}/issues/{number}/comments"},
+            "review_comments": {"href": f"{url}/comments"},
+            "review_comment": {"href": f"{api}/pulls/comments{{/number}}"},
+            "commits": {"href": f"{url}/commits"},
+            "statuses": {"href": f"{api}/statuses/{head_sha}"},
+        },
         "maintainer_can_modify": False,
         "commits": 1,
         "additions": 1,
@@ -260,6 +364,11 @@ def review_comment(ctx: Ctx, repo: Repo, number: int, rec: Record) -> dict[str, 
         "start_line": None,
         "start_side": None,
         "subject_type": "line",
+        "_links": {
+            "self": {"href": f"{api}/pulls/comments/{rec['id']}"},
+            "html": {"href": f"{ctx.html(repo)}/pull/{number}#discussion_r{rec['id']}"},
+            "pull_request": {"href": f"{api}/pulls/{number}"},
+        },
     }
     if rec["in_reply_to"] is not None:
         data["in_reply_to_id"] = rec["in_reply_to"]

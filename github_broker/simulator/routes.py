@@ -163,7 +163,7 @@ def installation_token(svc: Services, req: Request, p: Params) -> Response:
 
 @route("GET", "/user")
 def current_user(svc: Services, req: Request, p: Params) -> Response:
-    return Response(200, svc.state.user_json(req.require_login(), base_url=req.base_url))
+    return Response(200, svc.state.private_user_json(req.require_login(), base_url=req.base_url))
 
 
 @route("GET", "/users/{login}")
@@ -365,7 +365,7 @@ def create_label(svc: Services, req: Request, p: Params) -> Response:
         description=str(body.get("description") or ""),
         base_url=req.base_url,
     )
-    return Response(201, label)
+    return Response(201, label, {"Location": label["url"]})
 
 
 @route("GET", "/repos/{owner}/{repo}/labels/{name+}")
@@ -451,7 +451,7 @@ def create_ref(svc: Services, req: Request, p: Params) -> Response:
     ref = svc.state.create_ref(
         p["owner"], p["repo"], str(body["ref"]), str(body["sha"]), base_url=req.base_url
     )
-    return Response(201, ref)
+    return Response(201, ref, {"Location": ref["url"]})
 
 
 @route("PATCH", "/repos/{owner}/{repo}/git/refs/{ref+}")
@@ -552,7 +552,9 @@ def merge_pull(svc: Services, req: Request, p: Params) -> Response:
 
 @route("GET", "/repos/{owner}/{repo}/pulls/{number}/reviews")
 def list_reviews(svc: Services, req: Request, p: Params) -> Response:
-    reviews = svc.state.list_reviews(p["owner"], p["repo"], int(p["number"]), base_url=req.base_url)
+    reviews = svc.state.list_reviews(
+        p["owner"], p["repo"], int(p["number"]), viewer=req.login, base_url=req.base_url
+    )
     return paged_list(req, reviews)
 
 

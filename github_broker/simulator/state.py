@@ -24,6 +24,15 @@ _REVIEW_STATES = {
 }
 # GitHub closes these issues when a PR carrying the keyword merges into the default branch.
 _CLOSING_KEYWORD = re.compile(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s*:?\s+#(\d+)", re.I)
+_SHA = re.compile(r"[0-9a-f]{40}")
+_BAD_REF = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]|\.\.|@\{|//|/\.|\.lock(/|$)|[/.]$")
+
+
+def valid_ref_name(ref: str) -> bool:
+    """git check-ref-format's rules, which GitHub applies to refs it creates."""
+    return not _BAD_REF.search(ref) and ref != "@"
+
+
 _PULL_SORTS = {"created": "created", "updated": "updated", "popularity": "comments"}
 
 
@@ -55,8 +64,15 @@ class SimState(IssueStore):
             r = self.repo(owner, repo)
             if not ref.startswith("refs/") or ref.count("/") < 2:
                 raise ApiError(422, "Reference name must start with 'refs/' and have two slashes")
+            if not valid_ref_name(ref):
+                raise ApiError(422, f"{ref} is not a valid ref name.")
             if ref in r.refs:
                 raise ApiError(422, "Reference already exists")
+            # Refs are files to git: a ref cannot sit under another one, nor hold one.
+            if any(o.startswith(ref + "/") or ref.startswith(o + "/") for o in r.refs):
+                raise ApiError(422, "Reference update failed")
+            if sha is not None and not _sha_known(r, sha):
+                raise ApiError(422, "Object does not exist")
             r.refs[ref] = sha or r.refs[f"refs/heads/{r.default_branch}"]
             return render.git_ref(self.ctx(base_url), r, ref, r.refs[ref])
 
@@ -324,13 +340,24 @@ class SimState(IssueStore):
         return review
 
     def list_reviews(
-        self, owner: str, repo: str, pr_number: int, *, base_url: str | None = None
+        self,
+        owner: str,
+        repo: str,
+        pr_number: int,
+        *,
+        viewer: str | None = None,
+        base_url: str | None = None,
     ) -> list[dict[str, Any]]:
+        """Submitted reviews, and `viewer`'s own PENDING one: drafts are private on GitHub."""
         with self.lock:
             r = self.repo(owner, repo)
             self.pull_record(r, pr_number)
             ctx = self.ctx(base_url)
-            return [render.review(ctx, r, pr_number, rv) for rv in r.reviews.get(pr_number, [])]
+            return [
+                render.review(ctx, r, pr_number, rv)
+                for rv in r.reviews.get(pr_number, [])
+                if rv["state"] != "PENDING" or rv["user"] == viewer
+            ]
 
     def add_review_comment(
         self,
@@ -398,6 +425,18 @@ class SimState(IssueStore):
                 for c in r.review_comments.get(pr_number, [])
                 if c["updated_at"] >= since_text
             ]
+
+
+def _sha_known(repo: Repo, sha: str) -> bool:
+    """A commit the simulated repository has: a ref's tip or a pull request's end."""
+    if not _SHA.fullmatch(sha):
+        return False
+    if sha in repo.refs.values():
+        return True
+    return any(
+        rec["pull"] and sha in (rec["pull"]["head_sha"], rec["pull"]["base_sha"])
+        for rec in repo.issues.values()
+    )
 
 
 def _pull_error(message: str) -> ApiError:

@@ -1,0 +1,329 @@
+"""asyncio SDK for agents: the same four calls, errors and retries as `client.py`, on httpx."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from pydantic import ValidationError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+)
+
+from github_broker import __version__
+from github_broker.client import (
+    DEFAULT_BACKOFF_S,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    MAX_BACKOFF_S,
+    RETRY_STATUSES,
+    BrokerClientError,
+    BrokerUnavailable,
+    LeaseLost,
+    Previous,
+    ReleaseReason,
+    RequestRejected,
+    Unauthorized,
+)
+from github_broker.models import Task
+
+logger = logging.getLogger(__name__)
+
+#: httpx errors worth another attempt: the broker restarting, a cut connection, a timeout.
+TRANSIENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+class _RetryStatus(Exception):
+    """A 502/503/504 answer: tenacity retries it like a connection error."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"{response.status_code}")
+        self.response = response
+
+
+class AsyncBrokerClient:
+    """An asyncio client for one agent; one connection pool, shareable between tasks.
+
+    Like `BrokerClient`: every call has a timeout and is retried (tenacity) with exponential
+    backoff and jitter on connection errors and 502/503/504, honouring Retry-After; 4xx
+    answers are never retried; failures are raised, never turned into "no task".
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        agent_id: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retries: int = DEFAULT_RETRIES,
+        backoff_s: float = DEFAULT_BACKOFF_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.agent_id = agent_id
+        self.timeout_s = timeout_s
+        self.retries = max(0, retries)
+        self.backoff_s = backoff_s
+        headers = {"User-Agent": f"github-broker-client/{__version__}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport)
+
+    # --- the four calls -----------------------------------------------------------------
+
+    async def request_task(
+        self,
+        roles: list[str] | None = None,
+        repositories: list[str] | None = None,
+        wait_seconds: float = 0,
+        previous: Previous = "completed",
+        request_id: str | None = None,
+    ) -> Task | None:
+        """The next task, or None when there is none (after long-polling `wait_seconds`).
+
+        One `request_id` (given, or made here) goes with every attempt of this call, so the
+        broker can tell a retry from a new request; as in `BrokerClient`, once an attempt may
+        have reached the broker the retries send `previous="abandoned"`.
+        """
+        body: dict[str, Any] = {
+            "agent_id": self.agent_id,
+            "wait_seconds": wait_seconds,
+            "previous": previous,
+            "request_id": request_id or uuid.uuid4().hex,
+        }
+        if roles:
+            body["roles"] = list(roles)
+        if repositories:
+            body["repositories"] = list(repositories)
+
+        def attempt_body(maybe_delivered: bool) -> dict[str, Any]:
+            return {**body, "previous": "abandoned"} if maybe_delivered else body
+
+        response, _ = await self._post("/request-task", attempt_body, self.timeout_s + wait_seconds)
+        if response.status_code == 204:
+            return None
+        if response.status_code != 200:
+            raise _error(response)
+        try:
+            return Task.model_validate(response.json())
+        except (ValueError, ValidationError) as e:
+            raise BrokerClientError(
+                f"unexpected task from the broker: {e}", status=response.status_code
+            ) from e
+
+    async def heartbeat(self, task: Task) -> str:
+        """Extend the task's lease; returns the new expiry (ISO 8601). LeaseLost if it is gone."""
+        response, _ = await self._post(
+            _task_path(task, "heartbeat"), lambda _: self._lease_body(task), self.timeout_s
+        )
+        if response.status_code != 200:
+            raise _error(response)
+        return str(response.json()["expires_at"])
+
+    async def complete(self, task: Task) -> None:
+        """Report the task done; development work moves on to review."""
+        await self._finish(task, "complete", {}, "completed")
+
+    async def release(self, task: Task, reason: ReleaseReason = "abandoned") -> None:
+        """Give the task back (`failed` or `abandoned`); it returns to the pool at once."""
+        await self._finish(task, "release", {"reason": reason}, reason)
+
+    async def explain(
+        self, roles: list[str] | None = None, repository: str | None = None
+    ) -> dict[str, list[dict[str, Any]]]:
+        """`GET /explain`: per repository, each issue's verdict for an agent with `roles`."""
+        params: dict[str, str | list[str]] = {"roles": list(roles or ())}
+        if repository:
+            params["repository"] = repository
+        response = await self._get("/explain", params)
+        if response.status_code != 200:
+            raise _error(response)
+        data: dict[str, list[dict[str, Any]]] = response.json()
+        return data
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncBrokerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- transport ----------------------------------------------------------------------
+
+    async def _finish(self, task: Task, action: str, extra: dict[str, Any], outcome: str) -> None:
+        response, maybe_delivered = await self._post(
+            _task_path(task, action), lambda _: {**self._lease_body(task), **extra}, self.timeout_s
+        )
+        if response.status_code == 200:
+            return
+        # An earlier attempt that got through leaves this outcome as the lease's tombstone.
+        if maybe_delivered and response.status_code == 409 and _reason(response) == outcome:
+            return
+        raise _error(response)
+
+    def _lease_body(self, task: Task) -> dict[str, Any]:
+        return {"agent_id": self.agent_id, "token": task.lease.token}
+
+    def _timeout(self, read_timeout_s: float) -> httpx.Timeout:
+        return httpx.Timeout(read_timeout_s, connect=min(self.timeout_s, DEFAULT_TIMEOUT_S))
+
+    def _retrying(self, what: str) -> AsyncRetrying:
+        return AsyncRetrying(
+            stop=stop_after_attempt(self.retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type((*TRANSIENT, _RetryStatus)),
+            before_sleep=lambda state: self._log_retry(what, state),
+            reraise=True,
+        )
+
+    async def _post(
+        self, path: str, body: Callable[[bool], dict[str, Any]], read_timeout_s: float
+    ) -> tuple[httpx.Response, bool]:
+        """POST with retries; returns the answer and whether an earlier attempt may have
+        reached the broker (its effect may already have happened)."""
+        maybe_delivered = False
+        try:
+            async for attempt in self._retrying(f"POST {path}"):
+                with attempt:
+                    try:
+                        response = await self._http.post(
+                            path,
+                            json=body(maybe_delivered),
+                            timeout=self._timeout(read_timeout_s),
+                        )
+                    except TRANSIENT as e:
+                        maybe_delivered = maybe_delivered or not _never_sent(e)
+                        raise
+                    if response.status_code in RETRY_STATUSES:
+                        # A gateway timeout may have let the request through; 502/503 did not.
+                        maybe_delivered = maybe_delivered or response.status_code == 504
+                        raise _RetryStatus(response)
+                    return response, maybe_delivered
+        except _RetryStatus as e:
+            raise _unavailable(f"POST {path}", e.response) from None
+        except TRANSIENT as e:
+            raise BrokerUnavailable(f"POST {path}: broker unreachable: {e!r}") from e
+        except httpx.HTTPError as e:
+            raise BrokerClientError(f"POST {path}: {e!r}") from e
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _get(self, path: str, params: dict[str, str | list[str]]) -> httpx.Response:
+        try:
+            async for attempt in self._retrying(f"GET {path}"):
+                with attempt:
+                    response = await self._http.get(
+                        path, params=params, timeout=self._timeout(self.timeout_s)
+                    )
+                    if response.status_code in RETRY_STATUSES:
+                        raise _RetryStatus(response)
+                    return response
+        except _RetryStatus as e:
+            raise _unavailable(f"GET {path}", e.response) from None
+        except TRANSIENT as e:
+            raise BrokerUnavailable(f"GET {path}: broker unreachable: {e!r}") from e
+        except httpx.HTTPError as e:
+            raise BrokerClientError(f"GET {path}: {e!r}") from e
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _wait(self, state: RetryCallState) -> float:
+        attempt = state.attempt_number - 1
+        ceiling = min(MAX_BACKOFF_S, self.backoff_s * 2**attempt)
+        delay = ceiling / 2 + random.uniform(0, ceiling / 2)
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, _RetryStatus):
+            retry_after_s = _retry_after_s(error.response)
+            if retry_after_s is not None:
+                delay = min(MAX_BACKOFF_S, max(delay, retry_after_s))
+        return delay
+
+    def _log_retry(self, what: str, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        why = error.response.status_code if isinstance(error, _RetryStatus) else repr(error)
+        logger.info(
+            "%s: %s; agent %s retries in %.1fs (attempt %d of %d)",
+            what,
+            why,
+            self.agent_id,
+            state.upcoming_sleep,
+            state.attempt_number + 1,
+            self.retries + 1,
+        )
+
+
+def _task_path(task: Task, action: str) -> str:
+    owner, _, repo = task.repository.partition("/")
+    return f"/tasks/{quote(owner, safe='')}/{quote(repo, safe='')}/{task.issue_id}/{action}"
+
+
+def _never_sent(e: Exception) -> bool:
+    """True when the request cannot have reached the broker (the connection never opened)."""
+    return isinstance(e, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _problem(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _detail(response: httpx.Response) -> str:
+    detail = _problem(response).get("detail")
+    if isinstance(detail, str) and detail:
+        return detail
+    return response.text[:200] or response.reason_phrase or "no detail"
+
+
+def _reason(response: httpx.Response) -> str | None:
+    reason = _problem(response).get("reason")
+    return reason if isinstance(reason, str) else None
+
+
+def _unavailable(what: str, response: httpx.Response) -> BrokerUnavailable:
+    return BrokerUnavailable(
+        f"{what}: broker unavailable ({response.status_code}): {_detail(response)}",
+        status=response.status_code,
+        reason=_reason(response),
+    )
+
+
+def _error(response: httpx.Response) -> BrokerClientError:
+    status, detail, reason = response.status_code, _detail(response), _reason(response)
+    message = f"{response.request.method} {response.request.url.path}: {status} {detail}"
+    if status == 409:
+        return LeaseLost(message, reason=reason)
+    if status in (401, 403):
+        return Unauthorized(message, status=status, reason=reason)
+    if 400 <= status < 500:
+        return RequestRejected(message, status=status, reason=reason)
+    return BrokerClientError(message, status=status, reason=reason)
