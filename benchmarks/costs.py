@@ -162,7 +162,9 @@ def claim_and_complete(url: str, count: int) -> None:
 def _github_delta(sim: SimulatorProcess) -> dict[str, Any]:
     stats = sim.stats()
     writes = sum(n for method, n in stats["by_method"].items() if method != "GET")
-    return {"total": stats["total"], "writes": writes, "by_route": stats["by_route"],
+    # "counted": what GitHub charges (304s are free); GraphQL label mutations are POSTs.
+    return {"total": stats["total"], "counted": stats["rate_limited_cost"], "writes": writes,
+            "not_found": stats["by_status"].get("404", 0), "by_route": stats["by_route"],
             "by_method": stats["by_method"]}
 
 
@@ -186,6 +188,8 @@ def github_per_lifecycle(client: redis.Redis, sim: SimulatorProcess, url: str,
         "per_claim": claims["total"] / count,
         "per_complete": completes["total"] / count,
         "per_lifecycle": (claims["total"] + completes["total"]) / count,
+        "counted_per_lifecycle": (claims["counted"] + completes["counted"]) / count,
+        "not_found": claims["not_found"] + completes["not_found"],
         "claim_writes": claims,
         "complete_writes": completes,
         "drain_s": {"claims": claim_drain_s, "completes": complete_drain_s},

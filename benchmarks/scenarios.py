@@ -248,6 +248,10 @@ def cost_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> No
                         "value": life["per_lifecycle"],
                         "detail": f"{o.lifecycles} issues; outbox empty after each phase",
                         "reproduce": rep})
+    bench.add("costs", {"figure": "Counted GitHub calls per issue lifecycle (304s are free)",
+                        "value": life["counted_per_lifecycle"],
+                        "detail": f"{life['not_found']} calls answered 404 over "
+                                  f"{o.lifecycles} lifecycles", "reproduce": rep})
 
 
 #: Single-agent latency comparisons: (server, flow), alternating like the throughput runs.

@@ -28,6 +28,7 @@ from github_broker.errors import (
 )
 from github_broker.metrics import observe_github
 from github_broker.models import Quota
+from github_broker.pacing import TokenBucket, WritePacer
 from github_broker.settings import GitHubSettings
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,18 @@ logger = logging.getLogger(__name__)
 SECONDARY_LIMIT_DEFAULT_S = 60.0
 #: Conditional-request cache entries kept per gateway (URL -> ETag and body).
 ETAG_CACHE_SIZE = 4096
+#: Issue node ids remembered per gateway ((repository, number) -> GraphQL id; they never change).
+NODE_ID_CACHE_SIZE = 65536
+#: Verbs GitHub's secondary limit counts as content-creating (GraphQL mutations are POSTs).
+WRITE_VERBS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+#: One request adds and removes labels: GitHub runs a mutation document's fields in order.
+ADD_LABELS = (
+    "add: addLabelsToLabelable(input: {labelableId: $id, labelIds: $add}) {clientMutationId}"
+)
+REMOVE_LABELS = (
+    "remove: removeLabelsFromLabelable(input: {labelableId: $id, labelIds: $remove}) "
+    "{clientMutationId}"
+)
 
 
 @dataclass
@@ -60,12 +73,22 @@ class GitHubGateway:
             # Retries, pacing and rate-limit waits are ours; PyGithub's would block silently.
             retry=None,
             seconds_between_requests=None,
-            seconds_between_writes=settings.seconds_between_writes or None,
+            # Pacing is ours too (`writes`): a token bucket, not a fixed sleep per write.
+            seconds_between_writes=None,
         )
         self._requester = self._github.requester
         self._lock = threading.Lock()
         self.quota = Quota()
+        self.graphql_quota = Quota()
         self.calls = 0
+        gap = settings.seconds_between_writes
+        hourly = settings.writes_per_hour if gap > 0 else 0
+        self.writes = WritePacer(
+            TokenBucket(1 / gap if gap > 0 else 0, settings.write_burst),
+            TokenBucket(hourly / 3600, hourly),
+        )
+        self._label_ids: dict[str, dict[str, str]] = {}  # repository -> lower name -> node id
+        self._node_ids: OrderedDict[tuple[str, int], str] = OrderedDict()
         self._etags: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self._login: str | None = None
         # Configured full name -> `/repositories/{id}`: a renamed or transferred repository
@@ -86,7 +109,10 @@ class GitHubGateway:
         body: Any = None,
         etag: str | None = None,
     ) -> tuple[int, dict[str, str], Any]:
-        self._respect_quota(verb)
+        graphql = path.endswith("graphql")
+        self._respect_quota(self.graphql_quota if graphql else self.quota)
+        if verb in WRITE_VERBS:
+            self.writes.take()
         headers = {"If-None-Match": etag} if etag else None
         started = time.perf_counter()
         try:
@@ -112,8 +138,7 @@ class GitHubGateway:
             self._raise(verb, path, status, resp_headers, data)
         return status, resp_headers, data
 
-    def _respect_quota(self, verb: str) -> None:
-        q = self.quota
+    def _respect_quota(self, q: Quota) -> None:
         if q.remaining is None or q.reset_s is None:
             return
         reserve = self.settings.min_remaining_quota
@@ -126,25 +151,32 @@ class GitHubGateway:
     def _note_quota(self, headers: dict[str, str]) -> None:
         if "x-ratelimit-remaining" not in headers:
             return
+        quota = Quota(
+            limit=int(headers.get("x-ratelimit-limit", 0)) or None,
+            remaining=int(headers["x-ratelimit-remaining"]),
+            reset_s=float(headers.get("x-ratelimit-reset", 0)) or None,
+            seen_s=time.time(),
+        )
         with self._lock:
-            self.quota = Quota(
-                limit=int(headers.get("x-ratelimit-limit", 0)) or None,
-                remaining=int(headers["x-ratelimit-remaining"]),
-                reset_s=float(headers.get("x-ratelimit-reset", 0)) or None,
-                seen_s=time.time(),
-            )
+            if headers.get("x-ratelimit-resource") == "graphql":
+                self.graphql_quota = quota
+            else:
+                self.quota = quota
 
     def _raise(self, verb: str, path: str, status: int, headers: dict[str, str], data: Any) -> None:
         message = data.get("message", "") if isinstance(data, dict) else str(data or "")
         where = f"{verb} {path}: {status} {message}".strip()
         if status in (403, 429):
             if "retry-after" in headers:
-                retry_at = time.time() + float(headers["retry-after"])
-                raise RateLimited(where, retry_at_s=retry_at)
+                retry_s = float(headers["retry-after"])
+                # A secondary limit: no write goes out before GitHub's Retry-After.
+                self.writes.pause_until(time.monotonic() + retry_s)
+                raise RateLimited(where, retry_at_s=time.time() + retry_s)
             if headers.get("x-ratelimit-remaining") == "0":
                 reset = float(headers.get("x-ratelimit-reset", time.time() + 60))
                 raise RateLimited(where, retry_at_s=reset)
             if "secondary rate limit" in message.lower():
+                self.writes.pause_until(time.monotonic() + SECONDARY_LIMIT_DEFAULT_S)
                 raise RateLimited(where, retry_at_s=time.time() + SECONDARY_LIMIT_DEFAULT_S)
         if status >= 500:
             raise GitHubUnavailable(where)
@@ -271,11 +303,118 @@ class GitHubGateway:
 
     def add_labels(self, full_name: str, number: int, labels: list[str]) -> None:
         if labels:
-            self._request(
+            _, _, data = self._request(
                 "POST", f"{self._repo(full_name)}/issues/{number}/labels", body={"labels": labels}
             )
+            self._remember_labels(full_name, data if isinstance(data, list) else [])
+
+    def change_labels(
+        self,
+        full_name: str,
+        number: int,
+        add: list[str],
+        remove: list[str],
+        *,
+        node_id: str | None = None,
+    ) -> None:
+        """Add and remove labels in one request (one counted call): REST when only adding,
+        else one GraphQL mutation document.
+
+        GraphQL needs node ids: the issue's comes from `node_id` (the mirror's) or is read
+        once; label ids from the repository's label list, read conditionally (a 304 is free)
+        once and again only when a label to remove is unknown. A label the repository lacks
+        cannot be on the issue, so removing it needs no call; adding one we hold no id for
+        goes through REST (one call too), which creates it and answers with its id.
+        """
+        if not remove:
+            # Adding alone is one REST call as well, and needs no ids.
+            self.add_labels(full_name, number, add)
+            return
+        # Unknown names to add go through REST anyway: only removals need the list read.
+        ids = self._known_label_ids(full_name, remove)
+        if any(label.lower() not in ids for label in add):
+            self.add_labels(full_name, number, add)
+            add = []
+        remove = [label for label in remove if label.lower() in ids]
+        if not add and not remove:
+            return
+        issue_id = node_id or self._issue_node_id(full_name, number)
+        fields = ([ADD_LABELS] if add else []) + ([REMOVE_LABELS] if remove else [])
+        params = (
+            ["$id: ID!"]
+            + (["$add: [ID!]!"] if add else [])
+            + (["$remove: [ID!]!"] if remove else [])
+        )
+        variables = {
+            "id": issue_id,
+            "add": [ids[label.lower()] for label in add],
+            "remove": [ids[label.lower()] for label in remove],
+        }
+        document = f"mutation({', '.join(params)}) {{ {' '.join(fields)} }}"
+        try:
+            self._graphql(document, variables)
+        except GitHubNotFound as e:
+            if issue_id in str(e):
+                raise
+            # A label was deleted or renamed since we listed them: list again next time.
+            with self._lock:
+                self._label_ids.pop(full_name, None)
+            raise GitHubError(str(e), status=404) from e
+        with self._lock:
+            self._node_ids[(full_name, number)] = issue_id
+
+    def _graphql(self, document: str, variables: dict[str, Any]) -> dict[str, Any]:
+        base = self.settings.base_url.rstrip("/")
+        # GitHub Enterprise serves REST under /api/v3 and GraphQL at /api/graphql.
+        url = base[: -len("/v3")] + "/graphql" if base.endswith("/api/v3") else "/graphql"
+        _, headers, data = self._request(
+            "POST", url, body={"query": document, "variables": variables}
+        )
+        errors = (data or {}).get("errors") or []
+        if errors:
+            first = errors[0]
+            where = f"POST /graphql: {first.get('type', '')} {first.get('message', '')}".strip()
+            if first.get("type") == "NOT_FOUND":
+                raise GitHubNotFound(where, status=404)
+            if first.get("type") == "RATE_LIMITED":
+                reset = float(headers.get("x-ratelimit-reset", time.time() + 60))
+                raise RateLimited(where, retry_at_s=reset)
+            raise GitHubError(where, status=422)
+        return dict((data or {}).get("data") or {})
+
+    def _known_label_ids(self, full_name: str, names: list[str]) -> dict[str, str]:
+        with self._lock:
+            ids = self._label_ids.get(full_name)
+        if ids is None or any(name.lower() not in ids for name in names):
+            labels = self._list(f"{self._repo(full_name)}/labels")
+            with self._lock:
+                self._label_ids[full_name] = {}
+            self._remember_labels(full_name, labels)
+        with self._lock:
+            return dict(self._label_ids[full_name])
+
+    def _remember_labels(self, full_name: str, labels: list[dict[str, Any]]) -> None:
+        with self._lock:
+            known = self._label_ids.setdefault(full_name, {})
+            for label in labels:
+                if isinstance(label, dict) and label.get("node_id"):
+                    known[str(label["name"]).lower()] = str(label["node_id"])
+
+    def _issue_node_id(self, full_name: str, number: int) -> str:
+        with self._lock:
+            cached = self._node_ids.get((full_name, number))
+        if cached:
+            return cached
+        _, _, data = self._request("GET", f"{self._repo(full_name)}/issues/{number}")
+        node_id = str((data or {}).get("node_id") or "")
+        with self._lock:
+            self._node_ids[(full_name, number)] = node_id
+            while len(self._node_ids) > NODE_ID_CACHE_SIZE:
+                self._node_ids.popitem(last=False)
+        return node_id
 
     def remove_label(self, full_name: str, number: int, label: str) -> None:
+        """REST removal of one label (the write queue uses `change_labels` instead)."""
         # Already absent (404) means the wish is fulfilled.
         with contextlib.suppress(GitHubNotFound):
             self._request(

@@ -34,7 +34,8 @@ Added by this project (no TTL unless said):
 ``open``                 set     numbers of the open issues mirrored in ``issue:{n}``
 ``sync``                 hash    sync cursors: ``since``, the incremental ETag, default branch
 ``sync:pages``           hash    full pass: per page its ETag and the issue numbers on it
-``intent``               hash    number -> JSON label delta the broker wants on GitHub, kept
+``intent``               hash    number -> JSON ``{add, remove, on, v}``: label writes still
+                                 to do, labels written but not yet seen by a sync; kept
                                  until a sync sees it applied
 ``outbox``               zset    write job (``labels:{n}``, ``branch:{n}``) -> due time (ms)
 ``outbox:data``          hash    write job -> JSON payload (branch jobs)

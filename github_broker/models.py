@@ -55,6 +55,8 @@ class Issue(BaseModel):
     created_at: str
     updated_at: str
     html_url: str = ""
+    #: GraphQL node id (label writes address the issue by it).
+    node_id: str = ""
 
     @classmethod
     def from_github(cls, data: dict[str, Any]) -> Issue:
@@ -72,6 +74,7 @@ class Issue(BaseModel):
             created_at=data["created_at"],
             updated_at=data["updated_at"],
             html_url=data.get("html_url") or "",
+            node_id=data.get("node_id") or "",
         )
 
     def cache_json(self) -> str:

@@ -90,12 +90,24 @@ class OutboxDrainer:
                 # Out of time: the rest are due at once for the next drain, not failures.
                 await self._put_back(rstore, jobs[index:], 0)
                 return 0
+            wait_s = self.gateway.writes.wait_s()
+            if wait_s > 0:
+                # Paced (GitHub's secondary limit): wait for a write token while the budget
+                # allows, else the rest are due at once for the next drain.
+                if time.monotonic() + wait_s > deadline:
+                    await self._put_back(rstore, jobs[index:], 0)
+                    return 0
+                await asyncio.sleep(wait_s)
             if self.still_leader is not None and not await self.still_leader():
                 # Deposed: the new leader retakes these jobs at once (outbox:taken).
                 logger.warning("write queue of %s: not the leader any more", repo.full_name)
                 return 0
             try:
-                await asyncio.to_thread(self._apply, repo.full_name, job, payload)
+                node_id = ""
+                if job.startswith("labels:"):
+                    issue = await rstore.get_issue(int(job.partition(":")[2]))
+                    node_id = issue.node_id if issue else ""
+                await asyncio.to_thread(self._apply, repo.full_name, job, payload, node_id)
             except (RateLimited, GitHubUnavailable) as e:
                 # GitHub can't take writes now: every job still in hand waits, none is lost
                 # or reordered, and no other job is tried until then.
@@ -152,16 +164,14 @@ class OutboxDrainer:
                 self._outages = 0
         return len(jobs)
 
-    def _apply(self, full_name: str, job: str, payload: str) -> None:
+    def _apply(self, full_name: str, job: str, payload: str, node_id: str = "") -> None:
         kind, _, number = job.partition(":")
         data = json.loads(payload)
         if kind == "labels":
             # Lua's cjson writes an empty list as {}; both mean "nothing".
             add = list(data.get("add") or [])
             remove = list(data.get("remove") or [])
-            self.gateway.add_labels(full_name, int(number), add)
-            for label in remove:
-                self.gateway.remove_label(full_name, int(number), label)
+            self.gateway.change_labels(full_name, int(number), add, remove, node_id=node_id or None)
         elif kind == "branch":
             created = self.gateway.create_branch(full_name, data["branch"], data["base"])
             logger.info(

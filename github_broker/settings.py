@@ -66,6 +66,11 @@ class GitHubSettings(_Section):
     per_page: int = Field(100, ge=1, le=100)
     #: Minimum pause between content-creating calls (GitHub asks for about 80 a minute).
     seconds_between_writes: float = Field(0.75, ge=0)
+    #: Content-creating calls allowed at once before `seconds_between_writes` paces them.
+    write_burst: int = Field(10, ge=1)
+    #: Content-creating calls per hour at most (GitHub's secondary limit; 0: no hourly cap).
+    #: `seconds_between_writes: 0` turns all pacing off.
+    writes_per_hour: int = Field(500, ge=0)
     #: Below this many remaining calls the broker waits for the quota reset.
     min_remaining_quota: int = Field(50, ge=0)
     #: GitHub App authentication instead of a token: all three, and a private key.

@@ -58,6 +58,8 @@ class RepoStatus(BaseModel):
     skipped: dict[int, dict[str, str]]
     waiting_reviews: list[WaitingReview]
     pending_github_writes: int
+    #: Age in seconds of the oldest due GitHub write (0: GitHub is up to date).
+    github_write_lag_s: float = 0.0
     last_full_sync: str | None
     sync_cursor: str | None
 
@@ -90,6 +92,7 @@ async def repo_status(rstore: RepoStore, settings: Settings) -> RepoStatus:
             (await waiting_reviews(rstore, settings, dict(ready), leases)).values()
         ),
         pending_github_writes=await rstore.outbox_size(),
+        github_write_lag_s=round(await rstore.outbox_lag_s(), 3),
         last_full_sync=iso_from_ms(int(float(full_at) * 1000)) if full_at else None,
         sync_cursor=state.get("since"),
     )

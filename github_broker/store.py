@@ -653,6 +653,13 @@ class RepoStore:
         return int(await _aw(self.client.zcard(self.keys.outbox)))
 
     @translate_errors
+    async def outbox_lag_s(self) -> float:
+        """Age in seconds of the oldest due write (0 when none is due): how far GitHub lags
+        behind the broker's wishes. A job keeps its first due time while wishes merge into it."""
+        oldest = await self.outbox_oldest_due_ms()
+        return 0.0 if oldest is None else max(0.0, (now_ms() - oldest) / 1000)
+
+    @translate_errors
     async def outbox_due(self, limit: int) -> dict[str, int]:
         """Up to `limit` jobs due now -> since when they are due (ms); read-only."""
         rows = await _aw(
@@ -670,7 +677,8 @@ class RepoStore:
 
     @translate_errors
     async def intent(self, number: int) -> dict[str, Any] | None:
-        """The label delta still to be seen on GitHub: {"add": [...], "remove": [...], "v": n}."""
+        """The label writes still to do and the labels written but not yet seen by a sync:
+        {"add": [...], "remove": [...], "on": [...], "v": n}."""
         raw = await _aw(self.client.hget(self.keys.intent, str(number)))
         if not raw:
             return None
@@ -679,6 +687,7 @@ class RepoStore:
         return {
             "add": list(data.get("add") or []),
             "remove": list(data.get("remove") or []),
+            "on": list(data.get("on") or []),
             "v": data.get("v"),
         }
 

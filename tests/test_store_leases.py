@@ -143,9 +143,33 @@ async def test_release_returns_task_to_pool_and_removes_labels(store: Store) -> 
     assert isinstance(got, Claimed)
     assert await rstore.finish(1, "a1", got.token, "abandoned") == (True, "abandoned")
     assert await rstore.heartbeat(1, "a1", got.token) == (False, "abandoned")
-    assert await rstore.intent(1) == {"add": [], "remove": ["a1", "in-progress"], "v": 2}
+    # Released before any write went out: the wish and its undo cancel, no GitHub call.
+    assert await rstore.intent(1) is None
+    assert await store.client.zscore(rstore.keys.outbox, "labels:1") is None
     again = await claim(rstore, "a2")
     assert isinstance(again, Claimed) and again.issue.number == 1
+
+
+async def test_release_after_the_labels_were_written_queues_their_removal(store: Store) -> None:
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
+    got = await claim(rstore, "a1")
+    assert isinstance(got, Claimed)
+    for job, payload, _ in await rstore.outbox_take(10, 60_000):
+        assert await rstore.outbox_done(job, payload)
+    assert await rstore.intent(1) == {"add": [], "remove": [], "on": ["a1", "in-progress"], "v": 1}
+    assert await rstore.finish(1, "a1", got.token, "abandoned") == (True, "abandoned")
+    assert await rstore.intent(1) == {
+        "add": [],
+        "remove": ["a1", "in-progress"],
+        "on": ["a1", "in-progress"],
+        "v": 2,
+    }
+    [(job, payload, _)] = await rstore.outbox_take(10, 60_000)
+    assert job == "labels:1"
+    assert await rstore.outbox_done(job, payload)
+    # Applied removals leave the record: it stays small however many agents held the issue.
+    assert await rstore.intent(1) == {"add": [], "remove": [], "on": [], "v": 2}
+    assert await rstore.outbox_take(10, 60_000) == []
 
 
 async def test_asking_again_completes_held_task_by_default(store: Store) -> None:

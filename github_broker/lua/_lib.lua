@@ -21,19 +21,49 @@ local function sorted_keys(s)
   return out
 end
 
--- Merge a label delta into the issue's intent and queue a GitHub write for it.
--- A later delta wins over an earlier one for the same label, so the queue always
--- converges on the broker's latest wish whatever order the writes drain in.
-local function want_labels(intent_key, outbox_key, n, add, remove, due_ms)
-  local raw = redis.call('HGET', intent_key, n)
+local function is_empty(s) return next(s) == nil end
+
+-- An issue's label intent {add, remove, on, v} as sets (cjson writes an empty list as {}).
+local function intent_sets(raw)
   local cur = {}
   if raw then cur = cjson.decode(raw) end
-  local adds, removes = set_of(cur.add), set_of(cur.remove)
-  for _, l in ipairs(add) do adds[l] = true; removes[l] = nil end
-  for _, l in ipairs(remove) do removes[l] = true; adds[l] = nil end
-  local v = (tonumber(cur.v) or 0) + 1
-  redis.call('HSET', intent_key, n, cjson.encode({add = sorted_keys(adds), remove = sorted_keys(removes), v = v}))
-  redis.call('ZADD', outbox_key, due_ms, 'labels:' .. n)
+  return set_of(cur.add), set_of(cur.remove), set_of(cur.on), tonumber(cur.v) or 0
+end
+
+local function intent_json(adds, removes, on, v)
+  return cjson.encode({add = sorted_keys(adds), remove = sorted_keys(removes),
+                       on = sorted_keys(on), v = v})
+end
+
+-- Merge a label delta into the issue's intent and queue a GitHub write for it.
+-- The intent holds only what is still to do (add, remove) and the labels a write may have
+-- put on GitHub since (on: taken by a drain, not removed since); a drain prunes what it
+-- applied (outbox_done), so the record stays a few labels long however many agents held
+-- the issue. A later delta wins over an earlier one for the same label. Removing a label
+-- that is only wished (never sent) cancels the wish: no call for a label never applied,
+-- and an intent left with nothing to do and nothing sent leaves with its job.
+-- The job keeps its first due time (NX): the queue's lag is the age of its oldest wish.
+local function want_labels(intent_key, outbox_key, n, add, remove, due_ms)
+  local adds, removes, on, v = intent_sets(redis.call('HGET', intent_key, n))
+  for _, l in ipairs(add) do
+    if removes[l] then on[l] = true end  -- its removal may not have reached GitHub
+    adds[l] = true; removes[l] = nil
+  end
+  for _, l in ipairs(remove) do
+    if on[l] or not adds[l] then removes[l] = true end
+    adds[l] = nil
+  end
+  if is_empty(adds) and is_empty(removes) and is_empty(on) then
+    redis.call('HDEL', intent_key, n)
+    redis.call('ZREM', outbox_key, 'labels:' .. n)
+    return
+  end
+  redis.call('HSET', intent_key, n, intent_json(adds, removes, on, v + 1))
+  if is_empty(adds) and is_empty(removes) then
+    redis.call('ZREM', outbox_key, 'labels:' .. n)
+  else
+    redis.call('ZADD', outbox_key, 'NX', due_ms, 'labels:' .. n)
+  end
 end
 
 -- The tasks hash holds "score|role|pr|author|since_ms|branch" per task id; the branch goes
@@ -191,6 +221,10 @@ local function end_lease(C, n, outcome, now)
   local add = {}
   if outcome == 'completed' and task_type == 'development' then add = {C.needs_review} end
   want_labels(C.K.intent, C.K.outbox, n, add, {C.in_progress, agent}, now)
+  -- The lease's branch, if not created yet, is not needed any more: a completing agent pushed
+  -- it itself, and the next claim queues its own.
+  redis.call('HDEL', C.K.outbox_data, 'branch:' .. n)
+  redis.call('ZREM', C.K.outbox, 'branch:' .. n)
   if outcome == 'completed' then
     record_completion(C, n, agent, task_id, task_type)
   elseif REQUEUE[outcome] then

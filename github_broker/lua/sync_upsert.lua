@@ -65,13 +65,17 @@ for _, it in ipairs(items) do
   local labels = set_of(cjson.decode(it.issue).labels)
   local raw_intent = redis.call('HGET', C.K.intent, n)
   if raw_intent then
-    local intent = cjson.decode(raw_intent)
+    -- Wished (add) or already written (on) labels count as present, unless removed since.
+    local adds, removes, on = intent_sets(raw_intent)
+    for l, _ in pairs(on) do adds[l] = true end
     local seen = true
-    for _, l in ipairs(intent.add or {}) do
-      if not on_github[l] then seen = false end
-      labels[l] = true
+    for l, _ in pairs(adds) do
+      if not removes[l] then
+        if not on_github[l] then seen = false end
+        labels[l] = true
+      end
     end
-    for _, l in ipairs(intent.remove or {}) do
+    for l, _ in pairs(removes) do
       if on_github[l] then seen = false end
       labels[l] = nil
     end
@@ -80,8 +84,14 @@ for _, it in ipairs(items) do
     local queued = redis.call('ZSCORE', C.K.outbox, 'labels:' .. n)
     if seen and not queued then
       redis.call('HDEL', C.K.intent, n)
-    elseif not seen and not queued then
-      redis.call('ZADD', C.K.outbox, now, 'labels:' .. n)
+    elseif not queued then
+      -- Written (on) but not on GitHub with no write queued: the page predates the write, or
+      -- a deposed leader's late removal undid it. Writing it again is idempotent either way.
+      local redo = {}
+      for l, _ in pairs(on) do
+        if not removes[l] and not on_github[l] then redo[#redo + 1] = l end
+      end
+      if #redo > 0 then want_labels(C.K.intent, C.K.outbox, n, redo, {}, now) end
     end
   end
 
@@ -92,8 +102,13 @@ for _, it in ipairs(items) do
       reason = 'label_removed'
     else
       local agent = redis.call('HGET', C.lease .. n, 'agent')
+      -- Labels the broker wished or wrote and no sync confirmed yet are not "removed".
       local pending = {}
-      if raw_intent then pending = set_of(cjson.decode(raw_intent).add) end
+      if raw_intent then
+        local adds, _, on = intent_sets(raw_intent)
+        for l, _ in pairs(adds) do pending[l] = true end
+        for l, _ in pairs(on) do pending[l] = true end
+      end
       local missing = {}
       for _, l in ipairs({C.in_progress, agent}) do
         if l and not on_github[l] and not pending[l] then missing[#missing + 1] = l end
@@ -115,8 +130,10 @@ for _, it in ipairs(items) do
       revoked = revoked + 1
       held = false
     end
-  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0
+  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 and not raw_intent
       and not handed_back(C, n, it.holder) then
+    -- Not while the broker's own label writes are unconfirmed: the page may predate a
+    -- removal the write queue already made (the intent no longer lists applied removals).
     local task_type = 'development'
     if labels[C.needs_review] then task_type = 'review' end
     local expires = now + C.lease_ms

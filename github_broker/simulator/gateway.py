@@ -23,6 +23,8 @@ ANONYMOUS = "anonymous"
 DEFAULT_LOGIN = "broker-bot"
 # Reading the quota is free on GitHub and must keep working while the quota is exhausted.
 _FREE_ROUTES = frozenset({"GET /rate_limit"})
+GRAPHQL_ROUTE = "POST /graphql"
+GRAPHQL_BUCKET = "graphql:"
 _APP_JWT_ROUTES = frozenset({"POST /app/installations/{installation_id}/access_tokens"})
 _ERROR_MESSAGES = {
     500: "Internal Server Error",
@@ -112,6 +114,9 @@ class Gateway:
 
         token = _token(headers.get("authorization"))
         quota_key = request.quota_key = token or ANONYMOUS
+        if route_key == GRAPHQL_ROUTE:
+            # GitHub charges GraphQL to its own hourly bucket, apart from REST's "core".
+            quota_key = request.quota_key = GRAPHQL_BUCKET + quota_key
         if route_key in _APP_JWT_ROUTES:
             # Apps authenticate these with a signed JWT, not with a token.
             login = request.login = self._app_login(token)
@@ -175,6 +180,8 @@ class Gateway:
 
     def _with_quota(self, response: Response, quota_key: str) -> Response:
         response.headers.update(self.svc.limiter.peek(quota_key).headers())
+        if quota_key.startswith(GRAPHQL_BUCKET):
+            response.headers["X-RateLimit-Resource"] = "graphql"
         if quota_key != ANONYMOUS:
             response.headers.setdefault("X-OAuth-Scopes", "repo")
         return response

@@ -174,9 +174,10 @@ def get_user(svc: Services, req: Request, p: Params) -> Response:
 @route("GET", "/rate_limit")
 def rate_limit(svc: Services, req: Request, p: Params) -> Response:
     core = svc.limiter.peek(req.quota_key).as_json()
+    graphql = svc.limiter.peek("graphql:" + req.quota_key).as_json()  # POST /graphql's bucket
     spare = {"limit": 30, "remaining": 30, "reset": core["reset"], "used": 0}
     return Response(
-        200, {"resources": {"core": core, "search": spare, "graphql": dict(core)}, "rate": core}
+        200, {"resources": {"core": core, "search": spare, "graphql": graphql}, "rate": core}
     )
 
 
@@ -618,3 +619,13 @@ def create_review_comment(svc: Services, req: Request, p: Params) -> Response:
         base_url=req.base_url,
     )
     return Response(201, comment)
+
+
+# ----- GraphQL (the label mutations; see graphql.py) --------------------------------------------
+
+
+@route("POST", "/graphql")
+def graphql_endpoint(svc: Services, req: Request, p: Params) -> Response:
+    from . import graphql
+
+    return graphql.handle(svc, req)
