@@ -83,8 +83,9 @@ def test_stalled_leaders_late_label_delete_does_not_revoke_the_live_lease(
         labels = lambda: set(sim.state.issue_labels("acme", "widgets", 1))  # noqa: E731
         wait_until(lambda: labels() >= {"in-progress", "agent-a"}, 10, "agent-a's labels")
 
-        # The leader's DELETE of in-progress takes 6 s; the leader stalls 9 s meanwhile.
-        sim.faults.add_latency(6000, method="DELETE", path=r"/labels/in-progress$", count=1)
+        # The leader's removal of in-progress (a GraphQL mutation) takes 6 s; the leader
+        # stalls 9 s meanwhile.
+        sim.faults.add_latency(6000, method="POST", path=r"/graphql$", count=1)
         assert lease_call(other.url, a, "agent-a", "release").status_code == 200
         time.sleep(1.0)
         signal_all(old, signal.SIGSTOP)
