@@ -212,6 +212,25 @@ def _sync(figs: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def _webhooks(figs: dict[str, Any]) -> list[str]:
+    rows = figs.get("webhooks", [])
+    if not rows:
+        return []
+    out = [
+        "## Label to claimable (a maintainer adds `P1` on GitHub)",
+        "",
+        "| mode | changes | p50 ms | p99 ms | max ms | GitHub calls / change "
+        "| list calls / change | lost | reproduce |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(f"| {r['mode']} | {r['changes']} | {_n(r['p50_ms'])} | {_n(r['p99_ms'])} "
+                   f"| {_n(r['max_ms'])} | {_n(r['github_calls_per_change'], 2)} "
+                   f"| {_n(r['list_calls_per_change'], 2)} | {r['lost']} "
+                   f"| {_code(r['reproduce'])} |")
+    return [*out, ""]
+
+
 def _profile(figs: dict[str, Any]) -> list[str]:
     prof = figs.get("profile")
     if not prof:
@@ -254,7 +273,7 @@ def markdown(results: dict[str, Any]) -> str:
         "redis-server, the GitHub simulator, serve and the generator share the machine.",
         "",
     ]
-    for section in (_throughput, _backlog, _latency, _costs, _sync, _profile):
+    for section in (_throughput, _backlog, _latency, _costs, _sync, _webhooks, _profile):
         lines += section(figs)
     findings = results.get("findings", [])
     if findings:

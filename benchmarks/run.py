@@ -82,6 +82,10 @@ def measure(bench: Bench) -> None:
                 scenarios.throughput_figures(bench, sim, env)
             if o.profile:
                 scenarios.profile_figure(bench, sim, env)
+    if "webhooks" in only:
+        logger.info("data set: %d issues (webhooks)", o.small_backlog)
+        with bench.dataset(o.small_backlog) as (sim, env, _):
+            scenarios.webhook_figures(bench, sim, env)
     bench.figures.get("backlog", []).sort(key=lambda row: (row["poller"], row["open_issues"]))
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import costs, polling, profiling
+from benchmarks import costs, polling, profiling, webhooks
 from benchmarks.load import LoadResult, run_load, run_sequential
 from benchmarks.servers import (
     KEYS,
@@ -28,7 +28,7 @@ from benchmarks.servers import (
 )
 
 #: Figure groups, each reproducible alone with `--only`.
-GROUPS = ("sync", "costs", "latency", "backlog", "throughput")
+GROUPS = ("sync", "costs", "latency", "backlog", "throughput", "webhooks")
 #: Generator CPU (% of one core) above which its own speed may cap the measured rate.
 GENERATOR_LIMIT_PCT = 80.0
 #: Issues sent to review before a backlog run: production always has some, and the poller's
@@ -53,6 +53,11 @@ class Options:
     redis_claims: int = 100
     #: Alternating repetitions of every throughput and latency comparison (medians reported).
     repeats: int = 5
+    #: Label changes timed with webhooks, and with polling alone (each waits for a pass).
+    webhook_samples: int = 100
+    poll_samples: int = 20
+    #: poll.interval_s of the polling-only row (production's default is 60 s).
+    poll_interval_s: float = 5.0
     quick: bool = False
     profile: bool = False
     only: tuple[str, ...] = GROUPS
@@ -60,7 +65,8 @@ class Options:
     def quick_version(self) -> Options:
         return replace(self, warmup_s=0.5, duration_s=2.0, big_backlog=30_000,
                        latency_samples=100, lifecycles=20,
-                       redis_claims=30, repeats=2, quick=True)
+                       redis_claims=30, repeats=2, webhook_samples=20, poll_samples=5,
+                       quick=True)
 
     def reproduce(self, group: str, *extra: str) -> str:
         parts = [".venv/bin/python -m benchmarks.run", f"--only {group}"]
@@ -431,3 +437,29 @@ def profile_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> 
         "ops": row["ops"], "summary": profiling.render(target),
         "reproduce": o.reproduce("profile"),
     }
+
+
+# --- webhooks beside polling ----------------------------------------------------------------
+
+
+def webhook_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
+    """Label-to-claimable latency and GitHub calls per change: polling alone, then webhooks
+    (poll every second, stretched to 600 s while webhooks are healthy)."""
+    o = bench.options
+    rep = o.reproduce("webhooks")
+    client = bench.redis.client()
+    targets = webhooks.add_targets(sim, o.poll_samples + o.webhook_samples)
+    polled, pushed = targets[: o.poll_samples], targets[o.poll_samples :]
+    with bench.serve(env, 1, GITHUB_BROKER_POLL__INTERVAL_S=str(o.poll_interval_s)):
+        webhooks.wait_mirrored(client, targets)
+        row = webhooks.label_to_claimable(sim, client, polled, jitter_s=o.poll_interval_s)
+    bench.add("webhooks", {"mode": f"polling only (poll.interval_s {o.poll_interval_s:g})",
+                           **row, "reproduce": rep})
+    with bench.serve(env, 1, GITHUB_BROKER_WEBHOOKS__SECRET=webhooks.SECRET,
+                     GITHUB_BROKER_POLL__INTERVAL_WITH_WEBHOOKS_S="600") as server:
+        webhooks.wait_mirrored(client, targets)
+        webhooks.hook(sim, server)
+        time.sleep(1.5)  # the ping lands and the start-up poll pass is over
+        row = webhooks.label_to_claimable(sim, client, pushed)
+    bench.add("webhooks", {"mode": "webhooks (poll.interval_s 1, 600 while healthy)", **row,
+                           "reproduce": rep})

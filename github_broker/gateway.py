@@ -269,6 +269,13 @@ class GitHubGateway:
                 return items
             page += 1
 
+    def pull(self, full_name: str, number: int) -> dict[str, Any] | None:
+        """One pull request (conditional GET); None when it does not exist."""
+        try:
+            return dict(self._get_cached(f"/repos/{full_name}/pulls/{number}"))
+        except GitHubNotFound:
+            return None
+
     def open_pulls(self, full_name: str) -> list[dict[str, Any]]:
         return self._list(f"{self._repo(full_name)}/pulls", {"state": "open"})
 

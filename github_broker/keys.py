@@ -53,6 +53,13 @@ Added by this project (no TTL unless said):
                                  rebuilt (gone after Redis lost its data)
 ``orphans``              hash    issue -> first time (ms) a sync saw it ``in-progress`` with no
                                  single agent label and no lease; cleaned after the lease TTL
+``webhooks``             list    verified GitHub deliveries waiting for the leader's worker
+``webhooks:inflight``    list    deliveries the worker took and has not finished (re-queued
+                                 when a worker starts, so a crash loses none)
+``webhooks:seen_ms``     string  ms time of the last verified delivery (webhook health)
+``webhook_delivery:{id}`` string X-GitHub-Delivery already queued (TTL ``delivery_ttl_s``)
+``issue_version:{n}``    string  ``updated_at`` of the newest GitHub state a webhook applied
+                                 (``~`` once deleted or transferred); TTL 1 day
 =======================  ======  ==============================================================
 
 Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease: ``id`` of the
@@ -107,6 +114,11 @@ class RepoKeys:
         self.mirror = self.base + "mirror"
         self.orphans = self.base + "orphans"
         self.outbox_taken = self.base + "outbox:taken"
+        self.webhooks = self.base + "webhooks"
+        self.webhooks_inflight = self.base + "webhooks:inflight"
+        self.webhooks_seen = self.base + "webhooks:seen_ms"
+        self.webhook_delivery_prefix = self.base + "webhook_delivery:"
+        self.issue_version_prefix = self.base + "issue_version:"
 
     def issue(self, number: int) -> str:
         return f"{self.issue_prefix}{number}"
@@ -134,6 +146,12 @@ class RepoKeys:
 
     def ready_role(self, role: str) -> str:
         return f"{self.ready_role_prefix}{role}"
+
+    def webhook_delivery(self, delivery_id: str) -> str:
+        return f"{self.webhook_delivery_prefix}{delivery_id}"
+
+    def issue_version(self, number: int) -> str:
+        return f"{self.issue_version_prefix}{number}"
 
 
 class GlobalKeys:

@@ -21,9 +21,10 @@ from github_broker.gateway import GitHubGateway
 from github_broker.logs import log_fields
 from github_broker.outbox import OutboxDrainer
 from github_broker.reviews import ReviewKeeper
-from github_broker.settings import Settings
+from github_broker.settings import Repository, Settings
 from github_broker.store import Store
 from github_broker.sync import Syncer
+from github_broker.webhooks import WebhookWorker
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class Daemon:
         self.syncer = Syncer(settings, store, gateway)
         self.drainer = OutboxDrainer(store, gateway)
         self.reviews = ReviewKeeper(settings, store, gateway)
+        self.webhooks = WebhookWorker(settings, store, gateway, self.syncer, self.reviews)
+        self._synced_at: dict[str, float] = {}
         self.id = node_id()
         self.is_leader = False
         #: This process's leader epoch while it leads (see leader.lua); 0 otherwise.
@@ -118,13 +121,29 @@ class Daemon:
     async def _sync_all(self) -> None:
         for repo in self.settings.repositories:
             name = repo.full_name
-            await self._guarded(name, f"sync {name}", partial(self.syncer.sync, repo))
+            if await self._sync_due(repo):
+                await self._guarded(name, f"sync {name}", partial(self.syncer.sync, repo))
             # Review upkeep fails on its own: a PR endpoint the token cannot read must not
             # stop the mirror from syncing.
             await self._guarded(
                 f"reviews:{name}", f"review upkeep of {name}", partial(self.reviews.run, repo)
             )
         await self._publish_quota()
+
+    async def _sync_due(self, repo: Repository) -> bool:
+        """While webhooks are healthy the sync is only the safety net: it runs every
+        poll.interval_with_webhooks_s instead of every poll.interval_s (full passes keep
+        their own interval)."""
+        if not self.webhooks.configured:
+            return True
+        last = self._synced_at.get(repo.full_name)
+        now = time.monotonic()
+        if last is not None and now - last < self.settings.poll.interval_with_webhooks_s:
+            with contextlib.suppress(BrokerError):
+                if await self.webhooks.healthy(repo) and not await self.webhooks.full_due(repo):
+                    return False
+        self._synced_at[repo.full_name] = now
+        return True
 
     async def _guarded(self, key: str, what: str, job: Callable[[], Awaitable[object]]) -> None:
         """Run `job` unless it is backing off; a failure logs and backs off, never raises."""
@@ -215,11 +234,14 @@ class Daemon:
             )
         scheduler.start()
         self.scheduler = scheduler
+        self.webhooks.start(lambda: self.is_leader)
 
     async def stop(self) -> None:
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
             self.scheduler = None
+        # After the scheduler: awaiting first would let it start a job that exit then cancels.
+        await self.webhooks.stop()
         if self.is_leader:
             with contextlib.suppress(BrokerError):
                 await self.store.leader(self.id, 0, release=True)

@@ -65,7 +65,10 @@ class ReviewKeeper:
         self.gateway = gateway
         self.rules = Rules(settings)
 
-    async def run(self, repo: Repository) -> ReviewReport:
+    async def run(
+        self, repo: Repository, pulls: list[dict[str, Any]] | None = None
+    ) -> ReviewReport:
+        """`pulls`: only these open PRs (a webhook names one), instead of listing them all."""
         report = ReviewReport()
         rstore = self.store.repo(repo.full_name)
         numbers = await rstore.reviewing()
@@ -73,7 +76,8 @@ class ReviewKeeper:
             return report
         states = await rstore.review_states(numbers)
         issues = {i.number: i for i in await rstore.get_issues(numbers)}
-        pulls = await asyncio.to_thread(self.gateway.open_pulls, repo.full_name)
+        if pulls is None:
+            pulls = await asyncio.to_thread(self.gateway.open_pulls, repo.full_name)
         login = await asyncio.to_thread(self.gateway.login)
         by_head, by_issue = linked_pulls(pulls)
         pending_fixes = await rstore.existing_tasks([f"{TaskType.FIX}:{n}" for n in numbers])

@@ -154,6 +154,8 @@ class PollSettings(_Section):
     leader_ttl_s: float = Field(30.0, gt=0)
     #: Seconds between two drains of the GitHub write queue.
     outbox_interval_s: float = Field(1.0, gt=0)
+    #: Seconds between incremental sync passes while webhooks are healthy (the safety net).
+    interval_with_webhooks_s: float = Field(600.0, gt=0)
 
 
 class LeaseSettings(_Section):
@@ -287,6 +289,27 @@ class ServerSettings(_Section):
         return self
 
 
+class WebhookSettings(_Section):
+    """`POST /github/webhook`: GitHub's signed deliveries beside polling."""
+
+    #: The webhook's shared secret (HMAC-SHA256); deliveries are refused while none is set.
+    secret: SecretStr | None = None
+    secret_file: Path | None = None
+    #: Largest delivery body accepted, in bytes (issue and PR events are a few kB).
+    max_body_bytes: int = Field(1_048_576, ge=1024)
+    #: Seconds a delivery id (X-GitHub-Delivery) is remembered, so redeliveries are ignored.
+    delivery_ttl_s: int = Field(86400, ge=60)
+    #: Webhooks count as healthy while a verified delivery or ping arrived this recently (s).
+    healthy_within_s: float = Field(900.0, gt=0)
+
+    def resolved_secret(self) -> bytes | None:
+        if self.secret is not None:
+            return self.secret.get_secret_value().encode()
+        if self.secret_file is not None:
+            return self.secret_file.read_text().strip().encode()
+        return None
+
+
 class Role(_Section):
     role: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -313,6 +336,7 @@ class Settings(BaseSettings):
     review: ReviewSettings = ReviewSettings()
     body: BodyPatterns = BodyPatterns()
     server: ServerSettings = ServerSettings()
+    webhooks: WebhookSettings = WebhookSettings()
     agents: list[Role] = []
 
     @field_validator("repositories", mode="before")

@@ -280,6 +280,12 @@ class Syncer:
             if settled:
                 self._count(report, await rstore.sync_issues(settled, epoch=self.epoch))
 
+    async def apply_issues(self, rstore: RepoStore, issues: list[Issue], base: str) -> SyncReport:
+        """Mirror these issues as a sync pass would (the webhook worker's targeted update)."""
+        report = SyncReport(repository=rstore.repository, full=False)
+        await self._upsert(rstore, issues, base, report)
+        return report
+
     @staticmethod
     def _count(report: SyncReport, result: UpsertResult) -> None:
         report.written += result.written

@@ -52,6 +52,7 @@ class BrokerProcess:
             except requests.ConnectionError:
                 pass
             time.sleep(0.1)
+        self.kill()  # never leave a half-started broker behind to serve later tests
         raise RuntimeError(f"broker did not start:\n{self.log_path.read_text()[-3000:]}")
 
     def pids(self) -> set[int]:

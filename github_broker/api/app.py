@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from github_broker import __version__
-from github_broker.api import errors, routes
+from github_broker.api import errors, routes, webhooks
 from github_broker.api.auth import Authenticator
 from github_broker.errors import BrokerError
 from github_broker.events import ReadyWaker
@@ -134,4 +134,5 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
     errors.install(app)
     instrument(app)
     app.include_router(routes.router)
+    app.include_router(webhooks.router)
     return app

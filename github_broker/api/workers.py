@@ -50,11 +50,14 @@ class ServeSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (no-op elsewhere)."""
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (no-op elsewhere); exit at once
+    if the parent already died while this child was starting."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def bind(host: str, port: int, *, reuse_port: bool) -> socket.socket:
@@ -90,13 +93,13 @@ def run_api_worker(spec: ServeSpec, sock: socket.socket | None = None) -> None:
     server.run(sockets=[sock])
 
 
-def _child_api(spec: ServeSpec) -> None:
-    die_with_parent()
+def _child_api(spec: ServeSpec, parent_pid: int) -> None:
+    die_with_parent(parent_pid)
     run_api_worker(spec)
 
 
-def _child_poller(env: dict[str, str], log_level: str) -> None:
-    die_with_parent()
+def _child_poller(env: dict[str, str], log_level: str, parent_pid: int) -> None:
+    die_with_parent(parent_pid)
     os.environ.update(env)
     from github_broker.cli import main
 
@@ -119,13 +122,15 @@ class Supervisor:
             self.children.append(
                 ctx.Process(
                     target=_child_poller,
-                    args=(self.spec.env, self.spec.log_level.upper()),
+                    args=(self.spec.env, self.spec.log_level.upper(), os.getpid()),
                     name="github-broker-poller",
                 )
             )
         for i in range(self.spec.workers):
             self.children.append(
-                ctx.Process(target=_child_api, args=(self.spec,), name=f"github-broker-api-{i}")
+                ctx.Process(
+                    target=_child_api, args=(self.spec, os.getpid()), name=f"github-broker-api-{i}"
+                )
             )
         for child in self.children:
             child.start()

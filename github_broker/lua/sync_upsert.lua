@@ -16,8 +16,8 @@
 -- Labels the broker wrote and GitHub does not show yet (the intent) count as present,
 -- so a sync racing the write queue never re-offers an issue that was just claimed or
 -- completed. An intent GitHub shows in full is dropped: from then on GitHub is the truth.
--- An intent GitHub does not show while no write is queued (a late write of a deposed leader
--- undid it) is queued again.
+-- Labels written (on) that GitHub does not show while no write is queued (a late write of a
+-- deposed leader undid them, or the page predates the write) are written again.
 -- A live lease whose in-progress or agent label vanished from GitHub is a suspect: the
 -- caller asks GitHub who removed it and calls again with removed_by. A person's edit revokes
 -- the lease (label_removed); the broker's own late write is undone (the labels re-applied).
@@ -27,6 +27,7 @@
 -- in-progress label removed once it stayed so for the lease TTL: it returns to the pool.
 -- Returns {issues written, tasks made ready, leases revoked, leases adopted,
 --   JSON list of suspects {n, missing labels}, labels re-applied}.
+-- Items older than the cache are skipped and not counted.
 -- Whether `agent` held issue n before and that hand-out ended (its record is not 'assigned').
 local function handed_back(C, n, agent)
   local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
@@ -36,7 +37,15 @@ end
 local C = context()
 local fenced = fence(C, ARGV[4])
 if fenced then return fenced end
-local items = cjson.decode(ARGV[2])
+-- An item older than the cached issue (by updated_at) is skipped: a late webhook delivery
+-- or a listing read before a newer write never rolls the mirror back.
+local items = {}
+for _, it in ipairs(cjson.decode(ARGV[2])) do
+  local cached = redis.call('GET', C.issue .. tostring(it.n))
+  if not cached or cjson.decode(it.issue).updated_at >= cjson.decode(cached).updated_at then
+    items[#items + 1] = it
+  end
+end
 local now = now_ms()
 local now_iso = ARGV[3]
 local written, readied, revoked, adopted, restored = 0, 0, 0, 0, 0

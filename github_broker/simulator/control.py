@@ -6,6 +6,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
+from . import webhooks
 from .messages import ApiError, Response, decode_json
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ def _dispatch(svc: Services, method: str, path: str, body: Any, base_url: str) -
         if not svc.faults.remove(int(fault["id"])):
             raise ApiError(404, "Not Found")
         return Response(200, {"faults": svc.faults.rules()})
+    if path.startswith("/_sim/webhooks") and svc.webhooks is not None:
+        return webhooks.control(svc.webhooks, svc.state, method, path, body)
     if route == ("POST", "/_sim/issues"):
         return _create_issue(svc, _object(body), base_url)
     rename = _RENAME_PATH.fullmatch(path)

@@ -16,6 +16,7 @@ from .ratelimit import Quota, RateLimiter
 from .routes import ROUTER, Route
 from .state import SimState
 from .stats import Stats
+from .webhooks import WebhookDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class Services:
     tokens: dict[str, str] | None = None
     #: GitHub Apps: app id -> PEM public key that verifies its JWTs (None: no App support).
     apps: dict[int, str] | None = None
+    #: Webhook hooks and deliveries (simulator/webhooks.py).
+    webhooks: WebhookDispatcher | None = None
 
 
 class Gateway:

@@ -53,6 +53,9 @@ class IssueStore:
         self._user_id_seq = itertools.count(501)
         #: (owner/name, number) -> the issue's timeline events (labeled / unlabeled so far).
         self._events: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        #: Called under the lock with (state, repo, record, hint) after every issue or PR
+        #: change; the webhook dispatcher (simulator/webhooks.py) sets it.
+        self.observer: Callable[..., None] | None = None
 
     # ----- plumbing shared with SimState -----------------------------------------------------
 
@@ -100,6 +103,11 @@ class IssueStore:
     def touch(self, repo: Repo, rec: Record) -> None:
         rec["updated_at"] = self.now()
         repo.version += 1
+        if self.observer is not None:
+            self.observer(self, repo, rec)
+
+    def repo_records(self) -> list[Repo]:
+        return list(self._repos.values())
 
     def listing(
         self,
@@ -284,6 +292,8 @@ class IssueStore:
         }
         repo.issues[number] = rec
         repo.version += 1
+        if self.observer is not None:
+            self.observer(self, repo, rec, "opened")
         return rec
 
     def get_issue(
@@ -353,7 +363,9 @@ class IssueStore:
     def delete_issue(self, owner: str, repo: str, number: int) -> None:
         with self.lock:
             r = self.repo(owner, repo)
-            self.issue_record(r, number)
+            rec = self.issue_record(r, number)
+            if self.observer is not None:
+                self.observer(self, r, rec, "deleted")
             del r.issues[number]
             r.deleted.add(number)
             r.issue_comments.pop(number, None)

@@ -16,6 +16,7 @@ from .ratelimit import RateLimiter
 from .seed import apply_seed, load_seed
 from .state import SimState
 from .stats import Stats
+from .webhooks import WebhookDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,8 @@ class Simulator:
         self.services = Services(
             self.state, self.faults, self.stats, self.rate_limiter, self.tokens, apps
         )
+        self.webhooks = WebhookDispatcher()
+        self.services.webhooks = self.webhooks
         self._gateway = Gateway(self.services)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -153,6 +156,7 @@ class Simulator:
         if httpd is None:
             return
         self.faults.release()  # wake requests hanging in a timeout fault
+        self.webhooks.close()
         httpd.shutdown()
         httpd.server_close()
         if self._thread is not None:

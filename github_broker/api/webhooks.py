@@ -1,0 +1,71 @@
+"""`POST /github/webhook`: GitHub's signed deliveries, verified, queued and answered at once."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from github_broker.api.routes import Services
+from github_broker.api.schemas import Problem
+from github_broker.webhooks import WebhookReceiver
+
+logger = logging.getLogger(__name__)
+router = APIRouter()
+
+
+class WebhookAnswer(BaseModel):
+    """What happened to a delivery: queued (202), or duplicate / ignored / pong (200)."""
+
+    status: Literal["queued", "duplicate", "ignored", "pong"]
+    reason: str
+
+
+async def _capped_body(request: Request, limit: int) -> bytes | None:
+    """The raw body, or None as soon as it exceeds `limit` bytes (never read it all)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@router.post(
+    "/github/webhook",
+    status_code=202,
+    response_model=WebhookAnswer,
+    responses={
+        200: {"model": WebhookAnswer, "description": "Duplicate, ignored event, or ping."},
+        **{code: {"model": Problem} for code in (401, 404, 413, 422, 503)},
+    },
+)
+async def github_webhook(
+    request: Request,
+    svc: Services,
+    x_github_event: Annotated[str, Header()] = "",
+    x_github_delivery: Annotated[str, Header()] = "",
+    x_hub_signature_256: Annotated[str | None, Header()] = None,
+) -> Any:
+    """GitHub webhook receiver (HMAC-SHA256 signed); the update is applied after answering."""
+    receiver = WebhookReceiver(svc.settings, svc.store)
+    limit = svc.settings.webhooks.max_body_bytes
+    body = await _capped_body(request, limit)
+    if body is None:
+        return JSONResponse(
+            {"detail": f"delivery larger than {limit} bytes", "reason": "too_large"},
+            status_code=413,
+        )
+    receiver.verify(body, x_hub_signature_256)
+    receipt = await receiver.accept(x_github_event, x_github_delivery, body)
+    return JSONResponse(
+        {"status": receipt.status, "reason": receipt.reason},
+        status_code=202 if receipt.status == "queued" else 200,
+    )

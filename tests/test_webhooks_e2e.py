@@ -1,0 +1,146 @@
+"""Webhooks end to end: the simulator delivers over HTTP to a real `serve` process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from github_broker.keys import RepoKeys
+from github_broker.simulator import Simulator
+from tests.conftest import sync_client
+from tests.factories import body
+from tests.processes import BrokerProcess, broker_env
+
+pytestmark = pytest.mark.slow
+SECRET = "s3cret-for-tests"
+KEYS = RepoKeys("gb", "acme", "widgets")
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    issues = [
+        {"number": n, "title": f"Task {n}", "body": body(), "labels": ["BACKENDCODER"]}
+        for n in (1, 2)
+    ]
+    with Simulator({"repositories": [{"owner": "acme", "name": "widgets", "issues": issues}]}) as s:
+        yield s
+
+
+@pytest.fixture
+def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
+    env = broker_env(
+        redis_url,
+        sim.base_url,
+        "acme/widgets",
+        # One poll pass at start-up, then none during the test: only webhooks can help.
+        GITHUB_BROKER_POLL__INTERVAL_S="3600",
+        GITHUB_BROKER_WEBHOOKS__SECRET=SECRET,
+    )
+    proc = BrokerProcess(env, tmp_path, "broker").start()
+    client = sync_client(redis_url)
+    deadline = time.monotonic() + 20
+    # The first pass ends with an incremental request that records its ETag.
+    while client.scard(KEYS.open) < 2 or not client.hget(KEYS.sync, "inc_since"):
+        assert time.monotonic() < deadline, "the first sync never ran"
+        time.sleep(0.1)
+    client.close()
+    yield proc
+    proc.stop()
+
+
+def ask(broker: BrokerProcess) -> requests.Response:
+    return requests.post(f"{broker.url}/request-task", json={"agent_id": "agent-1"}, timeout=10)
+
+
+def issue_lists(sim: Simulator) -> int:
+    return int(sim.stats.snapshot()["by_route"].get("GET /repos/{owner}/{repo}/issues", 0))
+
+
+def failures(sim: Simulator) -> int:
+    return int(sim.stats.snapshot()["by_status"].get("502", 0))
+
+
+def test_label_becomes_claimable_within_a_second_and_mis_signed_changes_nothing(
+    sim: Simulator, broker: BrokerProcess
+) -> None:
+    url = f"{broker.url}/github/webhook"
+    lists = issue_lists(sim)
+    # A hook with the wrong secret: every delivery is refused, nothing changes.
+    sim.webhooks.add_hook(sim.state, {"url": url, "secret": "wrong", "repository": "acme/widgets"})
+    sim.state.add_labels("acme", "widgets", 1, ["P1"])
+    assert sim.webhooks.wait_idle()
+    assert {d["status"] for d in sim.webhooks.describe()["deliveries"]} == {401}
+    assert ask(broker).status_code == 204
+    sim.webhooks.clear_hooks()
+
+    sim.webhooks.add_hook(sim.state, {"url": url, "secret": SECRET, "repository": "acme/widgets"})
+    assert sim.webhooks.wait_idle()
+    assert sim.webhooks.describe()["deliveries"][-1]["event"] == "ping"
+    assert sim.webhooks.describe()["deliveries"][-1]["status"] == 200  # pong
+    started = time.monotonic()
+    sim.state.add_labels("acme", "widgets", 2, ["P2"])
+    while (answer := ask(broker)).status_code == 204:
+        assert time.monotonic() - started < 10, "the labelled issue never became claimable"
+        time.sleep(0.02)
+    latency = time.monotonic() - started
+    assert answer.status_code == 200 and answer.json()["issue_id"] == 2
+    assert latency < 5.0  # typically ~0.05 s; generous for a loaded machine
+    assert issue_lists(sim) == lists  # no poll pass, no listing
+    statuses = [d["status"] for d in sim.webhooks.describe()["deliveries"]]
+    assert statuses[-1] == 202
+
+
+def test_deliveries_queued_while_the_leader_is_dead_are_applied_by_the_next(
+    sim: Simulator, broker: BrokerProcess, redis_url: str, tmp_path: Path
+) -> None:
+    # `broker` leads the poller; a second process only receives webhooks.
+    receiver_env = broker_env(
+        redis_url,
+        sim.base_url,
+        "acme/widgets",
+        GITHUB_BROKER_WEBHOOKS__SECRET=SECRET,
+        GITHUB_BROKER_SERVER__RUN_POLLER="false",
+    )
+    receiver = BrokerProcess(receiver_env, tmp_path, "receiver").start()
+    try:
+        broker.kill()  # kill -9: the leader lease stays until its TTL runs out
+        client = sync_client(redis_url)
+        deadline = time.monotonic() + 15
+        # The poller child dies with serve (PDEATHSIG) a moment later; once nobody renews
+        # the leader lease it is gone for sure.
+        while client.exists("gb:leader"):
+            assert time.monotonic() < deadline, "the killed leader kept its lease"
+            time.sleep(0.1)
+        sim.webhooks.add_hook(
+            sim.state,
+            {
+                "url": f"{receiver.url}/github/webhook",
+                "secret": SECRET,
+                "repository": "acme/widgets",
+            },
+        )
+        sim.state.add_labels("acme", "widgets", 1, ["P1"])
+        assert sim.webhooks.wait_idle()
+        assert sim.webhooks.describe()["deliveries"][-1]["status"] == 202
+        assert client.llen(KEYS.webhooks) == 1
+        # GitHub's listing fails from now on: only the queued delivery can help the successor.
+        lists, failed = issue_lists(sim), failures(sim)
+        sim.faults.add_error(502, method="GET", path=r"/issues$")
+        successor = BrokerProcess(broker.env, tmp_path, "successor").start()
+        try:
+            deadline = time.monotonic() + 20
+            while (answer := ask(receiver)).status_code == 204:
+                assert time.monotonic() < deadline, "the queued delivery was never applied"
+                time.sleep(0.1)
+            assert answer.status_code == 200 and answer.json()["issue_id"] == 1
+            assert client.llen(KEYS.webhooks) == 0 and client.llen(KEYS.webhooks_inflight) == 0
+            assert failures(sim) - failed == issue_lists(sim) - lists  # no listing succeeded
+        finally:
+            successor.stop()
+        client.close()
+    finally:
+        receiver.stop()
