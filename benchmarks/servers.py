@@ -242,6 +242,9 @@ def broker_env(redis_url: str, github_url: str, config_dir: Path, **extra: str) 
         "GITHUB_BROKER_POLL__OUTBOX_INTERVAL_S": "0.2",
         "GITHUB_BROKER_POLL__LEADER_TTL_S": "3",
         "GITHUB_BROKER_SERVER__RUN_POLLER": "true",
+        # Benchmark agents ask again at once to say "done" (the original's request-task flow);
+        # the settle grace would hand them the same task back instead.
+        "GITHUB_BROKER_LEASES__SETTLE_GRACE_S": "0",
     }
     env.update(extra)
     return {**os.environ, **env}

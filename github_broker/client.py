@@ -6,6 +6,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
@@ -13,6 +14,7 @@ from urllib.parse import quote
 
 import requests
 from pydantic import ValidationError
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from github_broker import __version__
@@ -101,31 +103,29 @@ class BrokerClient:
         repositories: list[str] | None = None,
         wait_seconds: float = 0,
         previous: Previous = "completed",
+        request_id: str | None = None,
     ) -> Task | None:
         """The next task, or None when the broker has none for this agent (after long-polling
         up to `wait_seconds`, at most 60).
 
         `previous` settles a task this agent still holds, in the same atomic step as the claim.
-        That is what makes a retry safe: once an attempt may have reached the broker (a read
-        timeout, a connection cut mid-answer), the retries send `previous="abandoned"`, so a
-        task claimed for an answer that never arrived goes straight back to the pool instead
-        of being counted as done. Call `complete()` before asking if you finished a task, and
-        no retry can misfile it.
+        Every attempt of one call carries the same `request_id` (a new one per call unless
+        given; pass your own to make retries of your own idempotent too): a repeat that
+        reaches the broker gets the task already handed out for it, with the same lease, and
+        settles nothing, so a lost answer never costs a task or misfiles one as done.
         """
         body: dict[str, Any] = {
             "agent_id": self.agent_id,
             "wait_seconds": wait_seconds,
             "previous": previous,
+            "request_id": request_id or new_request_id(),
         }
         if roles:
             body["roles"] = list(roles)
         if repositories:
             body["repositories"] = list(repositories)
 
-        def attempt_body(maybe_delivered: bool) -> dict[str, Any]:
-            return {**body, "previous": "abandoned"} if maybe_delivered else body
-
-        response, _ = self._post("/request-task", attempt_body, self.timeout_s + wait_seconds)
+        response, _ = self._post("/request-task", lambda _: body, self.timeout_s + wait_seconds)
         if response.status_code == 204:
             return None
         if response.status_code != 200:
@@ -210,46 +210,96 @@ class BrokerClient:
         url = self.base_url + path
         timeout = (min(self.timeout_s, DEFAULT_TIMEOUT_S), read_timeout_s)
         maybe_delivered = False
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
+
+        def attempt() -> requests.Response:
+            nonlocal maybe_delivered
             try:
                 response = self._session().post(url, json=body(maybe_delivered), timeout=timeout)
             except requests.RequestException as e:
                 if not _transient(e):
                     raise BrokerClientError(f"POST {url}: {e}") from e
                 maybe_delivered = maybe_delivered or not _never_sent(e)
-                if last:
-                    raise BrokerUnavailable(f"POST {path}: broker unreachable: {e}") from e
-                self._pause(attempt, None, f"POST {path}: {type(e).__name__}")
-                continue
-            if response.status_code not in RETRY_STATUSES:
-                return response, maybe_delivered
-            # A gateway timeout may have let the request through; 502/503 did not.
-            maybe_delivered = maybe_delivered or response.status_code == 504
-            if last:
-                raise BrokerUnavailable(
-                    f"POST {path}: broker unavailable ({response.status_code}): "
-                    f"{_detail(response)}",
-                    status=response.status_code,
-                    reason=_reason(response),
-                )
-            self._pause(attempt, _retry_after_s(response), f"POST {path}: {response.status_code}")
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                raise
+            if response.status_code in RETRY_STATUSES:
+                # A gateway timeout may have let the request through; 502/503 did not.
+                maybe_delivered = maybe_delivered or response.status_code == 504
+                raise RetryStatus(response.status_code, _retry_after_s(response), response)
+            return response
 
-    def _pause(self, attempt: int, retry_after_s: float | None, why: str) -> None:
-        ceiling = min(MAX_BACKOFF_S, self.backoff_s * 2**attempt)
+        try:
+            return self._retrying(f"POST {path}")(attempt), maybe_delivered
+        except RetryStatus as e:
+            response = e.response
+            raise BrokerUnavailable(
+                f"POST {path}: broker unavailable ({response.status_code}): "
+                f"{_detail(response)}",
+                status=response.status_code,
+                reason=_reason(response),
+            ) from None
+        except requests.RequestException as e:
+            raise BrokerUnavailable(f"POST {path}: broker unreachable: {e}") from e
+
+    def _retrying(self, what: str) -> Retrying:
+        return Retrying(**retry_policy(self, what, _retryable))
+
+
+class RetryStatus(Exception):
+    """A 502/503/504 answer (`retry_after_s` from its Retry-After): retried like a lost
+    connection. Shared with the asyncio client."""
+
+    def __init__(self, status: int, retry_after_s: float | None, response: Any) -> None:
+        super().__init__(str(status))
+        self.status = status
+        self.retry_after_s = retry_after_s
+        self.response = response
+
+
+def retry_policy(
+    client: Any, what: str, retryable: Callable[[BaseException], bool]
+) -> dict[str, Any]:
+    """tenacity's settings for one call of `client` (its `retries`, `backoff_s`, `agent_id`):
+    exponential backoff with jitter, at least what Retry-After asks, at most MAX_BACKOFF_S;
+    the last error re-raised."""
+
+    def wait(state: RetryCallState) -> float:
+        ceiling = min(MAX_BACKOFF_S, client.backoff_s * 2 ** (state.attempt_number - 1))
         delay = ceiling / 2 + random.uniform(0, ceiling / 2)
-        if retry_after_s is not None:
-            delay = min(MAX_BACKOFF_S, max(delay, retry_after_s))
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, RetryStatus) and error.retry_after_s is not None:
+            delay = min(MAX_BACKOFF_S, max(delay, error.retry_after_s))
+        return delay
+
+    def log(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        why = error.status if isinstance(error, RetryStatus) else type(error).__name__
         logger.info(
-            "%s; agent %s retries in %.1fs (attempt %d of %d)",
+            "%s: %s; agent %s retries in %.1fs (attempt %d of %d)",
+            what,
             why,
-            self.agent_id,
-            delay,
-            attempt + 2,
-            self.retries + 1,
+            client.agent_id,
+            state.upcoming_sleep,
+            state.attempt_number + 1,
+            client.retries + 1,
         )
-        time.sleep(delay)
+
+    return {
+        "stop": stop_after_attempt(client.retries + 1),
+        "wait": wait,
+        "retry": retry_if_exception(retryable),
+        "before_sleep": log,
+        "reraise": True,
+    }
+
+
+def _retryable(e: BaseException) -> bool:
+    if isinstance(e, RetryStatus):
+        return True
+    return isinstance(e, requests.RequestException) and _transient(e)
+
+
+def new_request_id() -> str:
+    """A request id for one logical request-task (the same on each of its retries)."""
+    return uuid.uuid4().hex
 
 
 def _never_sent(e: requests.RequestException) -> bool:

@@ -53,6 +53,13 @@ Added by this project (no TTL unless said):
                                  rebuilt (gone after Redis lost its data)
 ``orphans``              hash    issue -> first time (ms) a sync saw it ``in-progress`` with no
                                  single agent label and no lease; cleaned after the lease TTL
+``handout:{agent}:{rid}``  string  JSON ``{n, task_id, token}`` handed out for that request id
+                                 (TTL: the lease TTL): a repeated request gets the same lease
+``task_failures``        hash    issue number -> failures (failed, abandoned, expired) so far;
+                                 cleared by a completion or when the issue gets needs-human
+``cooldown:{n}:{agent}`` string  the outcome of the agent's last failure on issue n; while it
+                                 lives (``failures.cooldown_s``) the issue is not handed back
+``agent_streaks``        hash    agent id -> consecutive failures, cleared by a completion
 ``webhooks``             list    verified GitHub deliveries waiting for the leader's worker
 ``webhooks:inflight``    list    deliveries the worker took and has not finished (re-queued
                                  when a worker starts, so a crash loses none)
@@ -95,6 +102,8 @@ class RepoKeys:
         self.ready_role_prefix = self.base + "ready:"
         self.lease_end_prefix = self.base + "lease_end:"
         self.review_state_prefix = self.base + "review_state:"
+        self.handout_prefix = self.base + "handout:"
+        self.cooldown_prefix = self.base + "cooldown:"
         # Fixed keys.
         self.leases = self.base + "leases"
         self.tasks = self.base + "tasks"
@@ -114,6 +123,8 @@ class RepoKeys:
         self.mirror = self.base + "mirror"
         self.orphans = self.base + "orphans"
         self.outbox_taken = self.base + "outbox:taken"
+        self.task_failures = self.base + "task_failures"
+        self.agent_streaks = self.base + "agent_streaks"
         self.webhooks = self.base + "webhooks"
         self.webhooks_inflight = self.base + "webhooks:inflight"
         self.webhooks_seen = self.base + "webhooks:seen_ms"
@@ -146,6 +157,12 @@ class RepoKeys:
 
     def ready_role(self, role: str) -> str:
         return f"{self.ready_role_prefix}{role}"
+
+    def handout(self, agent_id: str, request_id: str) -> str:
+        return f"{self.handout_prefix}{agent_id}:{request_id}"
+
+    def cooldown(self, number: int, agent_id: str) -> str:
+        return f"{self.cooldown_prefix}{number}:{agent_id}"
 
     def webhook_delivery(self, delivery_id: str) -> str:
         return f"{self.webhook_delivery_prefix}{delivery_id}"

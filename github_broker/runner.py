@@ -28,6 +28,7 @@ from github_broker.client import (
     BrokerUnavailable,
     LeaseLost,
     Previous,
+    new_request_id,
 )
 from github_broker.models import Task
 
@@ -39,6 +40,10 @@ DEFAULT_WAIT_S = 20.0
 DEFAULT_KILL_GRACE_S = 10.0
 #: First and longest pause (seconds) between task requests while the broker is unreachable.
 UNREACHABLE_PAUSE_S, MAX_UNREACHABLE_PAUSE_S = 2.0, 60.0
+#: Seconds the runner keeps asking an unreachable broker before it gives up.
+DEFAULT_GIVE_UP_S = 300.0
+#: How often (seconds) the end of a command's process group is checked.
+GROUP_POLL_S = 0.05
 #: First and longest pause (seconds) after failed tasks in a row, so a broken command does not
 #: burn through the whole queue.
 FAILURE_PAUSE_S, MAX_FAILURE_PAUSE_S = 2.0, 120.0
@@ -96,6 +101,8 @@ class RunnerConfig:
     kill_grace_s: float = DEFAULT_KILL_GRACE_S
     #: Where the command's output goes (one file per task); None: the runner's own stdout.
     output_dir: Path | None = None
+    #: Seconds of an unreachable broker after which the runner gives up (BrokerUnavailable).
+    give_up_s: float = DEFAULT_GIVE_UP_S
     #: A known CLI to run (`command` then holds extra arguments for it).
     preset: Preset | None = None
     #: A git worktree per task, on its branch, as the command's working directory.
@@ -244,8 +251,12 @@ class Runner:
         return 0
 
     def next_task(self) -> Task | None:
-        """One long-poll for a task; while the broker is unreachable, pause and ask again."""
+        """One long-poll for a task; while the broker is unreachable, pause and ask again
+        (the same request id: a repeat that got through returns its hand-out), for at most
+        `give_up_s` seconds."""
         pause = UNREACHABLE_PAUSE_S
+        request_id = new_request_id()
+        unreachable_since: float | None = None
         while not self.stop.is_set():
             try:
                 # Anything the broker thinks we still hold is a task whose answer never reached
@@ -255,8 +266,19 @@ class Runner:
                     list(self.config.repositories) or None,
                     wait_seconds=self.config.wait_s,
                     previous=self._unsettled or "abandoned",
+                    request_id=request_id,
                 )
             except BrokerUnavailable as e:
+                now = time.monotonic()
+                unreachable_since = unreachable_since if unreachable_since is not None else now
+                waited = now - unreachable_since
+                if waited + pause > self.config.give_up_s:
+                    raise BrokerUnavailable(
+                        f"broker {self.client.base_url} unreachable for {waited:.0f}s; giving "
+                        f"up (limit {self.config.give_up_s:.0f}s, --give-up-after): {e}",
+                        status=e.status,
+                        reason=e.reason,
+                    ) from e
                 logger.warning(
                     "%s: broker unreachable, asking again in %.0fs: %s", self.agent, pause, e
                 )
@@ -382,6 +404,10 @@ class Runner:
             except subprocess.TimeoutExpired:
                 pass
             else:
+                if _group_alive(proc):
+                    # Something the command started outlived it: end it before the task is
+                    # reported, so nothing keeps working on an issue someone else may get.
+                    self._terminate(proc)
                 return (Ending.COMPLETED if code == 0 else Ending.FAILED), code
             ending = self._interruption(heartbeat, deadline)
             if ending is not None:
@@ -398,16 +424,21 @@ class Runner:
         return None
 
     def _terminate(self, proc: subprocess.Popen[bytes]) -> int | None:
+        """End the command's whole process group: SIGTERM, the grace period, SIGKILL. The
+        group, not just its leader: a shell that dies at once on SIGTERM would otherwise leave
+        a child that traps it working on after the task was released."""
         _signal_group(proc, signal.SIGTERM)
-        try:
-            return proc.wait(timeout=self.config.kill_grace_s)
-        except subprocess.TimeoutExpired:
-            logger.warning(
-                "%s: command %d ignored SIGTERM for %.0fs; killing it",
-                self.agent,
-                proc.pid,
-                self.config.kill_grace_s,
-            )
+        deadline = time.monotonic() + self.config.kill_grace_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc):
+                return proc.returncode
+            time.sleep(GROUP_POLL_S)
+        logger.warning(
+            "%s: command %d (or a process it started) ignored SIGTERM for %.0fs; killing them",
+            self.agent,
+            proc.pid,
+            self.config.kill_grace_s,
+        )
         _signal_group(proc, signal.SIGKILL)
         return proc.wait()
 
@@ -485,6 +516,33 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
 
 
+def _group_alive(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether a process of the command's group (its pid: a session of its own) still runs.
+    Zombies don't count: an orphan's zombie waits for an init that may never reap it."""
+    pgid = str(proc.pid)
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no procfs: ask the kernel, zombies included
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if pgrp == pgid and state != "Z":
+            return True
+    return False
+
+
 @contextlib.contextmanager
 def stop_on_signals(stop: threading.Event) -> Iterator[list[int]]:
     """SIGINT/SIGTERM set `stop`: the runner stops the command, releases the task and returns.
@@ -551,6 +609,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         once=args.once,
         wait_s=args.wait,
         kill_grace_s=args.kill_grace,
+        give_up_s=args.give_up_after,
     )
     try:
         config.check()
@@ -642,6 +701,13 @@ def add_agent_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
         default=DEFAULT_KILL_GRACE_S,
         metavar="SECONDS",
         help="time between SIGTERM and SIGKILL (default %(default)s)",
+    )
+    p.add_argument(
+        "--give-up-after",
+        type=float,
+        default=DEFAULT_GIVE_UP_S,
+        metavar="SECONDS",
+        help="stop when the broker stays unreachable this long (default %(default)s)",
     )
     p.add_argument(
         "agent_command",

@@ -39,6 +39,8 @@ from github_broker.errors import ConfigError
 DEFAULTS_DIR = Path(__file__).parent / "defaults"
 ENV_PREFIX = "GITHUB_BROKER_"
 _REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+#: Agent ids become GitHub labels (at most 50 characters) and parts of Redis keys.
+AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 
 
 class _Section(BaseModel):
@@ -165,6 +167,10 @@ class LeaseSettings(_Section):
     agent_task_ttl_s: int = Field(3600, ge=1)
     #: How long `task_candidate:{n}:{agent}` audit records are kept.
     candidate_ttl_s: int = Field(86400, ge=60)
+    #: A task held for less than this many seconds is never settled as completed by the
+    #: agent's next request-task (a concurrent or retried request); that request gets the
+    #: same task and lease back instead.
+    settle_grace_s: float = Field(2.0, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _agent_key_outlives_lease(self) -> LeaseSettings:
@@ -196,6 +202,15 @@ class ReviewSettings(_Section):
     fix_task_ttl_s: int = Field(86400, ge=60)
     #: Role review tasks ask for; None: the issue's own role label.
     review_role: str | None = None
+
+
+class FailureSettings(_Section):
+    """The failure budget: failed, abandoned and expired tasks."""
+
+    #: Seconds a task an agent failed, abandoned or let expire is not handed back to it.
+    cooldown_s: int = Field(1800, ge=0)
+    #: Failures of one issue's tasks (whoever failed them) before it is labelled needs-human.
+    max_failures: int = Field(3, ge=1)
 
 
 class LabelNames(_Section):
@@ -259,6 +274,8 @@ class ServerSettings(_Section):
     run_poller: bool = True
     #: A long-polling request re-checks this often even without a wake-up event.
     long_poll_recheck_s: float = Field(5.0, gt=0)
+    #: Largest request body (bytes) the API reads; a larger one gets 413 unread.
+    max_body_bytes: int = Field(1024 * 1024, ge=1024)
 
     def resolved_agent_tokens(self) -> dict[str, str]:
         tokens = dict(self.agent_tokens)
@@ -332,6 +349,7 @@ class Settings(BaseSettings):
     redis: RedisSettings = RedisSettings()
     poll: PollSettings = PollSettings()
     leases: LeaseSettings = LeaseSettings()
+    failures: FailureSettings = FailureSettings()
     labels: LabelNames = LabelNames()
     review: ReviewSettings = ReviewSettings()
     body: BodyPatterns = BodyPatterns()
@@ -369,24 +387,36 @@ class Settings(BaseSettings):
         roles = [a.role for a in self.agents]
         if len(set(roles)) != len(roles):
             raise ValueError(f"agents.yml lists a role twice: {roles}")
-        reserved = {*roles, *self.labels.model_dump(exclude={"priority_pattern"}).values()}
-        priority = re.compile(self.labels.priority_pattern)
         clashing = sorted(
             agent
             for agent in self.server.resolved_agent_tokens().values()
-            if agent in reserved or priority.match(agent)
+            if label_clash(agent, self.labels, roles)
         )
         if clashing:
             raise ValueError(
                 f"agent ids {clashing} are also labels the broker relies on (roles, priorities, "
-                "in-progress, ...); the agent id becomes a label that is removed after each "
-                "task, so give those agents other ids"
+                "in-progress, ...), compared case-insensitively as GitHub does; the agent id "
+                "becomes a label that is removed after each task, so give those agents other ids"
+            )
+        malformed = sorted(
+            agent
+            for agent in self.server.resolved_agent_tokens().values()
+            if not AGENT_ID_RE.match(agent)
+        )
+        if malformed:
+            raise ValueError(
+                f"agent ids {malformed} are not usable as GitHub labels: use 1-50 characters "
+                "from A-Z a-z 0-9 . _ -, starting with a letter or digit"
             )
         return self
 
     @property
     def roles(self) -> list[str]:
         return [a.role for a in self.agents]
+
+    def label_clash(self, agent_id: str) -> str | None:
+        """The label `agent_id` would collide with on GitHub, or None."""
+        return label_clash(agent_id, self.labels, self.roles)
 
     def repository(self, full_name: str) -> Repository | None:
         return next((r for r in self.repositories if r.full_name == full_name), None)
@@ -402,6 +432,19 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment beats the files, which arrive as init kwargs from load_settings().
         return env_settings, init_settings
+
+
+def label_clash(agent_id: str, labels: LabelNames, roles: list[str]) -> str | None:
+    """The label the broker reads or writes that `agent_id` equals, or None. GitHub compares
+    label names case-insensitively, so `p0` is the `P0` label and `Needs-Review` is ours."""
+    names = [*labels.model_dump(exclude={"priority_pattern"}).values(), *roles]
+    folded = agent_id.casefold()
+    hit = next((name for name in names if name.casefold() == folded), None)
+    if hit is not None:
+        return hit
+    if re.match(labels.priority_pattern, agent_id, re.IGNORECASE):
+        return f"the priority labels ({labels.priority_pattern})"
+    return None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -296,12 +296,6 @@ class RepoStore:
             "fix": keys.fix_prefix,
             "outbox_attempts": keys.outbox_attempts,
             "events": keys.events,
-            "fence": keys.fence,
-            "mirror": keys.mirror,
-            "orphans": keys.orphans,
-            "outbox_taken": keys.outbox_taken,
-            "sync": keys.sync,
-            "sync_pages": keys.sync_pages,
             "in_progress": settings.labels.in_progress,
             "needs_review": settings.labels.needs_review,
             "lease_ms": settings.leases.lease_ttl_s * 1000,
@@ -310,6 +304,20 @@ class RepoStore:
             "tomb_s": LEASE_END_TTL_S,
             "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
             "priority_unit": 4 * SCORE_GROUP,
+            "handout": keys.handout_prefix,
+            "cooldown": keys.cooldown_prefix,
+            "task_failures": keys.task_failures,
+            "agent_streaks": keys.agent_streaks,
+            "needs_human": settings.labels.needs_human,
+            "settle_grace_ms": int(settings.leases.settle_grace_s * 1000),
+            "max_failures": settings.failures.max_failures,
+            "cooldown_s": settings.failures.cooldown_s,
+            "fence": keys.fence,
+            "mirror": keys.mirror,
+            "orphans": keys.orphans,
+            "outbox_taken": keys.outbox_taken,
+            "sync": keys.sync,
+            "sync_pages": keys.sync_pages,
         }
         # Compiled into the scripts: nothing of it travels with a call (ARGV[1] stays, empty,
         # so every script keeps its argument numbers).
@@ -421,8 +429,10 @@ class RepoStore:
         roles: list[str] | None,
         settle_only: bool = False,
         skip_issue: int | None = None,
+        request_id: str | None = None,
     ) -> Claimed | NoTask:
-        """Settle the agent's held task with `previous`, then lease the next task (one call)."""
+        """Settle the agent's held task with `previous`, then lease the next task (one call).
+        A `request_id` seen before gets the same task and lease again (see claim.lua)."""
         token = secrets.token_urlsafe(18)
         res = await self._run(
             "claim",
@@ -434,6 +444,7 @@ class RepoStore:
             CLAIM_SCAN,
             "1" if settle_only else "0",
             "" if skip_issue is None else str(skip_issue),
+            request_id or "",
             *(roles or []),
         )
         if int(res[0]) == 0:
@@ -537,10 +548,13 @@ class RepoStore:
 
     @translate_errors
     async def finish(
-        self, number: int, agent_id: str, token: str, outcome: str
+        self, number: int, agent_id: str, token: str, outcome: str, *, counted: bool = True
     ) -> tuple[bool, str]:
-        """(True, outcome) or (False, why: a LeaseRefusal)."""
-        ok, value = await self._run("finish", number, agent_id, token, outcome)
+        """(True, outcome) or (False, why: a LeaseRefusal). `counted=False`: a failure that is
+        not the agent's (it never saw the task) spends no failure budget."""
+        ok, value = await self._run(
+            "finish", number, agent_id, token, outcome, "1" if counted else "0"
+        )
         return (True, _text(value)) if int(ok) else (False, _refusal(value))
 
     @translate_errors

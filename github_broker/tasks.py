@@ -27,12 +27,17 @@ FALLBACK_BASE_BRANCH = "main"
 class _Attempt:
     """What one request-task carries from one claim attempt to the next (long-poll)."""
 
-    def __init__(self, previous: str) -> None:
+    def __init__(self, previous: str, request_id: str | None) -> None:
         self.previous = previous
+        self.request_id = request_id
+        #: The request id's earlier hand-out has ended: answer "no task", settle nothing.
+        self.replayed = False
         #: repository -> the issue the agent just gave up; not handed back to it in this request
         self.skip: dict[str, int] = {}
 
     def note(self, repository: str, result: NoTask) -> None:
+        if result.reason == "replayed":
+            self.replayed = True
         if result.settled_issue is not None:
             if result.settled_outcome != Outcome.COMPLETED:
                 self.skip[repository] = result.settled_issue
@@ -65,18 +70,22 @@ class TaskService:
         repositories: list[str] | None = None,
         wait_s: float = 0,
         previous: Outcome = Outcome.COMPLETED,
+        request_id: str | None = None,
     ) -> Task | None:
-        """The next task for `agent_id`, or None after `wait_s` seconds without one."""
+        """The next task for `agent_id`, or None after `wait_s` seconds without one.
+        A repeated `request_id` gets the task already handed out for it."""
         stores = self._stores(repositories)
-        self._check_roles(roles)
+        roles = self._check_roles(roles)
         self._check_agent(agent_id)
         deadline = time.monotonic() + wait_s
-        attempt = _Attempt(previous.value)
+        attempt = _Attempt(previous.value, request_id)
         while True:
             claimed = await self._claim_once(stores, agent_id, roles, attempt)
             if claimed is not None:
                 return await self._task(claimed)
             remaining = deadline - time.monotonic()
+            if attempt.replayed:
+                return None
             if remaining <= 0 or self.waker.closing:
                 return None
             await self.waker.wait(remaining)
@@ -98,6 +107,7 @@ class TaskService:
                         base_branch="",
                         roles=roles,
                         settle_only=True,
+                        request_id=attempt.request_id,
                     )
                     for s in everywhere
                 )
@@ -105,9 +115,13 @@ class TaskService:
             buckets: dict[str, int] = {}
             for s, result in zip(everywhere, settled, strict=True):
                 log_settled(s.repository, agent_id, result)
+                if isinstance(result, Claimed):
+                    return result  # the hand-out this request (or a concurrent one) already got
                 if isinstance(result, NoTask):
                     attempt.note(s.repository, result)
                     buckets[s.repository] = result.bucket if result.bucket is not None else 1 << 30
+            if attempt.replayed:
+                return None
             stores = sorted(stores, key=lambda s: buckets.get(s.repository, 1 << 30))
         for rstore in stores:
             base = await self.base_branch(rstore)
@@ -118,6 +132,7 @@ class TaskService:
                 base_branch=base,
                 roles=roles,
                 skip_issue=attempt.skip.get(rstore.repository),
+                request_id=attempt.request_id,
             )
             log_settled(rstore.repository, agent_id, got)
             if isinstance(got, Claimed):
@@ -131,6 +146,8 @@ class TaskService:
                 )
                 return got
             attempt.note(rstore.repository, got)
+            if attempt.replayed:
+                return None
         return None
 
     async def _task(self, claimed: Claimed) -> Task:
@@ -154,7 +171,9 @@ class TaskService:
             "pr_url": payload.get("pr_url", ""),
             "feedback": render_feedback(comments),
         }
-        return Task(
+        # Every field comes from already-validated models: construct, don't re-validate
+        # (this runs once per claim, on the hot path).
+        return Task.model_construct(
             issue_id=issue.number,
             issue_url=issue.html_url,
             title=issue.title,
@@ -168,7 +187,7 @@ class TaskService:
             base_branch=base,
             pr_url=payload.get("pr_url") or None,
             review_comments=comments,
-            lease=LeaseGrant(
+            lease=LeaseGrant.model_construct(
                 token=claimed.token,
                 expires_at=iso_from_ms(claimed.expires_ms),
                 heartbeat_interval_s=self.heartbeat_interval_s,
@@ -209,9 +228,20 @@ class TaskService:
         return iso_from_ms(int(value))
 
     async def finish(
-        self, repository: str, number: int, agent_id: str, token: str, outcome: Outcome
+        self,
+        repository: str,
+        number: int,
+        agent_id: str,
+        token: str,
+        outcome: Outcome,
+        *,
+        counted: bool = True,
     ) -> None:
-        ok, value = await self._repo(repository).finish(number, agent_id, token, outcome.value)
+        """End a lease; `counted=False` when a failure is not the agent's (it never got the
+        task), so it spends no failure budget."""
+        ok, value = await self._repo(repository).finish(
+            number, agent_id, token, outcome.value, counted=counted
+        )
         if not ok:
             raise LeaseError(value, f"{repository}#{number} not {outcome.value}: {value}")
         logger.info(
@@ -240,23 +270,29 @@ class TaskService:
         if unknown:
             served = ", ".join(self.store.repos) or "(none)"
             raise InvalidRequest(f"unknown repositories {unknown}; this broker serves: {served}")
-        return [self.store.repo(r) for r in repositories]
+        return [self.store.repo(r) for r in dict.fromkeys(repositories)]
 
     def _check_agent(self, agent_id: str) -> None:
-        # The agent id becomes a label that is removed again when the lease ends.
-        if agent_id in self.rules.known_labels or self.rules.priority_re.match(agent_id):
+        # The agent id becomes a label that is removed again when the lease ends, and GitHub
+        # compares label names case-insensitively.
+        clash = self.settings.label_clash(agent_id)
+        if clash is not None:
             raise InvalidRequest(
-                f"agent id {agent_id!r} is also a label the broker relies on; pick another id"
+                f"agent id {agent_id!r} equals the label {clash} when compared "
+                "case-insensitively, as GitHub compares labels; pick another id"
             )
 
-    def _check_roles(self, roles: list[str] | None) -> None:
+    def _check_roles(self, roles: list[str] | None) -> list[str] | None:
+        """The roles deduplicated (so at most the configured ones), or refused."""
         if not roles:
-            return
+            return None
         unknown = [r for r in roles if r not in self.settings.roles]
         if unknown:
             raise InvalidRequest(
-                f"unknown roles {unknown}; roles from agents.yml: {', '.join(self.settings.roles)}"
+                f"unknown roles {unknown[:10]}; roles from agents.yml: "
+                f"{', '.join(self.settings.roles)}"
             )
+        return list(dict.fromkeys(roles))
 
 
 def log_settled(repository: str, agent_id: str, result: Claimed | NoTask) -> None:

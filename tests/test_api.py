@@ -306,3 +306,20 @@ def test_task_given_up_is_not_handed_back_during_the_same_long_poll(client: Test
     assert again.status_code == 204
     other = client.post("/request-task", json={"agent_id": "a3"}).json()
     assert other["issue_id"] == first["issue_id"]
+
+
+def test_hot_path_answers_request_task_with_the_routes_errors(client: TestClient) -> None:
+    # Served by api/hotpath.py, outside FastAPI's routing: same error shape, same OpenAPI.
+    r = client.post("/request-task", content=b"agent_id=a1", headers={"content-type": "text/plain"})
+    assert r.status_code == 422 and r.json()["reason"] == "invalid_request"
+    assert "JSON" in r.json()["detail"]
+    r = client.post("/request-task", json={"agent_id": "a1", "wait_seconds": 99})
+    assert r.status_code == 422 and "wait_seconds" in r.json()["detail"]
+    r = client.post(
+        "/request-task", content=b'{"agent_id": ', headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422 and r.json()["reason"] == "invalid_request"
+    assert client.post("/request-task", json={"agent_id": "a1"}).status_code == 200
+    spec = client.get("/openapi.json").json()["paths"]["/request-task"]["post"]
+    assert {"200", "204", "413", "422"} <= set(spec["responses"])
+    assert "TaskRequest" in str(spec["requestBody"])

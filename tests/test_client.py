@@ -152,12 +152,17 @@ def test_4xx_is_raised_at_once_without_retry(
         assert err.value.reason == "revoked"
 
 
-def test_retry_after_a_lost_answer_abandons_what_that_answer_claimed(stub: Any) -> None:
+def test_retry_after_a_lost_answer_repeats_the_same_request_id(stub: Any) -> None:
     client, server = stub(Reply(200, TASK_JSON, delay_s=1.0), Reply(200, TASK_JSON), timeout_s=0.3)
     task = client.request_task(previous="completed")
     assert task is not None and task.issue_id == 7
-    # The first request may have settled our task and claimed another; never call that one done.
-    assert [body["previous"] for body in server.seen] == ["completed", "abandoned"]
+    # The broker answers a repeated request id with the first attempt's hand-out.
+    first, retry = server.seen
+    assert first == retry and first["request_id"] and first["previous"] == "completed"
+    client, server = stub(Reply(204), Reply(204))
+    client.request_task()
+    client.request_task()
+    assert server.seen[0]["request_id"] != server.seen[1]["request_id"]
 
 
 def test_complete_retried_after_a_lost_answer_accepts_its_own_tombstone(stub: Any) -> None:

@@ -50,7 +50,12 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def brokers(sim: Simulator, backend: str, tmp_path: Path) -> Iterator[list[BrokerProcess]]:
     env = broker_env(
-        backend, sim.base_url, "acme/widgets", GITHUB_BROKER_SERVER__LONG_POLL_RECHECK_S="30"
+        backend,
+        sim.base_url,
+        "acme/widgets",
+        GITHUB_BROKER_SERVER__LONG_POLL_RECHECK_S="30",
+        # These agents ask again at once to say "done" (the original's flow): no settle grace.
+        GITHUB_BROKER_LEASES__SETTLE_GRACE_S="0",
     )
     procs = [BrokerProcess(env, tmp_path, f"broker{i}").start() for i in range(2)]
     yield procs

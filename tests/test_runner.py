@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from github_broker.client import BrokerClient
+from github_broker.client import BrokerClient, BrokerUnavailable
 from github_broker.keys import RepoKeys
 from github_broker.models import Task
 from github_broker.runner import (
@@ -94,11 +93,12 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 
 def process_gone(pid: int) -> bool:
+    """Not running: no such process, or a zombie (an orphan init has not reaped yet)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return True
-    return False
+    return stat[stat.rindex(")") + 2] == "Z"
 
 
 # --- pieces without a broker -----------------------------------------------------------------
@@ -136,6 +136,29 @@ def test_a_missing_command_or_workdir_is_refused_before_any_task(tmp_path: Path)
         RunnerConfig(command=["python3"], workdir=tmp_path / "missing").check()
     with pytest.raises(RunnerError, match="after `--`"):
         RunnerConfig(command=[], workdir=tmp_path).check()
+
+
+def test_unreachable_broker_is_given_up_after_the_limit_with_one_message(tmp_path: Path) -> None:
+    client = BrokerClient(f"http://127.0.0.1:{free_port()}", "agent-a", retries=0)
+    config = RunnerConfig(command=["true"], workdir=tmp_path, once=True, give_up_s=1.5)
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match=r"unreachable for .*giving up"):
+        Runner(client, config).run()
+    assert time.monotonic() - started < 10
+    client.close()
+
+
+@pytest.mark.slow
+def test_agent_once_against_a_dead_broker_exits_with_one_clear_message(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    command = agent_cli(
+        "--broker-url", dead, "--agent-id", "agent-a", "--once", "--give-up-after", "1"
+    )
+    done = subprocess.run(
+        [*command, "--", "true"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("giving up") == 1, done.stderr
 
 
 def test_unreachable_broker_is_retried_until_stopped(tmp_path: Path) -> None:
@@ -237,8 +260,12 @@ def test_success_completes_and_the_issue_gets_needs_review(
     )
     assert record["stdin"] == json.loads(env["GB_TASK_JSON"])["prompt"] != ""
     assert Path(record["cwd"]) == workdir
-    wait_until(lambda: "needs-review" in labels(sim), 15, "needs-review on the simulator")
-    assert not labels(sim) & {"in-progress", "agent-a"}
+    # The write queue applies one label at a time: wait for the whole change.
+    wait_until(
+        lambda: "needs-review" in labels(sim) and not labels(sim) & {"in-progress", "agent-a"},
+        15,
+        "needs-review without in-progress on the simulator",
+    )
 
 
 @pytest.mark.slow
@@ -258,6 +285,40 @@ def test_time_limit_kills_a_command_that_ignores_sigterm_and_releases(
     assert run_agent("stubborn", timeout_s=1.0, kill_grace_s=0.5) == 1
     assert time.monotonic() - started < 10
     assert process_gone(seen(workdir)["pid"])
+    assert_back_in_pool(broker)
+
+
+#: A script that traps SIGTERM, started by a shell that does not (the shell dies at once).
+TRAPPER = """\
+#!/bin/sh
+echo $$ > trapper.pid
+trap 'echo ignoring TERM' TERM
+while true; do sleep 0.1; done
+"""
+
+
+@pytest.mark.slow
+def test_time_limit_ends_the_whole_process_group_before_releasing(
+    broker: BrokerProcess, workdir: Path
+) -> None:
+    script = workdir / "agent.sh"
+    script.write_text(TRAPPER)
+    script.chmod(0o755)
+    client = BrokerClient(broker.url, "agent-a", backoff_s=0.1)
+    config = RunnerConfig(
+        command="./agent.sh; echo finished",
+        workdir=workdir,
+        once=True,
+        wait_s=5,
+        timeout_s=1.5,
+        kill_grace_s=1.0,
+    )
+    try:
+        assert Runner(client, config).run() == 1
+        # By the time the task is released, nothing of the command is left working on it.
+        assert process_gone(int((workdir / "trapper.pid").read_text()))
+    finally:
+        client.close()
     assert_back_in_pool(broker)
 
 

@@ -22,7 +22,8 @@ REPO = "acme/widgets"
 @pytest.fixture
 async def store(lua_redis_url: str, make_settings: Callable[..., Settings]) -> AsyncIterator[Store]:
     settings = make_settings(
-        redis={"url": lua_redis_url}, leases={"lease_ttl_s": 5, "agent_task_ttl_s": 60}
+        redis={"url": lua_redis_url},
+        leases={"lease_ttl_s": 5, "agent_task_ttl_s": 60, "settle_grace_s": 0},
     )
     s = Store.from_settings(settings)
     yield s
@@ -34,7 +35,8 @@ async def short_store(
     lua_redis_url: str, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[Store]:
     settings = make_settings(
-        redis={"url": lua_redis_url}, leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60}
+        redis={"url": lua_redis_url},
+        leases={"lease_ttl_s": 1, "agent_task_ttl_s": 60, "settle_grace_s": 0},
     )
     s = Store.from_settings(settings)
     yield s

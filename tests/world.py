@@ -35,7 +35,9 @@ async def running_world(
 ) -> AsyncIterator[World]:
     """A World on `sim` and `redis_url`, with settings overrides per section."""
     github = {"base_url": sim.base_url, **overrides.pop("github", {})}
-    settings = make_settings(redis={"url": redis_url}, github=github, **overrides)
+    # Scenario agents ask again at once to say "done": no settle grace.
+    leases = {"settle_grace_s": 0, **overrides.pop("leases", {})}
+    settings = make_settings(redis={"url": redis_url}, github=github, leases=leases, **overrides)
     async with World.running(settings, sim) as world:
         yield world
 

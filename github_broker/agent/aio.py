@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable
@@ -13,19 +12,13 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-)
+from tenacity import AsyncRetrying
 
 from github_broker import __version__
 from github_broker.client import (
     DEFAULT_BACKOFF_S,
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
-    MAX_BACKOFF_S,
     RETRY_STATUSES,
     BrokerClientError,
     BrokerUnavailable,
@@ -33,7 +26,9 @@ from github_broker.client import (
     Previous,
     ReleaseReason,
     RequestRejected,
+    RetryStatus,
     Unauthorized,
+    retry_policy,
 )
 from github_broker.models import Task
 
@@ -41,14 +36,6 @@ logger = logging.getLogger(__name__)
 
 #: httpx errors worth another attempt: the broker restarting, a cut connection, a timeout.
 TRANSIENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
-
-
-class _RetryStatus(Exception):
-    """A 502/503/504 answer: tenacity retries it like a connection error."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        super().__init__(f"{response.status_code}")
-        self.response = response
 
 
 class AsyncBrokerClient:
@@ -92,9 +79,9 @@ class AsyncBrokerClient:
     ) -> Task | None:
         """The next task, or None when there is none (after long-polling `wait_seconds`).
 
-        One `request_id` (given, or made here) goes with every attempt of this call, so the
-        broker can tell a retry from a new request; as in `BrokerClient`, once an attempt may
-        have reached the broker the retries send `previous="abandoned"`.
+        One `request_id` (given, or made here) goes with every attempt of this call, as in
+        `BrokerClient`: a repeat that reached the broker gets the same hand-out and settles
+        nothing, so every attempt sends the same body.
         """
         body: dict[str, Any] = {
             "agent_id": self.agent_id,
@@ -107,10 +94,8 @@ class AsyncBrokerClient:
         if repositories:
             body["repositories"] = list(repositories)
 
-        def attempt_body(maybe_delivered: bool) -> dict[str, Any]:
-            return {**body, "previous": "abandoned"} if maybe_delivered else body
-
-        response, _ = await self._post("/request-task", attempt_body, self.timeout_s + wait_seconds)
+        read_timeout_s = self.timeout_s + wait_seconds
+        response, _ = await self._post("/request-task", lambda _: body, read_timeout_s)
         if response.status_code == 204:
             return None
         if response.status_code != 200:
@@ -184,11 +169,7 @@ class AsyncBrokerClient:
 
     def _retrying(self, what: str) -> AsyncRetrying:
         return AsyncRetrying(
-            stop=stop_after_attempt(self.retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type((*TRANSIENT, _RetryStatus)),
-            before_sleep=lambda state: self._log_retry(what, state),
-            reraise=True,
+            **retry_policy(self, what, lambda e: isinstance(e, (*TRANSIENT, RetryStatus)))
         )
 
     async def _post(
@@ -212,9 +193,11 @@ class AsyncBrokerClient:
                     if response.status_code in RETRY_STATUSES:
                         # A gateway timeout may have let the request through; 502/503 did not.
                         maybe_delivered = maybe_delivered or response.status_code == 504
-                        raise _RetryStatus(response)
+                        raise RetryStatus(
+                            response.status_code, _retry_after_s(response), response
+                        )
                     return response, maybe_delivered
-        except _RetryStatus as e:
+        except RetryStatus as e:
             raise _unavailable(f"POST {path}", e.response) from None
         except TRANSIENT as e:
             raise BrokerUnavailable(f"POST {path}: broker unreachable: {e!r}") from e
@@ -230,39 +213,17 @@ class AsyncBrokerClient:
                         path, params=params, timeout=self._timeout(self.timeout_s)
                     )
                     if response.status_code in RETRY_STATUSES:
-                        raise _RetryStatus(response)
+                        raise RetryStatus(
+                            response.status_code, _retry_after_s(response), response
+                        )
                     return response
-        except _RetryStatus as e:
+        except RetryStatus as e:
             raise _unavailable(f"GET {path}", e.response) from None
         except TRANSIENT as e:
             raise BrokerUnavailable(f"GET {path}: broker unreachable: {e!r}") from e
         except httpx.HTTPError as e:
             raise BrokerClientError(f"GET {path}: {e!r}") from e
         raise AssertionError("unreachable: the last attempt returns or raises")
-
-    def _wait(self, state: RetryCallState) -> float:
-        attempt = state.attempt_number - 1
-        ceiling = min(MAX_BACKOFF_S, self.backoff_s * 2**attempt)
-        delay = ceiling / 2 + random.uniform(0, ceiling / 2)
-        error = state.outcome.exception() if state.outcome else None
-        if isinstance(error, _RetryStatus):
-            retry_after_s = _retry_after_s(error.response)
-            if retry_after_s is not None:
-                delay = min(MAX_BACKOFF_S, max(delay, retry_after_s))
-        return delay
-
-    def _log_retry(self, what: str, state: RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome else None
-        why = error.response.status_code if isinstance(error, _RetryStatus) else repr(error)
-        logger.info(
-            "%s: %s; agent %s retries in %.1fs (attempt %d of %d)",
-            what,
-            why,
-            self.agent_id,
-            state.upcoming_sleep,
-            state.attempt_number + 1,
-            self.retries + 1,
-        )
 
 
 def _task_path(task: Task, action: str) -> str:

@@ -19,6 +19,8 @@ from fastapi import FastAPI
 from github_broker import __version__
 from github_broker.api import errors, routes, webhooks
 from github_broker.api.auth import Authenticator
+from github_broker.api.hotpath import HotPath
+from github_broker.api.limits import BodyLimit
 from github_broker.errors import BrokerError
 from github_broker.events import ReadyWaker
 from github_broker.gateway import GitHubGateway
@@ -132,6 +134,9 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
         lifespan=lifespan,
     )
     errors.install(app)
+    # Innermost: the hot path sees a body the limit already checked, and is timed.
+    app.add_middleware(HotPath)
+    app.add_middleware(BodyLimit, max_bytes=settings.server.max_body_bytes)
     instrument(app)
     app.include_router(routes.router)
     app.include_router(webhooks.router)

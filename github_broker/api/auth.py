@@ -1,4 +1,8 @@
-"""Bearer tokens: each agent token is bound to one agent id; the admin token to maintainers."""
+"""Bearer tokens: each agent token is bound to one agent id; the admin token to maintainers.
+
+Any token that is not a configured one gets 401; a configured token used where it does not
+belong (another agent's id, an agent token on an admin endpoint) gets 403.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ class Authenticator:
     def __init__(self, server: ServerSettings) -> None:
         self.agent_tokens = server.resolved_agent_tokens()
         self.admin_token = server.admin_token.get_secret_value() if server.admin_token else None
+        # Compared as bytes: hmac.compare_digest refuses non-ASCII str (a 500 otherwise).
+        self._agents = [(_raw(tok), agent) for tok, agent in self.agent_tokens.items()]
+        self._admin = _raw(self.admin_token) if self.admin_token is not None else None
 
     @property
     def open(self) -> bool:
@@ -38,11 +45,10 @@ class Authenticator:
         token = self._bearer(request)
         if token is None:
             raise AuthError("missing bearer token (Authorization: Bearer <agent token>)")
-        bound = next(
-            (agent for tok, agent in self.agent_tokens.items() if hmac.compare_digest(tok, token)),
-            None,
-        )
+        bound = self._agent_of(_raw(token))
         if bound is None:
+            if self._is_admin(_raw(token)):
+                raise Forbidden("the admin token cannot act as an agent; use the agent's token")
             raise AuthError("unknown token")
         if bound != agent_id:
             raise Forbidden(f"this token belongs to agent {bound!r}, not {agent_id!r}")
@@ -53,5 +59,20 @@ class Authenticator:
         token = self._bearer(request)
         if token is None:
             raise AuthError("missing bearer token (Authorization: Bearer <admin token>)")
-        if self.admin_token is None or not hmac.compare_digest(token, self.admin_token):
-            raise Forbidden("this endpoint needs the admin token")
+        raw = _raw(token)
+        if self._is_admin(raw):
+            return
+        if self._agent_of(raw) is not None:
+            raise Forbidden("this endpoint needs the admin token, not an agent token")
+        raise AuthError("unknown token (this endpoint needs the admin token)")
+
+    def _agent_of(self, raw: bytes) -> str | None:
+        return next((agent for tok, agent in self._agents if hmac.compare_digest(tok, raw)), None)
+
+    def _is_admin(self, raw: bytes) -> bool:
+        return self._admin is not None and hmac.compare_digest(raw, self._admin)
+
+
+def _raw(token: str) -> bytes:
+    # Header values arrive decoded as latin-1; any str encodes to UTF-8 (surrogates escaped).
+    return token.encode("utf-8", "surrogateescape")

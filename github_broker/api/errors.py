@@ -9,6 +9,7 @@ import time
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from github_broker.errors import (
     AuthError,
@@ -70,6 +71,24 @@ async def validation_error(request: Request, exc: Exception) -> JSONResponse:
     return _answer(422, "invalid request: " + "; ".join(parts), "invalid_request")
 
 
+#: What FastAPI says when a body is not JSON it can decode (bad UTF-8, nesting too deep).
+_UNPARSABLE = "There was an error parsing the body"
+
+
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's own refusals in the API's shape; an undecodable body is malformed JSON like
+    any other, so it gets the same 422."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and exc.detail == _UNPARSABLE:
+        return _answer(
+            422,
+            "invalid request: `body`: not JSON the broker can read (UTF-8, nested at most "
+            "a few hundred levels)",
+            "invalid_request",
+        )
+    return _answer(exc.status_code, str(exc.detail), None, dict(exc.headers or {}) or None)
+
+
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
     return _answer(500, "internal error; the broker logged the details", "internal")
@@ -78,4 +97,5 @@ async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(BrokerError, broker_error)
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected_error)

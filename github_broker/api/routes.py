@@ -7,29 +7,38 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from github_broker import reviews
 from github_broker import status as status_view
 from github_broker.api.schemas import (
+    MAX_NUMBER,
     Done,
     FixAccepted,
     FixRequest,
     HeartbeatResponse,
     LeaseRequest,
     Problem,
+    Readiness,
     ReleaseRequest,
     TaskRequest,
 )
-from github_broker.errors import LeaseError, NotFound
+from github_broker.errors import InvalidRequest, LeaseError, NotFound
 from github_broker.models import Outcome, ReviewComment, Task
+from github_broker.rules import branch_problem
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": Problem} for code in (401, 403, 404, 409, 422, 503)
+    code: {"model": Problem} for code in (401, 403, 404, 409, 413, 422, 503)
 }
+#: Admin reads: no body, no lease.
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: ERRORS[code] for code in (401, 403, 404, 422, 503)
+}
+#: An issue number in a path: 1 .. 2^53-1 (anything else is 422 before Redis is asked).
+IssueNumber = Annotated[int, Path(ge=1, le=MAX_NUMBER, description="issue number")]
 
 
 async def services(request: Request) -> Any:
@@ -55,7 +64,11 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready", responses=ERRORS)
+@router.get(
+    "/ready",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "Redis or GitHub is not reachable."}},
+)
 async def ready(svc: Services) -> JSONResponse:
     """Ready: Redis answers and GitHub is reachable."""
     checks: dict[str, str] = {}
@@ -78,6 +91,12 @@ async def ready(svc: Services) -> JSONResponse:
 )
 async def request_task(body: TaskRequest, request: Request, svc: Services) -> Any:
     """The next task for an agent (200), or none (204); a held task is settled first."""
+    # Served by api/hotpath.py, which calls the same function; this route describes it.
+    return await answer_request_task(body, request, svc)
+
+
+async def answer_request_task(body: TaskRequest, request: Request, svc: Any) -> Response:
+    """Everything `POST /request-task` does once its body is parsed."""
     svc.auth.agent(request, body.agent_id)
     wait = min(body.wait_seconds, svc.settings.server.max_wait_s)
     task = await svc.tasks.request_task(
@@ -86,12 +105,18 @@ async def request_task(body: TaskRequest, request: Request, svc: Services) -> An
         repositories=body.repositories,
         wait_s=wait,
         previous=body.previous,
+        request_id=body.request_id,
     )
     if task is not None and body.wait_seconds > 0 and await request.is_disconnected():
         # The agent gave up waiting: it will never see this task, so don't let it hold it
         # (its next request would otherwise settle the task as completed).
         await svc.tasks.finish(
-            task.repository, task.issue_id, body.agent_id, task.lease.token, Outcome.ABANDONED
+            task.repository,
+            task.issue_id,
+            body.agent_id,
+            task.lease.token,
+            Outcome.ABANDONED,
+            counted=False,
         )
         logger.info(
             "%s left before its task arrived; %s#%d released",
@@ -111,7 +136,7 @@ async def request_task(body: TaskRequest, request: Request, svc: Services) -> An
     "/tasks/{owner}/{repo}/{number}/heartbeat", response_model=HeartbeatResponse, responses=ERRORS
 )
 async def heartbeat(
-    owner: str, repo: str, number: int, body: LeaseRequest, request: Request, svc: Services
+    owner: str, repo: str, number: IssueNumber, body: LeaseRequest, request: Request, svc: Services
 ) -> HeartbeatResponse:
     """Extend the lease (and the agent's current-task key)."""
     svc.auth.agent(request, body.agent_id)
@@ -122,7 +147,7 @@ async def heartbeat(
 
 @router.post("/tasks/{owner}/{repo}/{number}/complete", response_model=Done, responses=ERRORS)
 async def complete(
-    owner: str, repo: str, number: int, body: LeaseRequest, request: Request, svc: Services
+    owner: str, repo: str, number: IssueNumber, body: LeaseRequest, request: Request, svc: Services
 ) -> Done:
     """Report the task done; the issue moves on (development work goes to review)."""
     svc.auth.agent(request, body.agent_id)
@@ -135,7 +160,12 @@ async def complete(
 
 @router.post("/tasks/{owner}/{repo}/{number}/release", response_model=Done, responses=ERRORS)
 async def release(
-    owner: str, repo: str, number: int, body: ReleaseRequest, request: Request, svc: Services
+    owner: str,
+    repo: str,
+    number: IssueNumber,
+    body: ReleaseRequest,
+    request: Request,
+    svc: Services,
 ) -> Done:
     """Give the task back (failed or abandoned); it returns to the pool at once."""
     svc.auth.agent(request, body.agent_id)
@@ -149,8 +179,13 @@ async def release(
 async def post_fix(body: FixRequest, request: Request, svc: Services) -> FixAccepted:
     """Queue a fix task from feedback given here (admin): handed out like any other task."""
     svc.auth.admin(request)
+    rstore = svc.tasks.repo(body.repository)
+    if body.branch is not None:
+        problem = branch_problem(body.branch, await svc.tasks.base_branch(rstore))
+        if problem:
+            raise InvalidRequest(f"`branch`: {problem}")
     task_id = await reviews.post_fix(
-        svc.tasks.repo(body.repository),
+        rstore,
         svc.tasks.rules,
         issue_number=body.issue,
         pr=body.pr,
@@ -178,14 +213,14 @@ async def metrics(svc: Services) -> str:
     return str(await svc.metrics.render(svc.store))
 
 
-@router.get("/status", responses=ERRORS)
+@router.get("/status", responses=READ_ERRORS)
 async def status(request: Request, svc: Services) -> dict[str, Any]:
     """Queues per priority, leases, skipped issues, waiting reviews, GitHub quota (admin)."""
     svc.auth.admin(request)
     return await status_view.status(svc.store, svc.settings)
 
 
-@router.get("/explain", responses=ERRORS)
+@router.get("/explain", responses=READ_ERRORS)
 async def explain(
     request: Request,
     svc: Services,

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from github_broker.models import Outcome
+from github_broker.rules import branch_problem
 
 #: Agent ids become GitHub label names (max 50 characters) and key parts.
 AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$"
+#: Request ids are key parts too: short, no separators Redis keys use.
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+#: Most entries a `roles` or `repositories` list may carry before it is even looked at;
+#: after deduplication a request can name no more than the configured ones anyway.
+MAX_LIST_ITEMS = 64
+#: Largest issue or pull request number in a path or body (JSON's safe integers).
+MAX_NUMBER = 2**53 - 1
+
+RoleName = Annotated[str, Field(min_length=1, max_length=100)]
+RepoName = Annotated[str, Field(min_length=3, max_length=201)]
 
 
 class TaskRequest(BaseModel):
@@ -20,12 +31,24 @@ class TaskRequest(BaseModel):
     agent_id: str = Field(
         pattern=AGENT_ID_PATTERN, description="Your agent id; also a label on GitHub."
     )
-    roles: list[str] | None = Field(None, description="Roles you accept; omit to take any role.")
-    repositories: list[str] | None = Field(None, description="owner/name list; omit for all.")
+    roles: list[RoleName] | None = Field(
+        None,
+        max_length=MAX_LIST_ITEMS,
+        description="Roles you accept (from agents.yml); omit to take any role.",
+    )
+    repositories: list[RepoName] | None = Field(
+        None, max_length=MAX_LIST_ITEMS, description="owner/name list; omit for all."
+    )
     wait_seconds: float = Field(0, ge=0, le=60, description="Long-poll up to this many seconds.")
     previous: Outcome = Field(
         Outcome.COMPLETED,
         description="What happened to a task you still hold: completed, failed or abandoned.",
+    )
+    request_id: str | None = Field(
+        None,
+        pattern=REQUEST_ID_PATTERN,
+        description="One id per logical request, reused on every retry: a repeat gets the "
+        "task already handed out for it (same lease) and settles nothing.",
     )
 
 
@@ -43,20 +66,31 @@ class ReleaseRequest(LeaseRequest):
 class FixComment(BaseModel):
     author: str = Field(min_length=1, max_length=100)
     body: str = Field(min_length=1, max_length=65536)
-    path: str | None = None
-    line: int | None = Field(None, ge=1)
-    url: str = ""
+    path: str | None = Field(None, max_length=1000)
+    line: int | None = Field(None, ge=1, le=MAX_NUMBER)
+    url: str = Field("", max_length=2000)
 
 
 class FixRequest(BaseModel):
     """`POST /tasks/fix`: feedback on a PR that should become a fix task now."""
 
-    repository: str = Field(description="owner/name")
-    issue: int = Field(ge=1, description="the issue the PR works on")
-    pr: int = Field(ge=1, description="the pull request to fix")
-    pr_url: str = ""
-    branch: str | None = Field(None, description="default: the issue's branch")
+    repository: RepoName = Field(description="owner/name")
+    issue: int = Field(ge=1, le=MAX_NUMBER, description="the issue the PR works on")
+    pr: int = Field(ge=1, le=MAX_NUMBER, description="the pull request to fix")
+    pr_url: str = Field("", max_length=2000)
+    branch: str | None = Field(
+        None, max_length=255, description="default: the issue's branch; git ref rules apply"
+    )
     comments: list[FixComment] = Field(min_length=1, max_length=100)
+
+    @field_validator("branch")
+    @classmethod
+    def _usable_branch(cls, value: str | None) -> str | None:
+        if value is not None:
+            problem = branch_problem(value, None)
+            if problem:
+                raise ValueError(problem)
+        return value
 
 
 class FixAccepted(BaseModel):
@@ -77,3 +111,10 @@ class Problem(BaseModel):
 
     detail: str
     reason: str | None = None
+
+
+class Readiness(BaseModel):
+    """`GET /ready`, with 200 and with 503: each dependency's check."""
+
+    ready: bool
+    checks: dict[str, str]

@@ -115,7 +115,9 @@ end
 --   lock, lease, agent, cand, ready_role, tomb, review, review_state, fix), the events
 --   channel, label names (in_progress, needs_review) and times (lease_ms, agent_s, cand_s,
 --   tomb_s, author_fallback_ms), and priority_unit (a task score divided by it, rounded
---   down, is the task's priority).
+--   down, is the task's priority); request ids and the failure budget: handout and
+--   cooldown prefixes, the task_failures and agent_streaks hashes, needs_human,
+--   settle_grace_ms, max_failures, cooldown_s.
 local function context()
   local C = base_context()
   C.K = {tasks = KEYS[1], ready = KEYS[2], work = KEYS[3], leases = KEYS[4], intent = KEYS[5],
@@ -166,6 +168,9 @@ local CANDIDATE_STATUS = {
 -- Outcomes after which the task goes straight back to the pool.
 local REQUEUE = {failed = true, abandoned = true, expired = true}
 
+-- Outcomes that spend the failure budget (see count_failure).
+local FAILURE = {failed = true, abandoned = true, expired = true}
+
 -- Adopted leases (rebuilt from GitHub labels after Redis lost them) carry this token until
 -- their agent's first heartbeat binds its own.
 local ADOPTED = 'adopted'
@@ -204,8 +209,28 @@ local function record_completion(C, n, agent, task_id, task_type)
   drop_task(C, task_id)
 end
 
+-- Spend one unit of the failure budget: the agent's streak, a cool-down before the agent
+-- sees issue n again, and the issue's count. Returns true when the count reached
+-- max_failures: the issue then gets needs-human (the caller queues the label), its tasks
+-- leave the pool and `skipped` says why; the count starts again for the next round.
+local function count_failure(C, n, agent, outcome)
+  redis.call('HINCRBY', C.agent_streaks, agent, 1)
+  if C.cooldown_s > 0 then
+    redis.call('SET', C.cooldown .. n .. ':' .. agent, outcome, 'EX', C.cooldown_s)
+  end
+  local count = redis.call('HINCRBY', C.task_failures, n, 1)
+  if count < C.max_failures then return false end
+  redis.call('HDEL', C.task_failures, n)
+  for _, kind in ipairs({'development', 'review', 'fix'}) do drop_task(C, kind .. ':' .. n) end
+  redis.call('HSET', C.K.skipped, n, cjson.encode({code = 'too_many_failures',
+    reason = count .. ' failed attempts (last: ' .. agent .. ', ' .. outcome .. '); labelled '
+      .. C.needs_human}))
+  return true
+end
+
 -- End the lease on issue n for `outcome`; returns the agent that held it, or nil.
-local function end_lease(C, n, outcome, now)
+-- `uncounted`: a failure that is not the agent's own spends no failure budget.
+local function end_lease(C, n, outcome, now, uncounted)
   local lease_key = C.lease .. n
   local h = redis.call('HMGET', lease_key, 'agent', 'token', 'task_id', 'task_type')
   local agent, token, task_id, task_type = h[1], h[2], h[3], h[4]
@@ -220,12 +245,17 @@ local function end_lease(C, n, outcome, now)
   if token ~= ADOPTED then redis.call('SET', C.tomb .. token, outcome, 'EX', C.tomb_s) end
   local add = {}
   if outcome == 'completed' and task_type == 'development' then add = {C.needs_review} end
+  local gave_up = FAILURE[outcome] and not uncounted and count_failure(C, n, agent, outcome)
+  if gave_up then add = {C.needs_human} end
   want_labels(C.K.intent, C.K.outbox, n, add, {C.in_progress, agent}, now)
   -- The lease's branch, if not created yet, is not needed any more: a completing agent pushed
   -- it itself, and the next claim queues its own.
   redis.call('HDEL', C.K.outbox_data, 'branch:' .. n)
   redis.call('ZREM', C.K.outbox, 'branch:' .. n)
+  if gave_up then return agent end
   if outcome == 'completed' then
+    redis.call('HDEL', C.agent_streaks, agent)
+    redis.call('HDEL', C.task_failures, n)
     record_completion(C, n, agent, task_id, task_type)
   elseif REQUEUE[outcome] then
     if make_ready(C.K.tasks, C.K.ready, C.ready_role, task_id) then

@@ -2,34 +2,89 @@
 -- KEYS, ARGV[1]: see _lib.lua.
 -- ARGV[2] agent id, ARGV[3] new lease token, ARGV[4] outcome for a task the agent still
 -- holds (completed | failed | abandoned), ARGV[5] mode (strict | best_effort),
--- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per index,
+-- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per index and page (at
+-- most SCAN_PAGES pages),
 -- ARGV[8] '1' to only settle the previous task (multi-repository requests do this first),
 -- ARGV[9] an issue number not to hand this agent ('' none: the one it just gave up),
--- ARGV[10..] roles the agent accepts (none: any role).
+-- ARGV[10] the request id ('' none), ARGV[11..] roles the agent accepts (none: any role).
+-- A request id seen before (handout:{agent}:{rid}) gets the same task and lease again
+-- while that lease lives, and settles nothing. A held task younger than settle_grace_ms is
+-- not settled as completed either (a concurrent or retried request: the agent cannot have
+-- done it): the request gets that task and lease back.
 -- A review is not offered to the agent that did the development work until it has
--- waited author_fallback_ms for anyone else.
+-- waited author_fallback_ms for anyone else; a task in the agent's cool-down
+-- (cooldown:{n}:{agent}) is not offered to it at all.
 -- Returns {1, task_id, n, token, expires_ms, issue_json, role, branch, settled_n, outcome,
 --          payload (review/fix details as JSON, or '')}
 --      or {0, reason, settled_n, outcome, bucket} with reason 'empty' | 'bucket' | 'settled'
---      (bucket -1: no open work issue).
+--      | 'replayed' (the request id's lease has ended meanwhile) (bucket -1: no open work
+--      issue).
 -- Error REBUILDING while the mirror is not rebuilt (Redis lost its data): the agent's held
 -- task is unknown until the sync re-adopts it, and settling nothing would drop its outcome.
 local C = context()
 if mirror_missing(C) then return redis.error_reply(REBUILDING) end
 local agent, token, prev_outcome, mode, base_branch = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local scan = tonumber(ARGV[7])
+local rid = ARGV[10]
 local now = now_ms()
 reap(C, now, 10)
 
-local settled_n, skip_id = '', nil
+local handout_key = nil
+if rid ~= '' then handout_key = C.handout .. agent .. ':' .. rid end
+
+-- The answer for a lease already granted, remembered for this request id.
+local function granted(n, task_id, tok, expires, settled_n)
+  if handout_key then
+    redis.call('SET', handout_key, cjson.encode({n = tonumber(n), task_id = task_id, token = tok}),
+      'PX', C.lease_ms)
+  end
+  local raw = redis.call('HGET', C.K.tasks, task_id)
+  local role, pr, branch = '', '', ''
+  if raw then
+    local _
+    _, role, pr, _, _, branch = task_fields(raw)
+  end
+  local task_type = string.match(task_id, '^(%a+):')
+  local payload = ''
+  if task_type == 'review' then
+    payload = redis.call('HGET', C.review_state .. n, 'payload') or ''
+  elseif task_type == 'fix' and pr ~= '' then
+    payload = redis.call('GET', C.fix .. pr) or ''
+  end
+  local issue = redis.call('GET', C.issue .. n) or ''
+  return {1, task_id, tonumber(n), tok, expires, issue, role, branch, settled_n, prev_outcome, payload}
+end
+
+-- The live lease of issue n if `agent` holds it: {task_id, token, claimed_ms, expires_ms}.
+local function live_lease(n)
+  local h = redis.call('HMGET', C.lease .. n, 'agent', 'task_id', 'token', 'claimed_ms', 'expires_ms')
+  if h[1] ~= agent or redis.call('EXISTS', C.lock .. n) == 0 then return nil end
+  return {h[2], h[3], tonumber(h[4]), tonumber(h[5])}
+end
+
 local prev_n = redis.call('GET', C.agent .. agent)
+if handout_key then
+  local raw = redis.call('GET', handout_key)
+  if raw then
+    local h = cjson.decode(raw)
+    local l = live_lease(tostring(h.n))
+    if l and l[2] == h.token then return granted(tostring(h.n), l[1], l[2], l[4], '') end
+    -- That lease ended since: a repeat settles nothing, so it only claims when nothing is held.
+    if prev_n and live_lease(prev_n) then return {0, 'replayed', '', prev_outcome, -1} end
+  end
+end
+
+local settled_n, skip_id = '', nil
 if prev_n then
-  local h = redis.call('HMGET', C.lease .. prev_n, 'agent', 'task_id')
-  if h[1] == agent and redis.call('EXISTS', C.lock .. prev_n) == 1 then
+  local l = live_lease(prev_n)
+  if l then
+    if prev_outcome == 'completed' and l[2] ~= ADOPTED and now - l[3] < C.settle_grace_ms then
+      return granted(prev_n, l[1], l[2], l[4], '')
+    end
     end_lease(C, prev_n, prev_outcome, now)
     settled_n = prev_n
     -- Don't hand straight back the task the agent just gave up.
-    if prev_outcome ~= 'completed' then skip_id = h[2] end
+    if prev_outcome ~= 'completed' then skip_id = l[1] end
   else
     redis.call('DEL', C.agent .. agent)
   end
@@ -43,37 +98,47 @@ if ARGV[8] == '1' then return {0, 'settled', settled_n, prev_outcome, bucket or 
 
 local skip_n = ARGV[9]
 local sources = {}
-if #ARGV >= 10 then
-  for i = 10, #ARGV do sources[#sources + 1] = C.ready_role .. ARGV[i] end
+if #ARGV >= 11 then
+  for i = 11, #ARGV do sources[#sources + 1] = C.ready_role .. ARGV[i] end
 else
   sources[1] = C.K.ready
 end
 
+-- The first usable task of one index: pages of `scan` entries, at most SCAN_PAGES of them,
+-- so tasks in the agent's cool-down cannot hide the rest of the queue from it for long.
+local SCAN_PAGES = 4
+local function first_usable(src)
+  for page = 0, SCAN_PAGES - 1 do
+    local items = redis.call('ZRANGE', src, page * scan, (page + 1) * scan - 1, 'WITHSCORES')
+    if #items == 0 then return nil end
+    for i = 1, #items, 2 do
+      local id, score = items[i], tonumber(items[i + 1])
+      local n = string.match(id, ':(%d+)$')
+      local usable = id ~= skip_id and n ~= skip_n
+        and redis.call('EXISTS', C.cooldown .. n .. ':' .. agent) == 0
+      if usable and redis.call('EXISTS', C.lock .. n) == 1 then
+        -- Held but still indexed (a lease re-adopted by the reconciler): drop it here.
+        unready(C.K.tasks, C.K.ready, C.ready_role, id)
+        usable = false
+      end
+      if usable and string.sub(id, 1, 7) == 'review:' then
+        local raw = redis.call('HGET', C.K.tasks, id)
+        if raw then
+          local _, _, _, author, since = task_fields(raw)
+          if author == agent and since + C.author_fallback_ms > now then usable = false end
+        end
+      end
+      if usable then return id, score end
+    end
+  end
+  return nil
+end
+
 local best_id, best_score = nil, nil
 for _, src in ipairs(sources) do
-  local items = redis.call('ZRANGE', src, 0, scan - 1, 'WITHSCORES')
-  for i = 1, #items, 2 do
-    local id, score = items[i], tonumber(items[i + 1])
-    local n = string.match(id, ':(%d+)$')
-    local usable = id ~= skip_id and n ~= skip_n
-    if usable and redis.call('EXISTS', C.lock .. n) == 1 then
-      -- Held but still indexed (a lease re-adopted by the reconciler): drop it here.
-      unready(C.K.tasks, C.K.ready, C.ready_role, id)
-      usable = false
-    end
-    if usable and string.sub(id, 1, 7) == 'review:' then
-      local raw = redis.call('HGET', C.K.tasks, id)
-      if raw then
-        local _, _, _, author, since = task_fields(raw)
-        if author == agent and since + C.author_fallback_ms > now then usable = false end
-      end
-    end
-    if usable then
-      if best_score == nil or score < best_score or (score == best_score and id < best_id) then
-        best_id, best_score = id, score
-      end
-      break
-    end
+  local id, score = first_usable(src)
+  if id and (best_score == nil or score < best_score or (score == best_score and id < best_id)) then
+    best_id, best_score = id, score
   end
 end
 
@@ -85,7 +150,7 @@ end
 
 local n = string.match(best_id, ':(%d+)$')
 local task_type = string.match(best_id, '^(%a+):')
-local _, role, pr, _, _, branch = task_fields(redis.call('HGET', C.K.tasks, best_id))
+local _, _, _, _, _, branch = task_fields(redis.call('HGET', C.K.tasks, best_id))
 local expires = now + C.lease_ms
 redis.call('SET', C.lock .. n, agent, 'PX', C.lease_ms)
 redis.call('HSET', C.lease .. n, 'agent', agent, 'token', token, 'task_id', best_id,
@@ -102,11 +167,4 @@ if task_type == 'development' and branch ~= '' then
   redis.call('HSET', C.K.outbox_data, job, cjson.encode({branch = branch, base = base_branch}))
   redis.call('ZADD', C.K.outbox, now, job)
 end
-local issue = redis.call('GET', C.issue .. n) or ''
-local payload = ''
-if task_type == 'review' then
-  payload = redis.call('HGET', C.review_state .. n, 'payload') or ''
-elseif task_type == 'fix' then
-  payload = redis.call('GET', C.fix .. pr) or ''
-end
-return {1, best_id, tonumber(n), token, expires, issue, role, branch, settled_n, prev_outcome, payload}
+return granted(n, best_id, token, expires, settled_n)

@@ -212,7 +212,9 @@ for _, it in ipairs(items) do
   local id = 'development:' .. n
   -- While a lease is live, in-progress is the lease's own label: the task stays known, so
   -- the moment the lease ends (expired, released) it is claimable again.
-  local eligible = it.task ~= '' and not labels[C.needs_review] and (held or not labels[C.in_progress])
+  -- needs-human the broker queued itself (failure budget) counts before GitHub shows it.
+  local eligible = it.task ~= '' and not labels[C.needs_review] and not labels[C.needs_human]
+    and (held or not labels[C.in_progress])
   if eligible then
     local old = redis.call('HGET', C.K.tasks, id)
     local since = now
@@ -234,7 +236,11 @@ for _, it in ipairs(items) do
     redis.call('HDEL', C.K.tasks, id)
   end
 
-  if it.skip ~= '' then
+  local gave_up = labels[C.needs_human] and string.find(
+    redis.call('HGET', C.K.skipped, n) or '', '"too_many_failures"', 1, true)
+  if gave_up then
+    -- Keep the failure budget's reason while its needs-human label is on.
+  elseif it.skip ~= '' then
     redis.call('HSET', C.K.skipped, n, it.skip)
   elseif it.task ~= '' and labels[C.in_progress] and not held then
     redis.call('HSET', C.K.skipped, n, cjson.encode({

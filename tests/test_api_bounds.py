@@ -1,0 +1,264 @@
+"""Odd input at the HTTP edge: label-like ids, oversized and malformed bodies, odd tokens and
+numbers. Refused with a 4xx in the API's shape, before any Redis work."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from github_broker.api.app import create_app
+from github_broker.api.schemas import MAX_LIST_ITEMS, Readiness
+from github_broker.errors import ConfigError
+from github_broker.gateway import GitHubGateway
+from github_broker.settings import Settings
+from github_broker.simulator import Simulator
+from github_broker.store import Store
+from github_broker.sync import Syncer
+from tests.conftest import free_port
+from tests.world import ONE_ISSUE, simulated
+
+AGENT = {"Authorization": "Bearer tok-1"}
+ADMIN = {"Authorization": "Bearer adm"}
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    with simulated(ONE_ISSUE) as s:
+        yield s
+
+
+def _synced(settings: Settings) -> None:
+    async def run() -> None:
+        store = Store.from_settings(settings)
+        gateway = GitHubGateway(settings.github)
+        try:
+            await Syncer(settings, store, gateway).sync(settings.repositories[0])
+        finally:
+            await store.close()
+            gateway.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture
+def app(
+    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
+) -> Callable[..., TestClient]:
+    def make(sync: bool = True, **overrides: Any) -> TestClient:
+        github = {"base_url": sim.base_url, **overrides.pop("github", {})}
+        server = {
+            "run_poller": False,
+            "agent_tokens": {"tok-1": "a1", "tok-2": "a2"},
+            "admin_token": "adm",
+            **overrides.pop("server", {}),
+        }
+        settings = make_settings(
+            redis={"url": redis_url}, github=github, server=server, **overrides
+        )
+        if sync:
+            _synced(settings)
+        return TestClient(create_app(settings))
+
+    return make
+
+
+@pytest.fixture
+def client(app: Callable[..., TestClient]) -> Iterator[TestClient]:
+    with app() as c:
+        yield c
+
+
+def redis_calls(url: str) -> int:
+    """Commands Redis has run so far, not counting the INFO that asks."""
+    r = redis.Redis.from_url(url)
+    try:
+        stats = r.info("commandstats")
+    finally:
+        r.close()
+    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
+def problem(r: Any) -> dict[str, Any]:
+    data: dict[str, Any] = r.json()
+    assert set(data) == {"detail", "reason"}, data
+    return data
+
+
+# --- agent ids ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "agent_id",
+    ["p0", "P12", "backendcoder", "Needs-Review", "IN-PROGRESS", "Story", "EPIC", "Review-Done"],
+)
+def test_agent_id_equal_to_a_label_in_any_case_is_refused(
+    app: Callable[..., TestClient], agent_id: str
+) -> None:
+    with app(server={"agent_tokens": {}, "admin_token": None}) as c:
+        r = c.post("/request-task", json={"agent_id": agent_id})
+    assert r.status_code == 422
+    assert "case-insensitively" in problem(r)["detail"]
+
+
+def test_agent_id_longer_than_a_github_label_is_refused(client: TestClient) -> None:
+    r = client.post("/request-task", json={"agent_id": "a" * 51}, headers=AGENT)
+    assert r.status_code == 422
+    assert problem(r)["reason"] == "invalid_request"
+
+
+@pytest.mark.parametrize("agent_id", ["p0", "backendcoder", "Needs-Review", "a" * 51, "x y"])
+def test_configured_token_ids_that_cannot_be_labels_stop_startup(
+    make_settings: Callable[..., Settings], agent_id: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        make_settings(server={"agent_tokens": {"tok": agent_id}})
+    assert repr(agent_id) in str(err.value)
+
+
+# --- bounds --------------------------------------------------------------------------------------
+
+
+def test_roles_are_deduplicated_and_bounded_before_any_redis_work(
+    client: TestClient, redis_url: str
+) -> None:
+    many = ["BACKENDCODER"] * MAX_LIST_ITEMS
+    started = time.monotonic()
+    r = client.post("/request-task", json={"agent_id": "a1", "roles": many}, headers=AGENT)
+    elapsed = time.monotonic() - started
+    assert r.status_code == 200 and r.json()["issue_id"] == 1
+    assert elapsed < 5
+    before = redis_calls(redis_url)
+    too_many = {"agent_id": "a1", "roles": [*many, "BACKENDCODER"]}
+    assert client.post("/request-task", json=too_many, headers=AGENT).status_code == 422
+    unknown = {"agent_id": "a1", "roles": ["PAINTER"] * 3}
+    assert client.post("/request-task", json=unknown, headers=AGENT).status_code == 422
+    repos = {"agent_id": "a1", "repositories": ["acme/widgets"] * (MAX_LIST_ITEMS + 1)}
+    assert client.post("/request-task", json=repos, headers=AGENT).status_code == 422
+    assert redis_calls(redis_url) == before
+
+
+def test_oversized_body_gets_413_before_any_redis_work(client: TestClient, redis_url: str) -> None:
+    huge = b'{"agent_id": "a1", "roles": [' + b'"BACKENDCODER",' * 700_000 + b'"X"]}'
+    before = redis_calls(redis_url)
+    r = client.post(
+        "/request-task",
+        content=huge,
+        headers={**AGENT, "Content-Type": "application/json"},
+    )
+    assert r.status_code == 413
+    assert problem(r)["reason"] == "too_large"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the streamed size counts
+        for _ in range(20):
+            yield b" " * 100_000
+        yield b'{"agent_id": "a1"}'
+
+    r = client.post(
+        "/request-task", content=chunks(), headers={**AGENT, "Content-Type": "application/json"}
+    )
+    assert r.status_code == 413
+    assert redis_calls(redis_url) == before
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"agent_id": "a1\xff\xfe"}', b"[" * 100_000 + b"]" * 100_000, b'{"agent_id": '],
+    ids=["bad-utf8", "deep", "truncated"],
+)
+def test_unreadable_json_gets_the_same_422_as_malformed_json(
+    client: TestClient, raw: bytes
+) -> None:
+    r = client.post(
+        "/request-task", content=raw, headers={**AGENT, "Content-Type": "application/json"}
+    )
+    assert r.status_code == 422
+    assert problem(r)["reason"] == "invalid_request"
+
+
+# --- tokens --------------------------------------------------------------------------------------
+
+
+def test_any_token_that_is_not_configured_is_401(client: TestClient) -> None:
+    odd = {"Authorization": "Bearer tök-ünïcode".encode()}
+    body = {"agent_id": "a1"}
+    assert client.post("/request-task", json=body, headers=odd).status_code == 401  # type: ignore[arg-type]
+    assert client.get("/status", headers=odd).status_code == 401  # type: ignore[arg-type]
+    unknown = {"Authorization": "Bearer nope"}
+    assert problem(client.get("/status", headers=unknown))["detail"].startswith("unknown token")
+    assert client.get("/status", headers=unknown).status_code == 401
+    assert client.get("/explain", headers=unknown).status_code == 401
+    # Configured tokens in the wrong place: 403.
+    assert client.get("/status", headers=AGENT).status_code == 403
+    assert client.post("/request-task", json=body, headers=ADMIN).status_code == 403
+    assert client.get("/status", headers=ADMIN).status_code == 200
+
+
+# --- numbers, branches, /ready, OpenAPI ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("number", ["0", "-1", str(2**64), "9007199254740992"])
+def test_odd_issue_numbers_are_422_not_expired(
+    client: TestClient, redis_url: str, number: str
+) -> None:
+    before = redis_calls(redis_url)
+    for action in ("heartbeat", "complete", "release"):
+        r = client.post(
+            f"/tasks/acme/widgets/{number}/{action}",
+            json={"agent_id": "a1", "token": "t"},
+            headers=AGENT,
+        )
+        assert r.status_code == 422, r.text
+        assert problem(r)["reason"] == "invalid_request"
+    assert redis_calls(redis_url) == before
+
+
+def test_fix_branch_follows_the_body_branch_rules(client: TestClient) -> None:
+    fix: dict[str, Any] = {
+        "repository": "acme/widgets",
+        "issue": 1,
+        "pr": 5,
+        "comments": [{"author": "maint", "body": "please fix"}],
+    }
+    for bad in ("../../x y", "main", "-x", "a..b", "x.lock"):
+        r = client.post("/tasks/fix", json={**fix, "branch": bad}, headers=ADMIN)
+        assert r.status_code == 422, (bad, r.text)
+        assert "branch" in problem(r)["detail"]
+    r = client.post("/tasks/fix", json={**fix, "branch": "feature/issue-1"}, headers=ADMIN)
+    assert r.status_code == 202
+
+
+def test_ready_answers_its_documented_schema_when_not_ready(
+    app: Callable[..., TestClient],
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with app(sync=False, github={"base_url": dead, "timeout_s": 1}) as c:
+        r = c.get("/ready")
+        spec = c.get("/openapi.json").json()
+    assert r.status_code == 503
+    assert Readiness.model_validate(r.json()).checks["redis"] == "ok"
+    ready = spec["paths"]["/ready"]["get"]["responses"]
+    assert ready["503"]["content"]["application/json"]["schema"]["$ref"].endswith("/Readiness")
+    assert ready["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Readiness")
+
+
+def test_openapi_lists_every_status_the_api_answers(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()["paths"]
+    assert set(spec["/request-task"]["post"]["responses"]) >= {
+        "200",
+        "204",
+        "401",
+        "403",
+        "404",
+        "413",
+        "422",
+        "503",
+    }
+    for action in ("heartbeat", "complete", "release"):
+        codes = spec[f"/tasks/{{owner}}/{{repo}}/{{number}}/{action}"]["post"]["responses"]
+        assert set(codes) >= {"200", "401", "403", "404", "409", "413", "422", "503"}
