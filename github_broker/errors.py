@@ -13,6 +13,14 @@ class StoreUnavailable(BrokerError):
     """Redis cannot be reached or answered with an error."""
 
 
+class MirrorRebuilding(StoreUnavailable):
+    """Redis lost its data and the sync has not rebuilt the mirror yet; retry shortly."""
+
+
+class Fenced(BrokerError):
+    """A poller that lost leadership tried to write; another process leads now."""
+
+
 class GitHubError(BrokerError):
     """GitHub answered with an error that retrying will not fix."""
 

@@ -20,13 +20,22 @@ class ReadyWaker:
         self.recheck_s = recheck_s
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: Set once the process is shutting down: waiting requests answer "no task" at once.
+        self.closing = False
 
     def notify(self) -> None:
         self._event.set()
         self._event = asyncio.Event()
 
+    def close(self) -> None:
+        """Shutdown: wake every waiting request now and let none wait again."""
+        self.closing = True
+        self.notify()
+
     async def wait(self, timeout_s: float) -> None:
         """Return when a task may have become claimable, or after `timeout_s`."""
+        if self.closing:
+            return
         event = self._event
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout=min(timeout_s, self.recheck_s))

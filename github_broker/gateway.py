@@ -289,6 +289,14 @@ class GitHubGateway:
             self._list(f"{self._repo(full_name)}/issues/{pr}/comments"),
         )
 
+    def label_events(self, full_name: str, number: int) -> list[dict[str, Any]]:
+        """The issue's `labeled` / `unlabeled` events, oldest first (who changed which label)."""
+        return [
+            e
+            for e in self._list(f"/repos/{full_name}/issues/{number}/events")
+            if e.get("event") in ("labeled", "unlabeled")
+        ]
+
     def login(self) -> str:
         """The login the broker acts as on GitHub (its own comments are not feedback)."""
         if self.settings.app_id is not None:

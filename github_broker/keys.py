@@ -41,6 +41,8 @@ Added by this project (no TTL unless said):
 ``outbox``               zset    write job (``labels:{n}``, ``branch:{n}``) -> due time (ms)
 ``outbox:data``          hash    write job -> JSON payload (branch jobs)
 ``outbox:attempts``      hash    write job -> times GitHub refused it (4xx) so far
+``outbox:taken``         hash    write job -> epoch of the leader that has it in hand; a new
+                                 leader makes these due at once
 ``reviewing``            set     issues whose labels (with pending writes) say needs-review
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
                                  review_done, needs_human, link (JSON: linked PR or null,
@@ -49,6 +51,12 @@ Added by this project (no TTL unless said):
 ``timeline``             stream  recent events (kind, n, agent, detail): claims, lease ends,
                                  GitHub writes; capped ``MAXLEN ~ 2000``
 ``outbox:stats``         hash    applied, refused, dropped: GitHub write outcomes so far
+``fence``                string  highest leader epoch that wrote this repository's mirror or
+                                 write queue; scripts refuse a caller with a lower one
+``mirror``               string  the time (ms) a complete sync pass finished: the mirror is
+                                 rebuilt (gone after Redis lost its data)
+``orphans``              hash    issue -> first time (ms) a sync saw it ``in-progress`` with no
+                                 single agent label and no lease; cleaned after the lease TTL
 ``handout:{agent}:{rid}``  string  JSON ``{n, task_id, token}`` handed out for that request id
                                  (TTL: the lease TTL): a repeated request gets the same lease
 ``task_failures``        hash    issue number -> failures (failed, abandoned, expired) so far;
@@ -65,9 +73,11 @@ Added by this project (no TTL unless said):
                                  (``~`` once deleted or transferred); TTL 1 day
 =======================  ======  ==============================================================
 
-Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease),
-``{key_prefix}:quota`` (the last GitHub rate-limit headers seen) and ``{key_prefix}:timeline``
-(stream of deployment-wide events such as leader changes, capped like the repositories' ones).
+Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease: ``id`` of the
+holder), ``{{key_prefix}:leader}:epoch`` (the last leader epoch handed out; same Cluster slot
+as the leader key; never expires), ``{key_prefix}:quota`` (the last GitHub rate-limit
+headers seen) and ``{key_prefix}:timeline`` (stream of deployment-wide events such as leader
+changes, capped like the repositories' ones).
 """
 
 from __future__ import annotations
@@ -116,6 +126,10 @@ class RepoKeys:
         self.reviewing = self.base + "reviewing"
         self.timeline = self.base + "timeline"
         self.outbox_stats = self.base + "outbox:stats"
+        self.fence = self.base + "fence"
+        self.mirror = self.base + "mirror"
+        self.orphans = self.base + "orphans"
+        self.outbox_taken = self.base + "outbox:taken"
         self.task_failures = self.base + "task_failures"
         self.agent_streaks = self.base + "agent_streaks"
         self.webhooks = self.base + "webhooks"
@@ -169,6 +183,8 @@ class GlobalKeys:
 
     def __init__(self, key_prefix: str) -> None:
         self.leader = f"{key_prefix}:leader"
+        # The hash tag puts the epoch in the leader key's slot (leader.lua touches both).
+        self.leader_epoch = f"{{{key_prefix}:leader}}:epoch"
         self.quota = f"{key_prefix}:quota"
         self.events = f"{key_prefix}:events"
         self.timeline = f"{key_prefix}:timeline"

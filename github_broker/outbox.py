@@ -7,9 +7,16 @@ import json
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from github_broker.errors import GitHubError, GitHubNotFound, GitHubUnavailable, RateLimited
+from github_broker.errors import (
+    GitHubError,
+    GitHubNotFound,
+    GitHubRefused,
+    GitHubUnavailable,
+    RateLimited,
+)
 from github_broker.gateway import GitHubGateway
 from github_broker.logs import log_fields
 from github_broker.metrics import observe_write_lag
@@ -53,6 +60,11 @@ class OutboxDrainer:
         self.gateway = gateway
         self.paused_until_s = 0.0
         self._outages = 0  # consecutive drains cut short by an unavailable GitHub
+        #: The leader epoch every take and settle carries (0: unfenced); set by the daemon.
+        self.epoch = 0
+        #: Asked right before each GitHub call: a leader that stalled and was replaced must
+        #: not send a write the new leader may already have superseded.
+        self.still_leader: Callable[[], Awaitable[bool]] | None = None
 
     async def drain(self, repo: Repository) -> DrainReport:
         """Apply due writes, batch after batch, until none is due or the time budget is spent."""
@@ -71,12 +83,14 @@ class OutboxDrainer:
         self, rstore: RepoStore, jobs: list[tuple[str, str, int]], delay_ms: int
     ) -> None:
         for job, payload, _ in jobs:
-            await rstore.outbox_done(job, payload, retry_in_ms=delay_ms, attempted=False)
+            await rstore.outbox_done(
+                job, payload, retry_in_ms=delay_ms, attempted=False, epoch=self.epoch
+            )
 
     async def _drain_batch(self, repo: Repository, report: DrainReport, deadline: float) -> int:
         rstore = self.store.repo(repo.full_name)
         due_ms = await rstore.outbox_due(DRAIN_BATCH)  # also spares an idle queue the script
-        jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS) if due_ms else []
+        jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS, epoch=self.epoch) if due_ms else []
         for index, (job, payload, attempts) in enumerate(jobs):
             if time.monotonic() > deadline:
                 # Out of time: the rest are due at once for the next drain, not failures.
@@ -90,6 +104,10 @@ class OutboxDrainer:
                     await self._put_back(rstore, jobs[index:], 0)
                     return 0
                 await asyncio.sleep(wait_s)
+            if self.still_leader is not None and not await self.still_leader():
+                # Deposed: the new leader retakes these jobs at once (outbox:taken).
+                logger.warning("write queue of %s: not the leader any more", repo.full_name)
+                return 0
             try:
                 node_id = ""
                 if job.startswith("labels:"):
@@ -117,11 +135,14 @@ class OutboxDrainer:
                 logger.warning(
                     "dropping write %s on %s: %s", job, repo.full_name, e, extra=_fields(repo, job)
                 )
-                await rstore.outbox_done(job, payload)
+                await rstore.outbox_done(job, payload, epoch=self.epoch)
                 await rstore.record_write("dropped", job, str(e))
                 report.dropped += 1
             except GitHubError as e:
-                if attempts + 1 >= MAX_REFUSED_ATTEMPTS:
+                # A 422 `invalid` (a label or ref GitHub will never take) fails the same way
+                # every time: drop it at once instead of retrying it for minutes.
+                hopeless = isinstance(e, GitHubRefused) and e.code == "invalid"
+                if hopeless or attempts + 1 >= MAX_REFUSED_ATTEMPTS:
                     logger.error(
                         "GitHub refused %s on %s %d times, dropping: %s",
                         job,
@@ -130,12 +151,12 @@ class OutboxDrainer:
                         e,
                         extra=_fields(repo, job),
                     )
-                    await rstore.outbox_done(job, payload)
+                    await rstore.outbox_done(job, payload, epoch=self.epoch)
                     await rstore.record_write("dropped", job, str(e))
                     report.dropped += 1
                 else:
                     delay_ms = backoff_ms(attempts)
-                    await rstore.outbox_done(job, payload, retry_in_ms=delay_ms)
+                    await rstore.outbox_done(job, payload, retry_in_ms=delay_ms, epoch=self.epoch)
                     await rstore.record_write("refused", job, str(e))
                     report.retried += 1
                     logger.warning(
@@ -148,7 +169,7 @@ class OutboxDrainer:
                         extra=_fields(repo, job),
                     )
             else:
-                if await rstore.outbox_done(job, payload):
+                if await rstore.outbox_done(job, payload, epoch=self.epoch):
                     await rstore.record_write("applied", job, _describe(job, payload))
                 report.applied += 1
                 if job in due_ms:

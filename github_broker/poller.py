@@ -17,7 +17,7 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from github_broker.errors import BrokerError, RateLimited
+from github_broker.errors import BrokerError, Fenced, RateLimited
 from github_broker.gateway import GitHubGateway
 from github_broker.logs import log_fields
 from github_broker.outbox import OutboxDrainer
@@ -53,33 +53,76 @@ class Daemon:
         self._synced_at: dict[str, float] = {}
         self.id = node_id()
         self.is_leader = False
+        #: This process's leader epoch while it leads (see leader.lua); 0 otherwise.
+        self.epoch = 0
+        self.drainer.still_leader = self.still_leader
         self._failures: dict[str, int] = {}
         self._not_before: dict[str, float] = {}
         self._quota_published_s = 0.0
-        self._quota_published_s = 0.0
+        # A loss-triggered rebuild and the scheduled pass must not run two syncs at once.
+        self._sync_lock = asyncio.Lock()
         self.scheduler: AsyncIOScheduler | None = None
 
     # --- jobs ---------------------------------------------------------------------------
 
     async def hold_leadership(self) -> bool:
         ttl_ms = int(self.settings.poll.leader_ttl_s * 1000)
+        was = self.is_leader
         try:
-            was = self.is_leader
-            self.is_leader = await self.store.leader(self.id, ttl_ms)
+            epoch = await self.store.leader(self.id, ttl_ms)
         except BrokerError as e:
             logger.warning("leader lease unavailable: %s", e)
-            self.is_leader = False
+            self._set_epoch(0)
             return False
+        self._set_epoch(epoch)
         if self.is_leader != was:
-            logger.info("%s leader (%s)", "became" if self.is_leader else "lost", self.id)
+            logger.info(
+                "%s leader (%s, epoch %d)", "became" if self.is_leader else "lost", self.id, epoch
+            )
             with contextlib.suppress(BrokerError):
                 kind = "leader_gained" if self.is_leader else "leader_lost"
-                await self.store.record_event(kind, None, "", self.id)
+                await self.store.record_event(kind, None, "", f"{self.id} epoch {epoch}")
+        if self.is_leader and not was:
+            # Raise every repository's fence now, before a deposed leader can write again.
+            await self.reap_all()
         return self.is_leader
+
+    def _set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.is_leader = epoch > 0
+        self.syncer.epoch = epoch
+        self.drainer.epoch = epoch
+
+    def _deposed(self, e: Fenced) -> None:
+        logger.warning("%s is not the leader any more, its write was refused: %s", self.id, e)
+        self._set_epoch(0)
+
+    async def still_leader(self) -> bool:
+        """Whether the leader lease is still ours (read right before each GitHub write)."""
+        return self.is_leader and await self.store.leader_id() == self.id
 
     async def sync_all(self) -> None:
         if not self.is_leader:
             return
+        async with self._sync_lock:
+            await self._sync_all()
+
+    async def rebuild_if_lost(self) -> None:
+        """Redis lost its data (the mirror marker is gone): sync now, not at the next
+        interval, since agents are told to retry until the mirror is rebuilt."""
+        if not self.is_leader or self._sync_lock.locked():
+            return
+        for rstore in self.store.repos.values():
+            try:
+                lost = not await rstore.mirror_rebuilt()
+            except BrokerError:
+                return
+            if lost:
+                logger.warning("the mirror of %s is gone: rebuilding it now", rstore.repository)
+                await self.sync_all()
+                return
+
+    async def _sync_all(self) -> None:
         for repo in self.settings.repositories:
             name = repo.full_name
             if await self._sync_due(repo):
@@ -119,6 +162,8 @@ class Daemon:
         try:
             await job()
             self._failures[key] = 0
+        except Fenced as e:
+            self._deposed(e)
         except RateLimited as e:
             self._not_before[key] = e.retry_at_s
             logger.warning("%s paused until %s: %s", what, _clock(e.retry_at_s), e)
@@ -134,9 +179,13 @@ class Daemon:
     async def drain_all(self) -> None:
         if not self.is_leader:
             return
+        await self.rebuild_if_lost()
         for repo in self.settings.repositories:
             try:
                 await self.drainer.drain(repo)
+            except Fenced as e:
+                self._deposed(e)
+                return
             except BrokerError as e:
                 logger.warning("write queue of %s not drained: %s", repo.full_name, e)
         await self._publish_quota()
@@ -154,7 +203,10 @@ class Daemon:
             return
         for rstore in self.store.repos.values():
             try:
-                expired = await rstore.reap()
+                expired = await rstore.reap(epoch=self.epoch)
+            except Fenced as e:
+                self._deposed(e)
+                return
             except BrokerError as e:
                 logger.warning("lease sweep of %s failed: %s", rstore.repository, e)
                 continue
@@ -216,7 +268,7 @@ class Daemon:
         if self.is_leader:
             with contextlib.suppress(BrokerError):
                 await self.store.leader(self.id, 0, release=True)
-            self.is_leader = False
+            self._set_epoch(0)
 
     async def run_forever(self) -> None:
         """`github-broker poll`: run until SIGINT or SIGTERM."""

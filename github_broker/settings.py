@@ -140,6 +140,11 @@ class RedisSettings(_Section):
     url: str = "redis://127.0.0.1:6379/0"
     #: Prefix of every key; each repository adds a Cluster hash tag after it.
     key_prefix: str = Field("gb", pattern=r"^[A-Za-z0-9_.-]+$")
+    #: Seconds one Redis call may take before it fails (503 + Retry-After to the client); a
+    #: hung Redis must not hold requests for long.
+    socket_timeout_s: float = Field(2.0, gt=0)
+    #: Seconds to open a connection to Redis.
+    connect_timeout_s: float = Field(1.0, gt=0)
 
 
 class PollSettings(_Section):

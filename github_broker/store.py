@@ -11,15 +11,18 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from functools import wraps
 from importlib import resources
 from typing import Any, ParamSpec, TypeVar, cast
 
 import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from github_broker.clock import iso_from_ms, now_ms
-from github_broker.errors import StoreUnavailable
+from github_broker.errors import Fenced, MirrorRebuilding, StoreUnavailable
 from github_broker.keys import GlobalKeys, RepoKeys
 from github_broker.models import (
     SCORE_GROUP,
@@ -46,6 +49,8 @@ LEASE_END_TTL_S = 86400
 CLAIM_SCAN = 16
 #: Approximate cap of each timeline stream (XADD MAXLEN ~): recent events only.
 TIMELINE_MAX = 2000
+#: Seconds /ready waits for Redis's PONG.
+PING_TIMEOUT_S = 0.8
 #: Memory URL scheme: an in-process fakeredis (sandbox, quick tests).
 MEMORY_URL = "memory://"
 
@@ -58,15 +63,27 @@ async def _aw(result: Awaitable[T] | T) -> T:
 
 
 def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Turn redis-py connection failures into StoreUnavailable."""
+    """Turn redis-py connection failures into StoreUnavailable, and bound the whole call by
+    the store's `call_timeout_s` (reconnects included: a hung Redis fails fast)."""
 
     @wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        bound = getattr(args[0], "call_timeout_s", None) if args else None
         try:
-            return await fn(*args, **kwargs)
+            if bound is None:
+                return await fn(*args, **kwargs)
+            async with asyncio.timeout(bound):
+                return await fn(*args, **kwargs)
+        except TimeoutError as e:
+            raise StoreUnavailable(f"Redis did not answer within {bound:g}s") from e
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
             raise StoreUnavailable(f"Redis unavailable: {e}") from e
         except redis.exceptions.ResponseError as e:
+            message = str(e)
+            if message.startswith("FENCED"):
+                raise Fenced(f"not the leader any more: {message}") from e
+            if message.startswith("REBUILDING"):
+                raise MirrorRebuilding(message.removeprefix("REBUILDING ")) from e
             raise StoreUnavailable(f"Redis error: {e}") from e
 
     return wrapper
@@ -74,18 +91,30 @@ def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]
 
 #: Redis Cluster: `redis+cluster://host:port[,host:port...]` (any reachable nodes).
 CLUSTER_SCHEME = "redis+cluster://"
-_TIMEOUTS: dict[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5}
+#: Default bounds of one Redis call (seconds); `Settings.redis` sets them per deployment.
+DEFAULT_SOCKET_TIMEOUT_S = 2.0
+DEFAULT_CONNECT_TIMEOUT_S = 1.0
 
 
-def connect(url: str) -> Any:
+def _timeouts(socket_s: float, connect_s: float) -> dict[str, Any]:
+    return {"socket_timeout": socket_s, "socket_connect_timeout": connect_s}
+
+
+def connect(
+    url: str,
+    *,
+    socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+) -> Any:
     """A client for `url`: redis://, rediss://, unix://, redis+sentinel://, redis+cluster://,
-    or memory:// (an in-process fakeredis)."""
+    or memory:// (an in-process fakeredis). Every call is bounded by the timeouts."""
+    timeouts = _timeouts(socket_timeout_s, connect_timeout_s)
     if url.startswith(MEMORY_URL):
         import fakeredis
 
         return fakeredis.FakeAsyncRedis(server=_memory_server())
     if url.startswith("redis+sentinel://"):
-        return _sentinel(url)
+        return _sentinel(url, socket_timeout_s)
     if url.startswith(CLUSTER_SCHEME):
         from redis.asyncio.cluster import ClusterNode, RedisCluster
 
@@ -95,17 +124,23 @@ def connect(url: str) -> Any:
                 n.partition(":") for n in url.removeprefix(CLUSTER_SCHEME).split("/")[0].split(",")
             )
         ]
-        return RedisCluster(startup_nodes=nodes, **_TIMEOUTS)
-    return aioredis.Redis.from_url(url, **_TIMEOUTS)
+        return RedisCluster(startup_nodes=nodes, **timeouts)
+    return aioredis.Redis.from_url(url, retry=_retry(), **timeouts)
 
 
-def _pubsub_client(url: str, client: Any) -> Any:
+def _retry() -> Retry:
+    # One immediate retry on a broken pooled connection (Redis restarted); none on a timeout,
+    # or a hung Redis would hold each call for several socket timeouts (redis-py's default).
+    return Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,))
+
+
+def _pubsub_client(url: str, client: Any, timeouts: dict[str, Any]) -> Any:
     """Who to SUBSCRIBE through: the client itself, or for a cluster one node (a classic
     PUBLISH reaches every node of a cluster)."""
     if not url.startswith(CLUSTER_SCHEME):
         return client
     host, _, port = url.removeprefix(CLUSTER_SCHEME).split("/")[0].split(",")[0].partition(":")
-    return aioredis.Redis(host=host, port=int(port or 6379), **_TIMEOUTS)
+    return aioredis.Redis(host=host, port=int(port or 6379), retry=_retry(), **timeouts)
 
 
 _MEMORY: Any = None
@@ -128,7 +163,7 @@ def flush_memory() -> None:
     fakeredis.FakeRedis(server=_memory_server()).flushall()
 
 
-def _sentinel(url: str) -> aioredis.Redis:
+def _sentinel(url: str, socket_timeout_s: float) -> aioredis.Redis:
     # redis+sentinel://host1:26379,host2:26379/service_name[/db]
     from redis.asyncio.sentinel import Sentinel
 
@@ -139,7 +174,7 @@ def _sentinel(url: str) -> aioredis.Redis:
     for host in hosts.split(","):
         name, _, port = host.partition(":")
         nodes.append((name, int(port or 26379)))
-    sentinel = Sentinel(nodes, socket_timeout=10)
+    sentinel = Sentinel(nodes, socket_timeout=socket_timeout_s)
     return sentinel.master_for(service or "mymaster", db=int(db or 0))
 
 
@@ -158,9 +193,11 @@ def _lua_literal(value: Any) -> str:
         return repr(value)
     text = str(value).encode("utf-8")
     # A decimal escape per byte outside printable ASCII, quotes and backslashes escaped.
-    return '"' + "".join(
-        chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in text
-    ) + '"'
+    return (
+        '"'
+        + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in text)
+        + '"'
+    )
 
 
 def context_prelude(context: dict[str, Any]) -> str:
@@ -183,6 +220,7 @@ class Scripts:
         "reap",
         "sync_upsert",
         "sync_remove",
+        "sync_save",
         "outbox_take",
         "outbox_done",
     )
@@ -202,6 +240,27 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _refusal(value: Any) -> LeaseRefusal:
+    reason = _text(value)
+    if reason == "rebuilding":
+        # Redis lost the lease with everything else; the next sync re-adopts it from GitHub.
+        raise MirrorRebuilding("the mirror is being rebuilt from GitHub; retry shortly")
+    return LeaseRefusal(reason)
+
+
+@dataclass
+class UpsertResult:
+    """What one sync_upsert.lua call did; `suspects` maps an issue to the lease labels that
+    vanished from GitHub (the caller asks GitHub who removed them)."""
+
+    written: int = 0
+    readied: int = 0
+    revoked: int = 0
+    adopted: int = 0
+    suspects: dict[int, list[str]] = field(default_factory=dict)
+    restored: int = 0
+
+
 class RepoStore:
     """Redis state of one repository."""
 
@@ -213,6 +272,8 @@ class RepoStore:
         self.keys = keys
         self.settings = settings
         self.repository = keys.full_name
+        #: Longest one store call may take, reconnects included (seconds).
+        self.call_timeout_s = settings.redis.socket_timeout_s
         self._fixed = [
             keys.tasks,
             keys.ready,
@@ -226,36 +287,42 @@ class RepoStore:
             keys.reviewing,
         ]
         self.context: dict[str, Any] = {
-                "issue": keys.issue_prefix,
-                "lock": keys.lock_prefix,
-                "lease": keys.lease_prefix,
-                "agent": keys.agent_task_prefix,
-                "cand": keys.candidate_prefix,
-                "ready_role": keys.ready_role_prefix,
-                "tomb": keys.lease_end_prefix,
-                "review": keys.review_detected_prefix,
-                "review_state": keys.review_state_prefix,
-                "fix": keys.fix_prefix,
-                "outbox_attempts": keys.outbox_attempts,
-                "events": keys.events,
-                "timeline": keys.timeline,
-                "timeline_max": TIMELINE_MAX,
-                "in_progress": settings.labels.in_progress,
-                "needs_review": settings.labels.needs_review,
-                "lease_ms": settings.leases.lease_ttl_s * 1000,
-                "agent_s": settings.leases.agent_task_ttl_s,
-                "cand_s": settings.leases.candidate_ttl_s,
-                "tomb_s": LEASE_END_TTL_S,
-                "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
-                "priority_unit": 4 * SCORE_GROUP,
-                "handout": keys.handout_prefix,
-                "cooldown": keys.cooldown_prefix,
-                "task_failures": keys.task_failures,
-                "agent_streaks": keys.agent_streaks,
-                "needs_human": settings.labels.needs_human,
-                "settle_grace_ms": int(settings.leases.settle_grace_s * 1000),
-                "max_failures": settings.failures.max_failures,
-                "cooldown_s": settings.failures.cooldown_s,
+            "issue": keys.issue_prefix,
+            "lock": keys.lock_prefix,
+            "lease": keys.lease_prefix,
+            "agent": keys.agent_task_prefix,
+            "cand": keys.candidate_prefix,
+            "ready_role": keys.ready_role_prefix,
+            "tomb": keys.lease_end_prefix,
+            "review": keys.review_detected_prefix,
+            "review_state": keys.review_state_prefix,
+            "fix": keys.fix_prefix,
+            "outbox_attempts": keys.outbox_attempts,
+            "events": keys.events,
+            "timeline": keys.timeline,
+            "timeline_max": TIMELINE_MAX,
+            "in_progress": settings.labels.in_progress,
+            "needs_review": settings.labels.needs_review,
+            "lease_ms": settings.leases.lease_ttl_s * 1000,
+            "agent_s": settings.leases.agent_task_ttl_s,
+            "cand_s": settings.leases.candidate_ttl_s,
+            "tomb_s": LEASE_END_TTL_S,
+            "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
+            "priority_unit": 4 * SCORE_GROUP,
+            "handout": keys.handout_prefix,
+            "cooldown": keys.cooldown_prefix,
+            "task_failures": keys.task_failures,
+            "agent_streaks": keys.agent_streaks,
+            "needs_human": settings.labels.needs_human,
+            "settle_grace_ms": int(settings.leases.settle_grace_s * 1000),
+            "max_failures": settings.failures.max_failures,
+            "cooldown_s": settings.failures.cooldown_s,
+            "fence": keys.fence,
+            "mirror": keys.mirror,
+            "orphans": keys.orphans,
+            "outbox_taken": keys.outbox_taken,
+            "sync": keys.sync,
+            "sync_pages": keys.sync_pages,
         }
         # Compiled into the scripts: nothing of it travels with a call (ARGV[1] stays, empty,
         # so every script keeps its argument numbers).
@@ -267,18 +334,34 @@ class RepoStore:
     # --- sync ---------------------------------------------------------------------------
 
     @translate_errors
-    async def upsert_issues(self, items: list[dict[str, Any]]) -> tuple[int, int, int, int]:
-        """Write issues and their index entries; returns (written, readied, revoked, adopted)."""
+    async def sync_issues(self, items: list[dict[str, Any]], *, epoch: int = 0) -> UpsertResult:
+        """Write issues and their index entries (sync_upsert.lua), fenced by `epoch`."""
         if not items:
-            return 0, 0, 0, 0
-        res = await self._run("sync_upsert", json.dumps(items), iso_from_ms(now_ms()))
-        return int(res[0]), int(res[1]), int(res[2]), int(res[3])
+            return UpsertResult()
+        res = await self._run("sync_upsert", json.dumps(items), iso_from_ms(now_ms()), epoch)
+        suspects = json.loads(_text(res[4]))
+        return UpsertResult(
+            written=int(res[0]),
+            readied=int(res[1]),
+            revoked=int(res[2]),
+            adopted=int(res[3]),
+            # cjson writes an empty list as {}.
+            suspects={int(s["n"]): list(s["missing"]) for s in (suspects if suspects else [])},
+            restored=int(res[5]),
+        )
+
+    async def upsert_issues(
+        self, items: list[dict[str, Any]], *, epoch: int = 0
+    ) -> tuple[int, int, int, int]:
+        """Write issues and their index entries; returns (written, readied, revoked, adopted)."""
+        r = await self.sync_issues(items, epoch=epoch)
+        return r.written, r.readied, r.revoked, r.adopted
 
     @translate_errors
-    async def remove_issues(self, numbers: list[int]) -> tuple[int, int]:
+    async def remove_issues(self, numbers: list[int], *, epoch: int = 0) -> tuple[int, int]:
         if not numbers:
             return 0, 0
-        removed, revoked = await self._run("sync_remove", json.dumps(numbers))
+        removed, revoked = await self._run("sync_remove", json.dumps(numbers), epoch)
         return int(removed), int(revoked)
 
     @translate_errors
@@ -297,16 +380,29 @@ class RepoStore:
         *,
         pages: dict[str, str] | None = None,
         drop_pages: list[str] | None = None,
+        rebuilt: str | bool = "",
+        epoch: int = 0,
     ) -> None:
-        """Cursors (small, read every pass) and full-pass page data (read by full passes)."""
-        async with self.client.pipeline(transaction=True) as pipe:
-            if values:
-                pipe.hset(self.keys.sync, mapping=values)
-            if pages:
-                pipe.hset(self.keys.sync_pages, mapping=pages)
-            if drop_pages:
-                pipe.hdel(self.keys.sync_pages, *drop_pages)
-            await pipe.execute()
+        """Cursors (small, read every pass) and full-pass page data (read by full passes).
+        `rebuilt`: the `full_started` cursor of the full pass that just finished; the mirror
+        is marked complete if it is still there (True: mark it regardless, for tests that
+        fill Redis by hand). Fenced by `epoch`."""
+        if rebuilt is True:
+            rebuilt = "seeded"
+            values = {**(values or {}), "full_started": rebuilt}
+        await self._run(
+            "sync_save",
+            json.dumps(values or {}),
+            json.dumps(pages or {}),
+            json.dumps(drop_pages or []),
+            rebuilt or "",
+            epoch,
+        )
+
+    @translate_errors
+    async def mirror_rebuilt(self) -> bool:
+        """Whether a complete sync pass has rebuilt the mirror since Redis last lost it."""
+        return bool(await _aw(self.client.exists(self.keys.mirror)))
 
     @translate_errors
     async def sync_pages(self) -> dict[str, str]:
@@ -451,7 +547,9 @@ class RepoStore:
     ) -> tuple[bool, int | LeaseRefusal]:
         """(True, expires_ms) or (False, why)."""
         ok, value = await self._run("heartbeat", number, agent_id, token)
-        return (True, int(value)) if int(ok) else (False, LeaseRefusal(_text(value)))
+        if not int(ok):
+            return False, _refusal(value)
+        return True, int(value)
 
     @translate_errors
     async def finish(
@@ -462,11 +560,11 @@ class RepoStore:
         ok, value = await self._run(
             "finish", number, agent_id, token, outcome, "1" if counted else "0"
         )
-        return (True, _text(value)) if int(ok) else (False, LeaseRefusal(_text(value)))
+        return (True, _text(value)) if int(ok) else (False, _refusal(value))
 
     @translate_errors
-    async def reap(self, limit: int = 100) -> int:
-        return int(await self._run("reap", limit))
+    async def reap(self, limit: int = 100, *, epoch: int = 0) -> int:
+        return int(await self._run("reap", limit, epoch))
 
     @translate_errors
     async def candidate(self, number: int, agent_id: str) -> dict[str, Any] | None:
@@ -546,19 +644,29 @@ class RepoStore:
     # --- GitHub write queue -------------------------------------------------------------
 
     @translate_errors
-    async def outbox_take(self, limit: int, hide_ms: int) -> list[tuple[str, str, int]]:
-        flat = await self._run("outbox_take", limit, hide_ms)
+    async def outbox_take(
+        self, limit: int, hide_ms: int, *, epoch: int = 0
+    ) -> list[tuple[str, str, int]]:
+        flat = await self._run("outbox_take", limit, hide_ms, epoch)
         return [
             (_text(flat[i]), _text(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
         ]
 
     @translate_errors
     async def outbox_done(
-        self, job: str, payload: str, retry_in_ms: int = -1, *, attempted: bool = True
+        self,
+        job: str,
+        payload: str,
+        retry_in_ms: int = -1,
+        *,
+        attempted: bool = True,
+        epoch: int = 0,
     ) -> bool:
         """Settle a taken job: done (retry_in_ms -1) or due again later; only `attempted`
-        failures count toward dropping it."""
-        res = await self._run("outbox_done", job, payload, retry_in_ms, "1" if attempted else "0")
+        failures count toward dropping it. Fenced by `epoch`."""
+        res = await self._run(
+            "outbox_done", job, payload, retry_in_ms, "1" if attempted else "0", epoch
+        )
         return bool(int(res))
 
     @translate_errors
@@ -759,7 +867,12 @@ class Store:
     def __init__(self, client: Any, settings: Settings) -> None:
         self.client = client
         self.settings = settings
-        self.pubsub_client = _pubsub_client(settings.redis.url, client)
+        self.call_timeout_s = settings.redis.socket_timeout_s
+        self.pubsub_client = _pubsub_client(
+            settings.redis.url,
+            client,
+            _timeouts(settings.redis.socket_timeout_s, settings.redis.connect_timeout_s),
+        )
         self.scripts = Scripts(client)
         self.global_keys = GlobalKeys(settings.redis.key_prefix)
         self.repos = {
@@ -771,7 +884,14 @@ class Store:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Store:
-        return cls(connect(settings.redis.url), settings)
+        return cls(
+            connect(
+                settings.redis.url,
+                socket_timeout_s=settings.redis.socket_timeout_s,
+                connect_timeout_s=settings.redis.connect_timeout_s,
+            ),
+            settings,
+        )
 
     async def close(self) -> None:
         if self.pubsub_client is not self.client:
@@ -781,17 +901,26 @@ class Store:
     def repo(self, full_name: str) -> RepoStore:
         return self.repos[full_name]
 
-    @translate_errors
-    async def ping(self) -> bool:
-        return bool(await self.client.ping())
+    async def ping(self, timeout_s: float = PING_TIMEOUT_S) -> bool:
+        """Whether Redis answers within `timeout_s` (a hung Redis fails fast: /ready)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return bool(await self.client.ping())
+        except TimeoutError as e:
+            raise StoreUnavailable(f"Redis did not answer within {timeout_s:g}s") from e
+        except (redis.exceptions.RedisError, OSError) as e:
+            raise StoreUnavailable(f"Redis unavailable: {e}") from e
 
     @translate_errors
-    async def leader(self, candidate: str, ttl_ms: int, *, release: bool = False) -> bool:
+    async def leader(self, candidate: str, ttl_ms: int, *, release: bool = False) -> int:
+        """acquire: the caller's leader epoch (> 0) while it leads, else 0; release: 1 when
+        the caller held the lease and gave it up."""
         action = "release" if release else "acquire"
         res = await self.scripts.leader(
-            keys=[self.global_keys.leader], args=[candidate, ttl_ms, action]
+            keys=[self.global_keys.leader, self.global_keys.leader_epoch],
+            args=[candidate, ttl_ms, action],
         )
-        return bool(int(res))
+        return int(res)
 
     @translate_errors
     async def leader_id(self) -> str | None:

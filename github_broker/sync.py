@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from github_broker.clock import iso_from_ms, now_ms
+from github_broker.errors import GitHubError
 from github_broker.gateway import GitHubGateway, Page
 from github_broker.logs import log_fields
 from github_broker.models import Issue, TaskType
 from github_broker.rules import Rules, task_score
 from github_broker.settings import Repository, Settings
-from github_broker.store import RepoStore, Store
+from github_broker.store import RepoStore, Store, UpsertResult
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class SyncReport:
     readied: int = 0
     revoked: int = 0
     adopted: int = 0
+    restored: int = 0
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -51,7 +53,8 @@ class SyncReport:
             f"({self.not_modified} unchanged), "
             f"{self.seen} issue(s) seen, {self.written} written, {self.removed} removed, "
             f"{self.readied} newly claimable, {self.revoked} lease(s) revoked, "
-            f"{self.adopted} re-adopted, {self.seconds:.2f}s"
+            f"{self.adopted} re-adopted, {self.restored} label(s) restored, "
+            f"{self.seconds:.2f}s"
         )
 
 
@@ -63,6 +66,9 @@ class Syncer:
         self.store = store
         self.gateway = gateway
         self.rules = Rules(settings)
+        #: The leader epoch every write carries (0: unfenced, a one-off CLI sync); the daemon
+        #: sets it whenever it takes or renews leadership.
+        self.epoch = 0
 
     async def base_branch(self, repo: Repository, rstore: RepoStore, state: dict[str, str]) -> str:
         if repo.base_branch:
@@ -71,7 +77,7 @@ class Syncer:
             return state["default_branch"]
         info = await asyncio.to_thread(self.gateway.repository, repo.full_name)
         branch = str(info.get("default_branch") or "main")
-        await rstore.save_sync_state({"default_branch": branch})
+        await rstore.save_sync_state({"default_branch": branch}, epoch=self.epoch)
         return branch
 
     async def sync(
@@ -85,7 +91,8 @@ class Syncer:
         if full is None:
             last_full = float(state.get("full_at", 0))
             full = (
-                "since" not in state
+                not await rstore.mirror_rebuilt()
+                or "since" not in state
                 or time.time() - last_full >= self.settings.poll.full_sync_interval_s
             )
         report = SyncReport(repository=repo.full_name, full=full)
@@ -94,7 +101,9 @@ class Syncer:
         else:
             await self._incremental(repo, rstore, state, base, report)
         report.seconds = time.monotonic() - started
-        changed = report.written or report.removed or report.revoked or report.adopted
+        changed = (
+            report.written or report.removed or report.revoked or report.adopted or report.restored
+        )
         logger.log(
             logging.INFO if changed else logging.DEBUG,
             "sync %s",
@@ -118,6 +127,10 @@ class Syncer:
         # Issues may change on pages already read while the pass goes on: the first cursor
         # starts before the pass did (with a margin for clock skew), never after.
         started_iso = iso_from_ms(now_ms() - CURSOR_MARGIN_MS)
+        # Marks this pass: if Redis loses its data meanwhile, the mark goes with it and the
+        # pass does not claim a rebuilt mirror at its end.
+        pass_id = f"{now_ms()}-{id(report)}"
+        await rstore.save_sync_state({"full_started": pass_id}, epoch=self.epoch)
         per_page = self.settings.github.per_page
         seen: set[int] = set()
         newest = state.get("since", "")
@@ -163,7 +176,10 @@ class Syncer:
             # Only the first pass sets the cursor; later ones must not move it past changes
             # on pages they read early (the incremental passes catch those).
             cursors["since"] = min(newest, started_iso)
-        await rstore.save_sync_state(cursors, pages=saved, drop_pages=stale)
+        # Every open issue is mirrored now: leases unknown to Redis are re-adopted or gone.
+        await rstore.save_sync_state(
+            cursors, pages=saved, drop_pages=stale, rebuilt=pass_id, epoch=self.epoch
+        )
         if not state.get("since") and newest:
             # Record the incremental cursor's ETag now, so the next pass can be a 304.
             await self._incremental(repo, rstore, {**state, **cursors}, base, report)
@@ -208,10 +224,11 @@ class Syncer:
                 break
         if page_no == 1:
             await rstore.save_sync_state(
-                {"since": cursor, "inc_since": cursor, "inc_etag": page.etag or ""}
+                {"since": cursor, "inc_since": cursor, "inc_etag": page.etag or ""},
+                epoch=self.epoch,
             )
         else:
-            await rstore.save_sync_state({"since": cursor})
+            await rstore.save_sync_state({"since": cursor}, epoch=self.epoch)
 
     async def _apply_changes(
         self, rstore: RepoStore, items: list[dict[str, Any]], base: str, report: SyncReport
@@ -250,19 +267,69 @@ class Syncer:
         self, rstore: RepoStore, issues: list[Issue], base: str, report: SyncReport
     ) -> None:
         for start in range(0, len(issues), UPSERT_BATCH):
-            batch = [
-                index_item(self.rules, issue, base)
-                for issue in issues[start : start + UPSERT_BATCH]
-            ]
-            written, readied, revoked, adopted = await rstore.upsert_issues(batch)
-            report.written += written
-            report.readied += readied
-            report.revoked += revoked
-            report.adopted += adopted
+            chunk = issues[start : start + UPSERT_BATCH]
+            batch = [index_item(self.rules, issue, base) for issue in chunk]
+            result = await rstore.sync_issues(batch, epoch=self.epoch)
+            self._count(report, result)
+            by_number = {item["n"]: item for item in batch}
+            settled = []
+            for n, missing in result.suspects.items():
+                actor = await self._who_removed(rstore.repository, n, missing)
+                if actor is not None:
+                    settled.append({**by_number[n], "removed_by": actor})
+            if settled:
+                self._count(report, await rstore.sync_issues(settled, epoch=self.epoch))
+
+    async def apply_issues(self, rstore: RepoStore, issues: list[Issue], base: str) -> SyncReport:
+        """Mirror these issues as a sync pass would (the webhook worker's targeted update)."""
+        report = SyncReport(repository=rstore.repository, full=False)
+        await self._upsert(rstore, issues, base, report)
+        return report
+
+    @staticmethod
+    def _count(report: SyncReport, result: UpsertResult) -> None:
+        report.written += result.written
+        report.readied += result.readied
+        report.revoked += result.revoked
+        report.adopted += result.adopted
+        report.restored += result.restored
+
+    async def _who_removed(self, full_name: str, number: int, missing: list[str]) -> str | None:
+        """'broker' when the broker's own login removed every missing label last (a late write
+        of a deposed leader), 'person' when anyone else removed one, None when GitHub shows no
+        such event yet (asked again on the next pass)."""
+        try:
+            events = await asyncio.to_thread(self.gateway.label_events, full_name, number)
+            me = await asyncio.to_thread(self.gateway.login)
+        except GitHubError as e:
+            logger.warning("%s#%d: who removed %s unknown: %s", full_name, number, missing, e)
+            return None
+        verdict = "broker"
+        for label in missing:
+            last = next(
+                (
+                    e
+                    for e in reversed(events)
+                    if e.get("event") == "unlabeled"
+                    and str((e.get("label") or {}).get("name", "")).lower() == label.lower()
+                ),
+                None,
+            )
+            if last is None:
+                return None
+            login = str((last.get("actor") or {}).get("login", ""))
+            # A GitHub App acts as "<slug>[bot]"; its login() is "" (no /user for Apps).
+            ours = login == me if me else login.endswith("[bot]")
+            if not ours:
+                verdict = "person"
+        logger.info("%s#%d: %s removed by the %s", full_name, number, missing, verdict)
+        return verdict
 
     async def _remove(self, rstore: RepoStore, numbers: list[int], report: SyncReport) -> None:
         for start in range(0, len(numbers), UPSERT_BATCH):
-            removed, revoked = await rstore.remove_issues(numbers[start : start + UPSERT_BATCH])
+            removed, revoked = await rstore.remove_issues(
+                numbers[start : start + UPSERT_BATCH], epoch=self.epoch
+            )
             report.removed += removed
             report.revoked += revoked
 
@@ -283,4 +350,13 @@ def index_item(rules: Rules, issue: Issue, base: str) -> dict[str, Any]:
         "skip": analysis.skip.model_dump_json() if analysis.skip else "",
         "holder": rules.holder(issue.labels) or "",
         "pin": rules.pins_bucket(issue, analysis),
+        # Labels that may be agent ids (sync_upsert.lua removes those of past holders).
+        "others": [
+            lab
+            for lab in issue.labels
+            if lab not in rules.known_labels
+            and lab not in rules.roles
+            and not rules.priority_re.match(lab)
+        ],
+        "removed_by": "",
     }

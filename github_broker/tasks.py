@@ -86,7 +86,7 @@ class TaskService:
             remaining = deadline - time.monotonic()
             if attempt.replayed:
                 return None
-            if remaining <= 0:
+            if remaining <= 0 or self.waker.closing:
                 return None
             await self.waker.wait(remaining)
 

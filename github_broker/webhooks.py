@@ -19,7 +19,7 @@ from github_broker.models import Issue
 from github_broker.reviews import ReviewKeeper
 from github_broker.settings import Repository, Settings
 from github_broker.store import RepoStore, Store
-from github_broker.sync import Syncer, index_item
+from github_broker.sync import Syncer
 
 logger = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class WebhookWorker:
         """Mirror one issue from the payload, unless the mirror already has a newer state."""
         n = int(data["number"])
         if action in GONE_ACTIONS:
-            await rstore.remove_issues([n])
+            await rstore.remove_issues([n], epoch=self.syncer.epoch)
             await rstore.set_issue_version(n, GONE, VERSION_TTL_S)
             return "removed"
         cached = await rstore.get_issue(n)
@@ -259,17 +259,17 @@ class WebhookWorker:
             # only GitHub can say which came last, so read that one issue.
             fresh = await asyncio.to_thread(self.gateway.issue, repo.full_name, n)
             if fresh is None:
-                await rstore.remove_issues([n])
+                await rstore.remove_issues([n], epoch=self.syncer.epoch)
                 await rstore.set_issue_version(n, GONE, VERSION_TTL_S)
                 return "removed"
             data, updated = fresh, str(fresh["updated_at"])
         if data.get("state") == "open":
             base = await self.syncer.base_branch(repo, rstore, await rstore.sync_state())
-            item = index_item(self.syncer.rules, Issue.from_github(data), base)
-            await rstore.upsert_issues([item])
+            # Fenced like the sync, and a vanished lease label is checked the same way.
+            await self.syncer.apply_issues(rstore, [Issue.from_github(data)], base)
             outcome = "upserted"
         else:
-            await rstore.remove_issues([n])
+            await rstore.remove_issues([n], epoch=self.syncer.epoch)
             outcome = "removed"
         await rstore.set_issue_version(n, updated, VERSION_TTL_S)
         return outcome

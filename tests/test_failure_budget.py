@@ -39,6 +39,7 @@ async def load(store: Store, *numbers: int) -> RepoStore:
     await rstore.upsert_issues(
         [index_item(rules, issue(n, "P1", "BACKENDCODER"), "main") for n in numbers]
     )
+    await rstore.save_sync_state({}, rebuilt=True)  # as a complete sync pass would
     return rstore
 
 

@@ -185,6 +185,7 @@ async def test_intent_stays_small_over_100_claims_by_different_agents(
         await rstore.upsert_issues(
             [index_item(Rules(store.settings), issue(1, "P0", "BACKENDCODER"), "main")]
         )
+        await rstore.save_sync_state({}, rebuilt=True)  # as a complete sync pass would
         sizes = []
         for i in range(100):
             got = await rstore.claim(

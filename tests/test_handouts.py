@@ -51,6 +51,7 @@ async def make_store(
         await rstore.upsert_issues(
             [index_item(rules, issue(n, "P1", "BACKENDCODER"), "main") for n in (1, 2, 3)]
         )
+        await rstore.save_sync_state({}, rebuilt=True)  # as a complete sync pass would
         return rstore
 
     yield make
@@ -126,6 +127,7 @@ async def test_request_ids_hold_across_repositories(
             await store.repo(name).upsert_issues(
                 [index_item(rules, issue(n, "P1", "BACKENDCODER"), "main") for n in (1, 2)]
             )
+            await store.repo(name).save_sync_state({}, rebuilt=True)
         tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
         first = await tasks.request_task("a1", request_id="r-1")
         again = await tasks.request_task("a1", request_id="r-1")

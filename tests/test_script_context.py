@@ -32,6 +32,7 @@ async def test_scripts_use_the_compiled_context(
         rstore = store.repo("acme/widgets")
         work = issue(1, "P1", "BACKENDCODER")
         await rstore.upsert_issues([index_item(Rules(settings), work, "main")])
+        await rstore.save_sync_state({}, rebuilt=True)  # as a complete sync pass would
         got = await rstore.claim(
             "agent-1", previous="completed", mode="strict", base_branch="main", roles=None
         )

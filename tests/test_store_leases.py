@@ -47,6 +47,7 @@ async def load(store: Store, *issues_) -> RepoStore:  # type: ignore[no-untyped-
     rstore = store.repo(REPO)
     rules = Rules(store.settings)
     await rstore.upsert_issues([index_item(rules, i, "main") for i in issues_])
+    await rstore.save_sync_state({}, rebuilt=True)  # as a complete sync pass would
     return rstore
 
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -58,6 +62,36 @@ class Services:
         return ok, why
 
 
+def _wake_waiters_on_exit(waker: ReadyWaker) -> Callable[[], None]:
+    """On SIGTERM/SIGINT answer waiting long-polls at once (204), then let uvicorn's own
+    handler stop accepting and shut down: no orchestrator grace period is spent waiting.
+    Returns what puts the previous handlers back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # signals are only caught in the main thread (in-thread servers)
+    loop = asyncio.get_running_loop()
+    saved: dict[int, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+        saved[sig] = previous
+
+        def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+            loop.call_soon_threadsafe(waker.close)
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:
+                signal.signal(signum, signal.SIG_DFL)
+                signal.raise_signal(signum)
+
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, previous in saved.items():
+            if previous is not None:  # None: not installed from Python, nothing to restore
+                signal.signal(sig, previous)
+
+    return restore
+
+
 def create_app(settings: Settings | None = None, config_dir: Path | None = None) -> FastAPI:
     """The ASGI app. Without arguments it loads settings like the CLI (uvicorn --factory)."""
     config_dir = config_dir or default_config_dir()
@@ -70,6 +104,7 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
         gateway = GitHubGateway(settings.github)
         waker = ReadyWaker(settings.server.long_poll_recheck_s)
         waker.start(store)
+        restore_signals = _wake_waiters_on_exit(waker)
         daemon = Daemon(settings, store, gateway) if settings.server.run_poller else None
         if daemon is not None:
             await daemon.hold_leadership()
@@ -88,6 +123,7 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
         finally:
             if daemon is not None:
                 await daemon.stop()
+            restore_signals()
             await waker.stop()
             await store.close()
             await asyncio.to_thread(gateway.close)

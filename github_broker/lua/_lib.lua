@@ -127,6 +127,40 @@ local function context()
   return C
 end
 
+-- Fencing: the scripts a poller leader runs (sync results, write jobs, reaping) pass its
+-- leader epoch. A higher epoch raises the repository's fence; a lower one means the caller
+-- lost leadership (it stalled and another process took over) and nothing it sends may land.
+-- Epoch '' or '0' is a caller outside the leader election (the one-off CLI sync): unfenced.
+-- Returns nil to go on, or the error reply the script must return at once.
+local function fence(C, epoch_arg)
+  local epoch = tonumber(epoch_arg) or 0
+  if epoch <= 0 then return nil end
+  local cur = tonumber(redis.call('GET', C.fence)) or 0
+  if epoch < cur then
+    return redis.error_reply('FENCED epoch ' .. epoch_arg .. ' is older than ' .. cur)
+  end
+  if epoch > cur then
+    redis.call('SET', C.fence, epoch_arg)
+    -- Writes a deposed leader took are in flight nowhere now that we lead: due at once.
+    local taken = redis.call('HGETALL', C.outbox_taken)
+    for i = 1, #taken, 2 do
+      if tonumber(taken[i + 1]) < epoch then
+        redis.call('ZADD', C.K.outbox, 'XX', 0, taken[i])
+        redis.call('HDEL', C.outbox_taken, taken[i])
+      end
+    end
+  end
+  return nil
+end
+
+-- Redis lost its data (or the first sync has not finished): until a complete sync pass has
+-- rebuilt the mirror, a lease the store does not know may well be live on GitHub.
+local function mirror_missing(C)
+  return redis.call('EXISTS', C.mirror) == 0
+end
+
+local REBUILDING = 'REBUILDING the mirror is being rebuilt from GitHub; retry shortly'
+
 -- What a task_candidate record says after each way a lease can end.
 local CANDIDATE_STATUS = {
   completed = 'completed', failed = 'failed', abandoned = 'abandoned', expired = 'expired',
@@ -288,5 +322,6 @@ local function lease_refusal(C, n, agent, token, now)
   if ended then return ended end
   if h[1] and h[1] ~= agent then return 'not_owner' end
   if h[1] == agent then return 'revoked' end
+  if mirror_missing(C) then return 'rebuilding' end
   return 'expired'
 end

@@ -19,7 +19,10 @@
 --      or {0, reason, settled_n, outcome, bucket} with reason 'empty' | 'bucket' | 'settled'
 --      | 'replayed' (the request id's lease has ended meanwhile) (bucket -1: no open work
 --      issue).
+-- Error REBUILDING while the mirror is not rebuilt (Redis lost its data): the agent's held
+-- task is unknown until the sync re-adopts it, and settling nothing would drop its outcome.
 local C = context()
+if mirror_missing(C) then return redis.error_reply(REBUILDING) end
 local agent, token, prev_outcome, mode, base_branch = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local scan = tonumber(ARGV[7])
 local rid = ARGV[10]

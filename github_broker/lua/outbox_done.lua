@@ -2,15 +2,19 @@
 -- KEYS, ARGV[1]: see _lib.lua. ARGV[2] job, ARGV[3] the payload that was applied,
 -- ARGV[4] retry delay in ms, or -1 when the attempt succeeded, ARGV[5] '1' when the job
 -- was attempted and failed (counts toward dropping it), '0' when it is only put back.
+-- ARGV[6] the caller's leader epoch: a deposed leader's result is refused (error FENCED).
 -- A labels write that succeeded is pruned from the intent: its adds stay only in `on`,
 -- its removals leave the record. A wish that changed meanwhile (another v) stays queued
 -- when anything is left to do: the newer wish is applied next.
 -- Returns 1 when the job left the queue, 0 when it stays.
 local C = context()
+local fenced = fence(C, ARGV[6])
+if fenced then return fenced end
 local job, applied, delay = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local kind, n = string.match(job, '^(%a+):(%d+)$')
 local attempts_key = C.outbox_attempts
 local now = now_ms()
+redis.call('HDEL', C.outbox_taken, job)
 if delay >= 0 then
   if ARGV[5] == '1' then redis.call('HINCRBY', attempts_key, job, 1) end
   redis.call('ZADD', C.K.outbox, 'XX', now + delay, job)

@@ -2,8 +2,12 @@
 -- KEYS, ARGV[1]: see _lib.lua.
 -- ARGV[2]: JSON list of {n, issue (JSON text), prio (-1: not work), task ('' or task id),
 --   score, role, branch, skip ('' or the reason it is not assignable), holder (the agent
---   named by the issue's labels, or ''), pin (false: left out of the strict bucket)}.
---   ARGV[3]: now as ISO 8601 UTC.
+--   named by the issue's labels, or ''), pin (false: left out of the strict bucket),
+--   removed_by ('' unknown, 'person' or 'broker': who removed the lease's labels, when an
+--   earlier call reported the issue as a suspect), others (labels that are neither
+--   priority, role nor the broker's own: maybe agent ids)}.
+-- ARGV[3]: now as ISO 8601 UTC. ARGV[4]: the caller's leader epoch (error FENCED when
+--   another process leads now: a stalled ex-leader's page never lands).
 -- An issue GitHub shows in-progress without a live lease is re-adopted for its holder: the
 -- lease is rebuilt with a placeholder token that the agent's next heartbeat replaces; if
 -- the agent is gone the lease simply expires and the task returns to the pool.
@@ -12,9 +16,27 @@
 -- Labels the broker wrote and GitHub does not show yet (the intent) count as present,
 -- so a sync racing the write queue never re-offers an issue that was just claimed or
 -- completed. An intent GitHub shows in full is dropped: from then on GitHub is the truth.
--- Returns {issues written, tasks made ready, leases revoked, leases adopted}; older items
--- than the cache are not counted.
+-- Labels written (on) that GitHub does not show while no write is queued (a late write of a
+-- deposed leader undid them, or the page predates the write) are written again.
+-- A live lease whose in-progress or agent label vanished from GitHub is a suspect: the
+-- caller asks GitHub who removed it and calls again with removed_by. A person's edit revokes
+-- the lease (label_removed); the broker's own late write is undone (the labels re-applied).
+-- A label naming an agent that held the issue before (its task_candidate record exists) and
+-- holds no live lease on it now is removed: a deposed leader's late write put it back.
+-- An issue in-progress with no single agent label and no lease (an orphan) gets its
+-- in-progress label removed once it stayed so for the lease TTL: it returns to the pool.
+-- Returns {issues written, tasks made ready, leases revoked, leases adopted,
+--   JSON list of suspects {n, missing labels}, labels re-applied}.
+-- Items older than the cache are skipped and not counted.
+-- Whether `agent` held issue n before and that hand-out ended (its record is not 'assigned').
+local function handed_back(C, n, agent)
+  local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
+  return raw ~= false and raw ~= nil and cjson.decode(raw).status ~= 'assigned'
+end
+
 local C = context()
+local fenced = fence(C, ARGV[4])
+if fenced then return fenced end
 -- An item older than the cached issue (by updated_at) is skipped: a late webhook delivery
 -- or a listing read before a newer write never rolls the mirror back.
 local items = {}
@@ -26,7 +48,8 @@ for _, it in ipairs(cjson.decode(ARGV[2])) do
 end
 local now = now_ms()
 local now_iso = ARGV[3]
-local written, readied, revoked, adopted = 0, 0, 0, 0
+local written, readied, revoked, adopted, restored = 0, 0, 0, 0, 0
+local suspects = {}
 for _, it in ipairs(items) do
   local n = tostring(it.n)
   local ikey = C.issue .. n
@@ -67,8 +90,17 @@ for _, it in ipairs(items) do
     end
     -- Drop it only when no write is queued: a page read before the last write was made can
     -- "show" an older wish and must not cancel the newer one.
-    if seen and not redis.call('ZSCORE', C.K.outbox, 'labels:' .. n) then
+    local queued = redis.call('ZSCORE', C.K.outbox, 'labels:' .. n)
+    if seen and not queued then
       redis.call('HDEL', C.K.intent, n)
+    elseif not queued then
+      -- Written (on) but not on GitHub with no write queued: the page predates the write, or
+      -- a deposed leader's late removal undid it. Writing it again is idempotent either way.
+      local redo = {}
+      for l, _ in pairs(on) do
+        if not removes[l] and not on_github[l] then redo[#redo + 1] = l end
+      end
+      if #redo > 0 then want_labels(C.K.intent, C.K.outbox, n, redo, {}, now) end
     end
   end
 
@@ -77,16 +109,38 @@ for _, it in ipairs(items) do
     local reason = nil
     if it.prio < 0 then
       reason = 'label_removed'
-    elseif not raw_intent and not on_github[C.in_progress] then
-      -- Our in-progress label was seen before (no intent left) and is gone: a person removed it.
-      reason = 'label_removed'
+    else
+      local agent = redis.call('HGET', C.lease .. n, 'agent')
+      -- Labels the broker wished or wrote and no sync confirmed yet are not "removed".
+      local pending = {}
+      if raw_intent then
+        local adds, _, on = intent_sets(raw_intent)
+        for l, _ in pairs(adds) do pending[l] = true end
+        for l, _ in pairs(on) do pending[l] = true end
+      end
+      local missing = {}
+      for _, l in ipairs({C.in_progress, agent}) do
+        if l and not on_github[l] and not pending[l] then missing[#missing + 1] = l end
+      end
+      if #missing > 0 then
+        if it.removed_by == 'person' then
+          reason = 'label_removed'
+        elseif it.removed_by == 'broker' then
+          want_labels(C.K.intent, C.K.outbox, n, {C.in_progress, agent}, {}, now)
+          labels[C.in_progress] = true
+          restored = restored + 1
+        else
+          suspects[#suspects + 1] = {n = it.n, missing = missing}
+        end
+      end
     end
     if reason then
       end_lease(C, n, reason, now)
       revoked = revoked + 1
       held = false
     end
-  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 and not raw_intent then
+  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 and not raw_intent
+      and not handed_back(C, n, it.holder) then
     -- Not while the broker's own label writes are unconfirmed: the page may predate a
     -- removal the write queue already made (the intent no longer lists applied removals).
     local task_type = 'development'
@@ -100,6 +154,36 @@ for _, it in ipairs(items) do
     redis.call('SET', C.agent .. it.holder, n, 'EX', C.agent_s, 'NX')
     adopted = adopted + 1
     held = true
+  end
+
+  local holder_now = held and redis.call('HGET', C.lease .. n, 'agent') or nil
+  local stale = {}
+  for _, l in ipairs(it.others or {}) do
+    if labels[l] and l ~= holder_now and redis.call('EXISTS', C.cand .. n .. ':' .. l) == 1 then
+      stale[#stale + 1] = l
+      labels[l] = nil
+    end
+  end
+  if #stale > 0 then
+    if not held and labels[C.in_progress] and it.holder ~= '' and labels[it.holder] == nil then
+      -- The in-progress label came back with the past holder's: neither is anyone's now.
+      stale[#stale + 1] = C.in_progress
+      labels[C.in_progress] = nil
+    end
+    want_labels(C.K.intent, C.K.outbox, n, {}, stale, now)
+  end
+
+  if not held and on_github[C.in_progress] and labels[C.in_progress] and it.holder == ''
+      and it.prio >= 0 then
+    local first = tonumber(redis.call('HGET', C.orphans, n))
+    if not first then
+      redis.call('HSET', C.orphans, n, now)
+    elseif now - first >= C.lease_ms then
+      want_labels(C.K.intent, C.K.outbox, n, {}, {C.in_progress}, now)
+      redis.call('HDEL', C.orphans, n)
+    end
+  else
+    redis.call('HDEL', C.orphans, n)
   end
 
   if labels[C.needs_review] then
@@ -167,4 +251,6 @@ for _, it in ipairs(items) do
   end
 end
 if readied > 0 then redis.call('PUBLISH', C.events, 'ready') end
-return {written, readied, revoked, adopted}
+local suspects_json = '[]'
+if #suspects > 0 then suspects_json = cjson.encode(suspects) end
+return {written, readied, revoked, adopted, suspects_json, restored}

@@ -60,7 +60,9 @@ def handle(svc: Services, req: Request) -> Response:
     errors: list[dict[str, Any]] = []
     for alias, name, node_id, label_ids, mutation_id, selection in calls:
         try:
-            data[alias] = _run(svc, name, node_id, label_ids, mutation_id, selection)
+            data[alias] = _run(
+                svc, name, node_id, label_ids, mutation_id, selection, actor=req.login
+            )
         except _Unresolved as e:
             data[alias] = None
             errors.append(
@@ -152,6 +154,8 @@ def _run(
     label_ids: list[str],
     mutation_id: Any,
     selection: list[tuple[str, str, Any]],
+    *,
+    actor: str,
 ) -> dict[str, Any]:
     state = svc.state
     with state.lock:
@@ -164,11 +168,11 @@ def _run(
                 raise _Unresolved(label_id)
             names.append(by_id[label_id])
         if name == "addLabelsToLabelable":
-            state.add_labels(owner, repo_name, number, names)
+            state.add_labels(owner, repo_name, number, names, actor=actor)
         else:
             for label in names:
                 try:
-                    state.remove_label(owner, repo_name, number, label)
+                    state.remove_label(owner, repo_name, number, label, actor=actor)
                 except NotFound:
                     pass
                 except ApiError as e:

@@ -21,6 +21,8 @@ TimeLike = str | datetime | date
 LabelSpec = str | Mapping[str, Any]
 
 DEFAULT_LABEL_COLOR = "ededed"
+#: Who label changes made through Python calls (tests acting as people) are attributed to.
+DEFAULT_ACTOR = "maintainer"
 _LISTING_CACHE_LIMIT = 64
 _SORT_KEYS: dict[str, Callable[[Record], tuple[Any, ...]]] = {
     "created": lambda rec: (rec["created_at"], rec["number"]),
@@ -49,6 +51,8 @@ class IssueStore:
         # One id space for every object kind keeps ids unique, as GitHub's are.
         self._ids = itertools.count(1001)
         self._user_id_seq = itertools.count(501)
+        #: (owner/name, number) -> the issue's timeline events (labeled / unlabeled so far).
+        self._events: dict[tuple[str, int], list[dict[str, Any]]] = {}
         #: Called under the lock with (state, repo, record, hint) after every issue or PR
         #: change; the webhook dispatcher (simulator/webhooks.py) sets it.
         self.observer: Callable[..., None] | None = None
@@ -320,7 +324,9 @@ class IssueStore:
                 r, rec, title=title, body=body, state=state, state_reason=state_reason
             )
             if labels is not None:
-                rec["labels"] = self._label_names(r, labels)
+                names = self._label_names(r, labels)
+                self._label_events(r, rec, names, DEFAULT_ACTOR)
+                rec["labels"] = names
             if assignees is not None:
                 rec["assignees"] = [self.user(a) for a in assignees]
             self.touch(r, rec)
@@ -451,12 +457,14 @@ class IssueStore:
         labels: Iterable[str],
         *,
         base_url: str | None = None,
+        actor: str = DEFAULT_ACTOR,
     ) -> list[dict[str, Any]]:
         with self.lock:
             r = self.repo(owner, repo)
             rec = self.issue_record(r, number)
             merged = self._label_names(r, [*rec["labels"], *labels])
             if merged != rec["labels"]:
+                self._label_events(r, rec, merged, actor)
                 rec["labels"] = merged
                 self.touch(r, rec)
             return render.issue_labels(self.ctx(base_url), r, rec)
@@ -469,18 +477,27 @@ class IssueStore:
         labels: Iterable[str],
         *,
         base_url: str | None = None,
+        actor: str = DEFAULT_ACTOR,
     ) -> list[dict[str, Any]]:
         with self.lock:
             r = self.repo(owner, repo)
             rec = self.issue_record(r, number)
             names = self._label_names(r, labels)
             if names != rec["labels"]:
+                self._label_events(r, rec, names, actor)
                 rec["labels"] = names
                 self.touch(r, rec)
             return render.issue_labels(self.ctx(base_url), r, rec)
 
     def remove_label(
-        self, owner: str, repo: str, number: int, label: str, *, base_url: str | None = None
+        self,
+        owner: str,
+        repo: str,
+        number: int,
+        label: str,
+        *,
+        base_url: str | None = None,
+        actor: str = DEFAULT_ACTOR,
     ) -> list[dict[str, Any]]:
         with self.lock:
             r = self.repo(owner, repo)
@@ -488,9 +505,58 @@ class IssueStore:
             remaining = [name for name in rec["labels"] if name.lower() != label.lower()]
             if len(remaining) == len(rec["labels"]):
                 raise ApiError(404, "Label does not exist")
+            self._label_events(r, rec, remaining, actor)
             rec["labels"] = remaining
             self.touch(r, rec)
             return render.issue_labels(self.ctx(base_url), r, rec)
+
+    def _label_events(self, repo: Repo, rec: Record, after: list[str], actor: str) -> None:
+        """Record GitHub's `labeled` / `unlabeled` timeline events for a label change."""
+        before = list(rec["labels"])
+        events = self._events.setdefault((repo.full_name, rec["number"]), [])
+        for kind, names in (
+            ("unlabeled", [n for n in before if n not in after]),
+            ("labeled", [n for n in after if n not in before]),
+        ):
+            for name in names:
+                events.append(
+                    {
+                        "id": self.next_id(),
+                        "event": kind,
+                        "label": name,
+                        "actor": self.user(actor),
+                        "created_at": self.now(),
+                    }
+                )
+
+    def issue_events(
+        self, owner: str, repo: str, number: int, *, base_url: str | None = None
+    ) -> list[dict[str, Any]]:
+        """`GET /repos/{o}/{r}/issues/{n}/events`: oldest first, GitHub's payload shape."""
+        with self.lock:
+            r = self.repo(owner, repo)
+            rec = self.issue_record(r, number)
+            ctx = self.ctx(base_url)
+            out = []
+            for e in self._events.get((r.full_name, rec["number"]), []):
+                label = r.labels.get(e["label"].lower())
+                out.append(
+                    {
+                        "id": e["id"],
+                        "node_id": f"LE_{e['id']}",
+                        "url": f"{ctx.base}/repos/{r.full_name}/issues/events/{e['id']}",
+                        "actor": ctx.user(e["actor"]),
+                        "event": e["event"],
+                        "commit_id": None,
+                        "commit_url": None,
+                        "created_at": e["created_at"],
+                        "label": {
+                            "name": e["label"],
+                            "color": label["color"] if label else DEFAULT_LABEL_COLOR,
+                        },
+                    }
+                )
+            return out
 
     def list_labels(
         self, owner: str, repo: str, *, base_url: str | None = None

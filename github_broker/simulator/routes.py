@@ -269,7 +269,12 @@ def issue_labels(svc: Services, req: Request, p: Params) -> Response:
 def add_issue_labels(svc: Services, req: Request, p: Params) -> Response:
     req.require_login()
     labels = svc.state.add_labels(
-        p["owner"], p["repo"], int(p["number"]), _labels_from_body(req), base_url=req.base_url
+        p["owner"],
+        p["repo"],
+        int(p["number"]),
+        _labels_from_body(req),
+        base_url=req.base_url,
+        actor=req.require_login(),
     )
     return Response(200, labels)
 
@@ -278,7 +283,12 @@ def add_issue_labels(svc: Services, req: Request, p: Params) -> Response:
 def set_issue_labels(svc: Services, req: Request, p: Params) -> Response:
     req.require_login()
     labels = svc.state.set_labels(
-        p["owner"], p["repo"], int(p["number"]), _labels_from_body(req), base_url=req.base_url
+        p["owner"],
+        p["repo"],
+        int(p["number"]),
+        _labels_from_body(req),
+        base_url=req.base_url,
+        actor=req.require_login(),
     )
     return Response(200, labels)
 
@@ -286,7 +296,7 @@ def set_issue_labels(svc: Services, req: Request, p: Params) -> Response:
 @route("DELETE", "/repos/{owner}/{repo}/issues/{number}/labels")
 def clear_issue_labels(svc: Services, req: Request, p: Params) -> Response:
     req.require_login()
-    svc.state.set_labels(p["owner"], p["repo"], int(p["number"]), [])
+    svc.state.set_labels(p["owner"], p["repo"], int(p["number"]), [], actor=req.require_login())
     return Response(204)
 
 
@@ -294,9 +304,21 @@ def clear_issue_labels(svc: Services, req: Request, p: Params) -> Response:
 def remove_issue_label(svc: Services, req: Request, p: Params) -> Response:
     req.require_login()
     labels = svc.state.remove_label(
-        p["owner"], p["repo"], int(p["number"]), p["name"], base_url=req.base_url
+        p["owner"],
+        p["repo"],
+        int(p["number"]),
+        p["name"],
+        base_url=req.base_url,
+        actor=req.require_login(),
     )
     return Response(200, labels)
+
+
+@route("GET", "/repos/{owner}/{repo}/issues/{number}/events")
+def issue_events(svc: Services, req: Request, p: Params) -> Response:
+    req.require_login()
+    events = svc.state.issue_events(p["owner"], p["repo"], int(p["number"]), base_url=req.base_url)
+    return paged_list(req, events)
 
 
 @route("GET", "/repos/{owner}/{repo}/issues/{number}/comments")
