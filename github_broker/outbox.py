@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from github_broker.errors import (
     GitHubError,
     GitHubNotFound,
-    GitHubRefused,
     GitHubUnavailable,
     RateLimited,
 )
@@ -139,10 +138,7 @@ class OutboxDrainer:
                 await rstore.record_write("dropped", job, str(e))
                 report.dropped += 1
             except GitHubError as e:
-                # A 422 `invalid` (a label or ref GitHub will never take) fails the same way
-                # every time: drop it at once instead of retrying it for minutes.
-                hopeless = isinstance(e, GitHubRefused) and e.code == "invalid"
-                if hopeless or attempts + 1 >= MAX_REFUSED_ATTEMPTS:
+                if attempts + 1 >= MAX_REFUSED_ATTEMPTS:
                     logger.error(
                         "GitHub refused %s on %s %d times, dropping: %s",
                         job,

@@ -55,6 +55,7 @@ async def seeded(
     items = [index_item(rules, i, "main") for i in backlog()]
     for start in range(0, len(items), 500):
         await rstore.upsert_issues(items[start : start + 500])
+    await rstore.save_sync_state({}, rebuilt=True)  # as a complete sync pass would
     got = await rstore.claim(
         "agent-7", previous="completed", mode="strict", base_branch="main", roles=None
     )

@@ -33,6 +33,7 @@ async def test_claims_and_lease_ends_land_on_the_timeline(store: Store) -> None:
     rules = Rules(store.settings)
     items = [issue(1, "P1", "BACKENDCODER"), issue(2, "P1", "BACKENDCODER")]
     await rstore.upsert_issues([index_item(rules, i, "main") for i in items])
+    await rstore.save_sync_state({}, rebuilt=True)  # as a complete sync pass would
     first = await rstore.claim(
         "a1", previous="completed", mode="strict", base_branch="main", roles=None
     )
