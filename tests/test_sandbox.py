@@ -190,6 +190,7 @@ def test_broker_watcher_logs_other_agents_and_summarises_an_empty_backlog(
             issue(3, "P1", "BACKENDCODER"),
         ]
         await rstore.upsert_issues([index_item(rules, i, "main") for i in items])
+        await rstore.save_sync_state({}, rebuilt=True)  # the mirror is complete
         for agent in ("my-agent", "demo-agent-1"):
             got = await rstore.claim(
                 agent, previous="completed", mode="best_effort", base_branch="main", roles=None
