@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from github_broker.client import BrokerClient, BrokerClientError
+from github_broker.agent.client import BrokerClient, BrokerClientError
+from github_broker.agent.runner import Runner, RunnerConfig, RunnerError, stop_on_signals
 from github_broker.clock import now_ms
 from github_broker.errors import BrokerError, ConfigError
 from github_broker.models import Event
 from github_broker.overview import RepoOverview, age, repo_overview
-from github_broker.runner import Runner, RunnerConfig, RunnerError, stop_on_signals
 from github_broker.settings import DEFAULTS_DIR, ENV_PREFIX, Settings, load_settings
 from github_broker.simulator import DEMO_SEED_PATH, Simulator
 from github_broker.status import Verdict, explain
@@ -326,7 +326,7 @@ def event_log() -> Iterator[None]:
     """Print runner and watcher events as short timestamped lines; quiet the rest."""
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(asctime)s  %(message)s", datefmt="%H:%M:%S"))
-    loud = [logging.getLogger(n) for n in ("github_broker.runner", __name__)]
+    loud = [logging.getLogger(n) for n in ("github_broker.agent.runner", __name__)]
     quiet = [logging.getLogger(n) for n in ("github_broker", "uvicorn", "apscheduler")]
     saved = [(lg, lg.level, lg.propagate) for lg in loud + quiet]
     verbose = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
@@ -364,7 +364,7 @@ Point your own agent at it (start with --agents 0 to leave all the work to it):
   curl -s -X POST {url}/request-task -H 'Content-Type: application/json' \\
        -d '{{"agent_id": "my-agent", "wait_seconds": 30}}'
 
-  from github_broker.client import BrokerClient, BrokerClientError
+  from github_broker.agent.client import BrokerClient, BrokerClientError
   client = BrokerClient("{url}", "my-agent")
   task = client.request_task(wait_seconds=30)  # None when there is no task
   if task:
@@ -413,7 +413,7 @@ class Sandbox:
         command = [
             sys.executable,
             "-m",
-            "github_broker.demo_agent",
+            "github_broker.agent.demo",
             "--github-url",
             self.sim.base_url,
             "--seconds",

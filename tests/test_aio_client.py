@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from github_broker.agent.aio import AsyncBrokerClient
-from github_broker.client import BrokerUnavailable, LeaseLost, RequestRejected, Unauthorized
+from github_broker.agent.client import BrokerUnavailable, LeaseLost, RequestRejected, Unauthorized
 from github_broker.keys import RepoKeys
 from github_broker.models import Task
 from github_broker.simulator import Simulator, generate_issues

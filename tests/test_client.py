@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from github_broker.client import (
+from github_broker.agent.client import (
     BrokerClient,
     BrokerClientError,
     BrokerUnavailable,
@@ -295,7 +295,7 @@ def test_errors_from_the_broker_are_raised(agent: Callable[..., BrokerClient]) -
 def test_long_poll_survives_a_broker_killed_and_restarted_mid_call(
     broker: BrokerProcess, agent: Callable[..., BrokerClient], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="github_broker.client")
+    caplog.set_level(logging.INFO, logger="github_broker.agent.client")
     a, b = agent("agent-a"), agent("agent-b")
     first, second = a.request_task(), b.request_task()
     assert first is not None and second is not None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from github_broker.client import BrokerClient
+from github_broker.agent.client import BrokerClient
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator
 from tests.factories import body

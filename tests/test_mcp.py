@@ -25,7 +25,7 @@ from mcp.types import (
 )
 from pydantic import AnyUrl
 
-from github_broker.client import BrokerClient
+from github_broker.agent.client import BrokerClient
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import redis
 
+from github_broker.agent.client import BrokerClient
 from github_broker.agent.presets import MAX_PROMPT_ARG_BYTES, PRESETS
+from github_broker.agent.runner import Runner, RunnerConfig, RunnerError
 from github_broker.agent.workspace import Workspaces
-from github_broker.client import BrokerClient
 from github_broker.keys import RepoKeys
-from github_broker.runner import Runner, RunnerConfig, RunnerError
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, broker_env
 

@@ -17,10 +17,8 @@ from typing import Any
 import pytest
 import redis
 
-from github_broker.client import BrokerClient, BrokerUnavailable
-from github_broker.keys import RepoKeys
-from github_broker.models import Task
-from github_broker.runner import (
+from github_broker.agent.client import BrokerClient, BrokerUnavailable
+from github_broker.agent.runner import (
     MAX_ENV_JSON_BYTES,
     Runner,
     RunnerConfig,
@@ -28,6 +26,8 @@ from github_broker.runner import (
     command_from_argv,
     task_env,
 )
+from github_broker.keys import RepoKeys
+from github_broker.models import Task
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
 from tests.processes import BrokerProcess, broker_env
@@ -82,7 +82,7 @@ def agent_cli(*args: str) -> list[str]:
     subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     if any("agent" in a.choices for a in subcommands):
         return [sys.executable, "-m", "github_broker", "agent", *args]
-    return [sys.executable, "-m", "github_broker.runner", "agent", *args]
+    return [sys.executable, "-m", "github_broker.agent.runner", "agent", *args]
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -329,7 +329,7 @@ def test_revoked_lease_stops_the_command(
     run_agent: Callable[..., int],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="github_broker.runner")
+    caplog.set_level(logging.INFO, logger="github_broker.agent.runner")
     result: list[int] = []
     worker = threading.Thread(target=lambda: result.append(run_agent("sleep")))
     worker.start()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from github_broker.client import BrokerClient
+from github_broker.agent.client import BrokerClient
 from github_broker.errors import ConfigError
 from github_broker.models import Claimed
 from github_broker.rules import Rules

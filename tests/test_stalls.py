@@ -451,7 +451,7 @@ def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
 def test_sdk_heartbeat_and_complete_ride_out_a_redis_loss(
     one_issue: Simulator, redis_url: str, tmp_path: Path
 ) -> None:
-    from github_broker.client import BrokerClient
+    from github_broker.agent.client import BrokerClient
 
     env = broker_env(redis_url, one_issue.base_url, REPO, GITHUB_BROKER_POLL__INTERVAL_S="3")
     broker = BrokerProcess(env, tmp_path, "b").start()
@@ -480,8 +480,8 @@ def test_runner_keeps_its_command_running_across_a_redis_loss(
 ) -> None:
     import sys
 
-    from github_broker.client import BrokerClient
-    from github_broker.runner import Runner, RunnerConfig
+    from github_broker.agent.client import BrokerClient
+    from github_broker.agent.runner import Runner, RunnerConfig
 
     env = broker_env(
         redis_url,

@@ -1,1 +1,2 @@
-"""The agent side: an asyncio client, the MCP server, runner presets and git workspaces."""
+"""The agent side: the SDK (sync `client`, asyncio `aio`), the runner behind `github-broker agent`
+with its presets and git workspaces, the MCP server, and the sandbox's demo agent."""

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying
 
 from github_broker import __version__
-from github_broker.client import (
+from github_broker.agent.client import (
     DEFAULT_BACKOFF_S,
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from github_broker.runner import AGENT_ENV, TOKEN_ENV, URL_ENV
+from github_broker.agent.runner import AGENT_ENV, TOKEN_ENV, URL_ENV
 
 #: Environment variable of --admin-token (only `explain` uses it).
 ADMIN_TOKEN_ENV = "GITHUB_BROKER_ADMIN_TOKEN"

@@ -10,10 +10,10 @@ from mcp.server.fastmcp.exceptions import ToolError
 from pydantic import Field
 
 from github_broker.agent.aio import AsyncBrokerClient
+from github_broker.agent.client import BrokerClientError, BrokerUnavailable, Unauthorized
+from github_broker.agent.runner import public_json
 from github_broker.agent.session import AgentSession, NoTask, TaskHeld, where
-from github_broker.client import BrokerClientError, BrokerUnavailable, Unauthorized
 from github_broker.models import Task
-from github_broker.runner import public_json
 
 logger = logging.getLogger(__name__)
 

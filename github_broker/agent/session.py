@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from github_broker.agent.aio import AsyncBrokerClient
-from github_broker.client import BrokerClientError, LeaseLost
+from github_broker.agent.client import BrokerClientError, LeaseLost
 from github_broker.models import Task
 
 logger = logging.getLogger(__name__)

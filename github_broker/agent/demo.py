@@ -91,7 +91,7 @@ def act(github: SimulatedGitHub, env: Mapping[str, str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m github_broker.demo_agent",
+        prog="python -m github_broker.agent.demo",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
     parser.add_argument("--github-url", required=True, help="the simulator's base URL")

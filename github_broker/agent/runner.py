@@ -20,9 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from github_broker.agent.presets import PRESETS, Preset
-from github_broker.agent.workspace import DEFAULT_CLONE_URL, WorkspaceError, Workspaces
-from github_broker.client import (
+from github_broker.agent.client import (
     BrokerClient,
     BrokerClientError,
     BrokerUnavailable,
@@ -30,6 +28,8 @@ from github_broker.client import (
     Previous,
     new_request_id,
 )
+from github_broker.agent.presets import PRESETS, Preset
+from github_broker.agent.workspace import DEFAULT_CLONE_URL, WorkspaceError, Workspaces
 from github_broker.models import Task
 
 logger = logging.getLogger(__name__)
@@ -720,8 +720,8 @@ def add_agent_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m github_broker.runner agent ...`: the same command without the full CLI."""
-    parser = argparse.ArgumentParser(prog="python -m github_broker.runner")
+    """`python -m github_broker.agent.runner agent ...`: the same command without the full CLI."""
+    parser = argparse.ArgumentParser(prog="python -m github_broker.agent.runner")
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
