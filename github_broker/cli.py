@@ -322,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(args.log_level, args.log_format)
     try:
         code = int(args.func(args))
-        sys.stdout.flush()  # a reader that left shows up here, inside this handler
+        if not sys.stdout.closed:  # `mcp` over stdio: its transport closed stdout at EOF
+            sys.stdout.flush()  # a reader that left shows up here, inside this handler
         return code
     except BrokenPipeError:
         # The reader left (`| head`): stop quietly like other Unix tools. Point stdout at

@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,6 +87,8 @@ class WebhookReceiver:
             payload = json.loads(text)
         except ValueError as e:  # UnicodeDecodeError included
             raise InvalidRequest(f"the delivery body is not UTF-8 JSON: {e}") from e
+        except RecursionError as e:
+            raise InvalidRequest("the delivery body is JSON nested too deep") from e
         if not isinstance(payload, dict):
             raise InvalidRequest("the delivery body must be a JSON object")
         repository = payload.get("repository")
@@ -286,11 +289,25 @@ class WebhookWorker:
         return f"review upkeep: {report.reviews_offered} review(s), {report.fixes_offered} fix(es)"
 
 
+#: GitHub's timestamps: `2026-11-23T10:00:00Z` (compared as strings by the mirror).
+_ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
 def _check_shape(event: str, payload: dict[str, Any]) -> None:
     """The fields the worker reads, checked before anything is queued."""
     key = "pull_request" if event.startswith("pull_request") else "issue"
     item = payload.get(key)
-    if not isinstance(item, dict) or not isinstance(item.get("number"), int):
-        raise InvalidRequest(f"{event} delivery without `{key}.number`")
-    if key == "issue" and not isinstance(item.get("updated_at"), str):
-        raise InvalidRequest(f"{event} delivery without `issue.updated_at`")
+    number = item.get("number") if isinstance(item, dict) else None
+    if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number < 2**53:
+        raise InvalidRequest(f"{event} delivery without a valid `{key}.number`")
+    if key != "issue":
+        return
+    assert isinstance(item, dict)
+    updated = item.get("updated_at")
+    if not isinstance(updated, str) or not _ISO_UTC.match(updated):
+        raise InvalidRequest(f"{event} delivery without `issue.updated_at` (ISO 8601 UTC)")
+    labels = item.get("labels", [])
+    if not isinstance(labels, list) or not all(
+        isinstance(lab, dict) and isinstance(lab.get("name"), str) for lab in labels
+    ):
+        raise InvalidRequest(f"{event} delivery with `issue.labels` that are not label objects")

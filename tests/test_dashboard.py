@@ -88,6 +88,13 @@ def test_session_cookie_expires_and_binds_the_token() -> None:
     assert not session.valid("secret", value, now_s=1000.0 + session.SESSION_TTL_S + 1)
 
 
+def test_odd_session_cookies_are_refused_not_500() -> None:
+    # Found by a hostile client: a non-ASCII MAC and a 5,000-digit expiry answered 500.
+    assert not session.valid("secret", "9999999999.\xe9")
+    assert not session.valid("secret", "9" * 5000 + ".abc")
+    assert not session.valid("secret", "١٢٣.abc")  # non-ASCII digits
+
+
 def test_docs_load_swagger_from_the_package(client: TestClient) -> None:
     page = client.get("/docs").text
     assert "cdn" not in page.lower()

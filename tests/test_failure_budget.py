@@ -79,6 +79,32 @@ async def test_abandoned_and_expired_tasks_cool_down_too(store: Store) -> None:
     assert int(streaks) == 2
 
 
+async def test_a_failure_reported_inside_the_settle_grace_spends_no_budget(
+    lua_redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    # Found by a hostile client: concurrent requests saying `previous: failed` each failed
+    # the task the one before had just been handed, charging issues nobody worked on.
+    settings = make_settings(
+        redis={"url": lua_redis_url},
+        leases={"settle_grace_s": 30},
+        failures={"cooldown_s": 60, "max_failures": 3},
+    )
+    store = Store.from_settings(settings)
+    try:
+        rstore = await load(store, 1, 2)
+        first = await claim(rstore, "a1")
+        assert isinstance(first, Claimed)
+        second = await claim(rstore, "a1", previous="failed")
+        assert isinstance(second, Claimed) and second.issue.number != first.issue.number
+        assert await rstore.client.hget(rstore.keys.task_failures, str(first.issue.number)) is None
+        assert await rstore.client.hget(rstore.keys.agent_streaks, "a1") is None
+        # The task went back to the pool for others.
+        other = await claim(rstore, "a2")
+        assert isinstance(other, Claimed) and other.issue.number == first.issue.number
+    finally:
+        await store.close()
+
+
 async def test_a_completion_resets_the_agents_streak(store: Store) -> None:
     rstore = await load(store, 1, 2)
     await fail(rstore, "a1")

@@ -491,6 +491,16 @@ def test_ping_proves_the_webhook_alive_and_odd_bodies_get_4xx(
     keys = RepoKeys("gb", "acme", "widgets")
     assert redis.Redis.from_url(redis_url).get(keys.webhooks_seen)
     assert queued(redis_url) == 0
-    for odd in (b"\xff\xfe{}", b"[1, 2]", json.dumps({"repository": "acme/widgets"}).encode()):
+    nested = b"[" * 1_500 + b"]" * 1_500  # deeper than Python's recursion limit, under the cap
+    issue = {"number": 10**30, "updated_at": "2026-01-01T00:00:00Z", "labels": []}
+    bad_number = json.dumps({"repository": {"full_name": REPO}, "issue": issue}).encode()
+    bad_time = bad_number.replace(b"1000000000000000000000000000000", b"2").replace(
+        b"2026-01-01T00:00:00Z", b"not a date"
+    )
+    bad_labels = bad_number.replace(b"1000000000000000000000000000000", b"2").replace(
+        b'"labels": []', b'"labels": [null, 5]'
+    )
+    odd_bodies = (b"\xff\xfe{}", b"[1, 2]", json.dumps({"repository": "acme/widgets"}).encode())
+    for odd in (*odd_bodies, nested, bad_number, bad_time, bad_labels):
         r = post(client, odd, sign(odd), "odd")
         assert r.status_code in (404, 422), (odd, r.status_code, r.text)

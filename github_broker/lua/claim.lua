@@ -81,7 +81,9 @@ if prev_n then
     if prev_outcome == 'completed' and l[2] ~= ADOPTED and now - l[3] < C.settle_grace_ms then
       return granted(prev_n, l[1], l[2], l[4], '')
     end
-    end_lease(C, prev_n, prev_outcome, now)
+    -- A failure reported inside the grace cannot be the agent's work on it (a concurrent or
+    -- retried request gave it up): the task goes back, but no failure budget is spent.
+    end_lease(C, prev_n, prev_outcome, now, l[3] ~= nil and now - l[3] < C.settle_grace_ms)
     settled_n = prev_n
     -- Don't hand straight back the task the agent just gave up.
     if prev_outcome ~= 'completed' then skip_id = l[1] end

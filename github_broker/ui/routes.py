@@ -115,7 +115,7 @@ async def login(request: Request) -> Response:
     admin = _admin_token(request)
     if admin is None:
         return RedirectResponse("/ui", status_code=303)
-    if not given or not admin or not hmac.compare_digest(given, admin):
+    if not given or not admin or not hmac.compare_digest(given.encode(), admin.encode()):
         why = "no admin token is configured" if not admin else "that is not the admin token"
         return HTMLResponse(render("login.html", error=why), status_code=401)
     response = RedirectResponse("/ui", status_code=303)

@@ -27,6 +27,10 @@ def valid(admin_token: str, value: str | None, now_s: float | None = None) -> bo
     if not value:
         return False
     expires, _, mac = value.partition(".")
-    if not expires.isdigit() or int(expires) < (now_s if now_s is not None else time.time()):
+    # A cookie is the client's input: ASCII digits of a sane length only, compared as bytes.
+    if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
         return False
-    return hmac.compare_digest(mac, _mac(admin_token, int(expires)))
+    if int(expires) < (now_s if now_s is not None else time.time()):
+        return False
+    expected = _mac(admin_token, int(expires)).encode()
+    return hmac.compare_digest(mac.encode("utf-8", "surrogateescape"), expected)
