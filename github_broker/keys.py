@@ -77,7 +77,9 @@ Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease: ``id``
 holder), ``{{key_prefix}:leader}:epoch`` (the last leader epoch handed out; same Cluster slot
 as the leader key; never expires), ``{key_prefix}:quota`` (the last GitHub rate-limit
 headers seen) and ``{key_prefix}:timeline`` (stream of deployment-wide events such as leader
-changes, capped like the repositories' ones).
+changes, capped like the repositories' ones) and ``{key_prefix}:agent_busy:{agent}`` (a
+short mutex, 10 s at most, held while one request of that agent settles and claims across
+several repositories, so concurrent requests of one agent never claim in two of them).
 """
 
 from __future__ import annotations
@@ -188,3 +190,8 @@ class GlobalKeys:
         self.quota = f"{key_prefix}:quota"
         self.events = f"{key_prefix}:events"
         self.timeline = f"{key_prefix}:timeline"
+        self.agent_busy_prefix = f"{key_prefix}:agent_busy:"
+
+    def agent_busy(self, agent_id: str) -> str:
+        """Held while one request of `agent_id` settles and claims across repositories."""
+        return f"{self.agent_busy_prefix}{agent_id}"

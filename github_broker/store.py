@@ -49,6 +49,12 @@ LEASE_END_TTL_S = 86400
 CLAIM_SCAN = 16
 #: Approximate cap of each timeline stream (XADD MAXLEN ~): recent events only.
 TIMELINE_MAX = 2000
+#: A request's hold on its agent across repositories (ms), and how long another waits (s).
+AGENT_MUTEX_TTL_MS = 10_000
+AGENT_MUTEX_WAIT_S = 10.0
+_RELEASE_MUTEX = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
 #: Seconds /ready waits for Redis's PONG.
 PING_TIMEOUT_S = 0.8
 #: Memory URL scheme: an in-process fakeredis (sandbox, quick tests).
@@ -921,6 +927,25 @@ class Store:
             args=[candidate, ttl_ms, action],
         )
         return int(res)
+
+    @asynccontextmanager
+    async def agent_mutex(self, agent_id: str) -> AsyncIterator[None]:
+        """One request of `agent_id` at a time (deployments with several repositories, whose
+        claims are one script per repository and so not atomic across them)."""
+        key, token = self.global_keys.agent_busy(agent_id), secrets.token_hex(8)
+        deadline = time.monotonic() + AGENT_MUTEX_WAIT_S
+        try:
+            while not await self.client.set(key, token, nx=True, px=AGENT_MUTEX_TTL_MS):
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(f"agent {agent_id} has another request in progress")
+                await asyncio.sleep(0.02)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
+            raise StoreUnavailable(f"Redis unavailable: {e}") from e
+        try:
+            yield
+        finally:
+            with contextlib.suppress(redis.exceptions.RedisError, OSError):
+                await self.client.eval(_RELEASE_MUTEX, 1, key, token)
 
     @translate_errors
     async def leader_id(self) -> str | None:

@@ -93,6 +93,16 @@ class TaskService:
     async def _claim_once(
         self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: _Attempt
     ) -> Claimed | None:
+        if len(self.store.repos) == 1:
+            return await self._claim_in(stores, agent_id, roles, attempt)
+        # Several repositories: settling and claiming span one script per repository, so two
+        # concurrent requests of one agent could each claim in a different one. Serialise them.
+        async with self.store.agent_mutex(agent_id):
+            return await self._claim_in(stores, agent_id, roles, attempt)
+
+    async def _claim_in(
+        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: _Attempt
+    ) -> Claimed | None:
         mode = self.settings.priority_mode
         everywhere = list(self.store.repos.values())
         if len(everywhere) > 1:

@@ -141,6 +141,38 @@ async def test_request_ids_hold_across_repositories(
         await store.close()
 
 
+@pytest.mark.anyio
+async def test_concurrent_requests_naming_different_repositories_hold_one_task(
+    lua_redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    # Found by a hostile client: one request per repository at once left the agent holding a
+    # task in each, and its next request completed both.
+    settings = make_settings(
+        redis={"url": lua_redis_url},
+        repositories=["acme/widgets", "acme/gadgets"],
+        priority_mode="best_effort",
+    )
+    store = Store.from_settings(settings)
+    try:
+        rules = Rules(settings)
+        for name in ("acme/widgets", "acme/gadgets"):
+            await store.repo(name).upsert_issues(
+                [index_item(rules, issue(n, "P1", "BACKENDCODER"), "main") for n in (1, 2)]
+            )
+            await store.repo(name).save_sync_state({}, rebuilt=True)
+        tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
+        for agent in ("a1", "a2", "a3"):
+            await asyncio.gather(
+                tasks.request_task(agent, repositories=["acme/widgets"]),
+                tasks.request_task(agent, repositories=["acme/gadgets"]),
+                tasks.request_task(agent),
+            )
+            held = [lease for r in store.repos.values() for lease in await r.leases()]
+            assert len([lease for lease in held if lease.agent_id == agent]) == 1, held
+    finally:
+        await store.close()
+
+
 # --- one agent hammering a real serve process for 30 s ---------------------------------------
 
 
