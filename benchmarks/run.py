@@ -118,6 +118,9 @@ def findings(figures: dict[str, Any]) -> list[str]:
         if len(backlog) < 2:
             continue
         small, big = backlog[0], backlog[-1]
+        if not small["claims_per_s"]["median"]:
+            out.append(f"Poller {poller}: no claims with {small['open_issues']:,} open issues.")
+            continue
         out.append(
             f"Poller {poller}: claims/s with {big['open_issues']:,} open issues is "
             f"{big['claims_per_s']['median'] / small['claims_per_s']['median']:.2f} x the rate "
