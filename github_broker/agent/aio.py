@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -28,6 +26,9 @@ from github_broker.agent.client import (
     RequestRejected,
     RetryStatus,
     Unauthorized,
+    _problem,
+    _reason,
+    _retry_after_s,
     retry_policy,
 )
 from github_broker.models import Task
@@ -236,38 +237,11 @@ def _never_sent(e: Exception) -> bool:
     return isinstance(e, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
 
 
-def _retry_after_s(response: httpx.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
-
-
-def _problem(response: httpx.Response) -> dict[str, Any]:
-    try:
-        data = response.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _detail(response: httpx.Response) -> str:
     detail = _problem(response).get("detail")
     if isinstance(detail, str) and detail:
         return detail
     return response.text[:200] or response.reason_phrase or "no detail"
-
-
-def _reason(response: httpx.Response) -> str | None:
-    reason = _problem(response).get("reason")
-    return reason if isinstance(reason, str) else None
 
 
 def _unavailable(what: str, response: httpx.Response) -> BrokerUnavailable:

@@ -317,7 +317,8 @@ def _transient(e: requests.RequestException) -> bool:
     )
 
 
-def _retry_after_s(response: requests.Response) -> float | None:
+def _retry_after_s(response: Any) -> float | None:
+    """Seconds a Retry-After header asks for (requests or httpx response)."""
     value = response.headers.get("Retry-After")
     if not value:
         return None
@@ -331,7 +332,8 @@ def _retry_after_s(response: requests.Response) -> float | None:
         return None
 
 
-def _problem(response: requests.Response) -> dict[str, Any]:
+def _problem(response: Any) -> dict[str, Any]:
+    """The broker's error body (requests or httpx response), or {}."""
     try:
         data = response.json()
     except ValueError:
@@ -346,7 +348,7 @@ def _detail(response: requests.Response) -> str:
     return response.text[:200] or response.reason or "no detail"
 
 
-def _reason(response: requests.Response) -> str | None:
+def _reason(response: Any) -> str | None:
     reason = _problem(response).get("reason")
     return reason if isinstance(reason, str) else None
 
