@@ -32,8 +32,6 @@ from github_broker.clock import now_ms
 from github_broker.rules import priority_of_score
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
-
     from github_broker.store import Store
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -151,21 +149,14 @@ def serve_process_metrics(host: str, port: int) -> None:
     start_http_server(port, addr=host, registry=registry)
 
 
-def instrument(app: FastAPI) -> None:
-    """Time every `/request-task` answer into the app's `request_task_seconds`."""
-    app.add_middleware(_RequestTaskTimer)
-
-
-class _RequestTaskTimer:
-    """Pure ASGI middleware (no body buffering, unlike BaseHTTPMiddleware)."""
+class RequestTaskTimer:
+    """Times every `/request-task` answer into the app's `request_task_seconds` (pure ASGI,
+    wrapped around the hot path; see `github_broker.api.hotpath`)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != "/request-task":
-            await self.app(scope, receive, send)
-            return
         started = time.perf_counter()
         status = 500
 

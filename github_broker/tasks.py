@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 BASE_BRANCH_CACHE_S = 60.0
 #: Fallback base branch before the first sync has looked it up.
 FALLBACK_BASE_BRANCH = "main"
+#: Agent ids remembered as checked against the labels before the memory starts again.
+KNOWN_AGENTS_MAX = 10_000
 
 
 class _Attempt:
@@ -59,6 +61,8 @@ class TaskService:
         self._base_branches: dict[str, tuple[str, float]] = {}
         self._base_branch_locks: dict[str, asyncio.Lock] = {}
         self.rules = Rules(settings)
+        #: Agent ids already checked against the labels (see _check_agent).
+        self._agents_ok: set[str] = set()
 
     # --- request-task -------------------------------------------------------------------
 
@@ -146,7 +150,9 @@ class TaskService:
             )
             log_settled(rstore.repository, agent_id, got)
             if isinstance(got, Claimed):
-                logger.info(
+                # DEBUG: a line per claim is noise at an agent fleet's pace; the repository's
+                # timeline (dashboard, /status) records every claim and settlement.
+                logger.debug(
                     "claimed %s#%d for %s (%s)",
                     got.repository,
                     got.issue.number,
@@ -254,7 +260,10 @@ class TaskService:
         )
         if not ok:
             raise LeaseError(value, f"{repository}#{number} not {outcome.value}: {value}")
-        logger.info(
+        # A completion is routine, one per task like a claim (DEBUG); a failure or an
+        # abandoned task is what an operator looks for (INFO).
+        logger.log(
+            logging.DEBUG if outcome == Outcome.COMPLETED else logging.INFO,
             "%s %s#%d by %s",
             outcome.value,
             repository,
@@ -284,13 +293,18 @@ class TaskService:
 
     def _check_agent(self, agent_id: str) -> None:
         # The agent id becomes a label that is removed again when the lease ends, and GitHub
-        # compares label names case-insensitively.
+        # compares label names case-insensitively. Ids that passed are remembered (bounded).
+        if agent_id in self._agents_ok:
+            return
         clash = self.settings.label_clash(agent_id)
         if clash is not None:
             raise InvalidRequest(
                 f"agent id {agent_id!r} equals the label {clash} when compared "
                 "case-insensitively, as GitHub compares labels; pick another id"
             )
+        if len(self._agents_ok) >= KNOWN_AGENTS_MAX:
+            self._agents_ok.clear()
+        self._agents_ok.add(agent_id)
 
     def _check_roles(self, roles: list[str] | None) -> list[str] | None:
         """The roles deduplicated (so at most the configured ones), or refused."""
@@ -307,8 +321,8 @@ class TaskService:
 
 def log_settled(repository: str, agent_id: str, result: Claimed | NoTask) -> None:
     """The implicit completion: a new request settled the task the agent still held."""
-    if result.settled_issue is not None:
-        logger.info(
+    if result.settled_issue is not None and logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
             "%s %s#%d by %s (settled by its next request)",
             result.settled_outcome,
             repository,

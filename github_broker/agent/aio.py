@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
 import httpx
-from pydantic import ValidationError
 from tenacity import AsyncRetrying
 
 from github_broker import __version__
@@ -30,6 +27,9 @@ from github_broker.agent.client import (
     _reason,
     _retry_after_s,
     retry_policy,
+    task_from_answer,
+    task_path,
+    task_request_body,
 )
 from github_broker.models import Task
 
@@ -84,34 +84,17 @@ class AsyncBrokerClient:
         `BrokerClient`: a repeat that reached the broker gets the same hand-out and settles
         nothing, so every attempt sends the same body.
         """
-        body: dict[str, Any] = {
-            "agent_id": self.agent_id,
-            "wait_seconds": wait_seconds,
-            "previous": previous,
-            "request_id": request_id or uuid.uuid4().hex,
-        }
-        if roles:
-            body["roles"] = list(roles)
-        if repositories:
-            body["repositories"] = list(repositories)
-
+        body = task_request_body(
+            self.agent_id, wait_seconds, previous, request_id, roles, repositories
+        )
         read_timeout_s = self.timeout_s + wait_seconds
         response, _ = await self._post("/request-task", lambda _: body, read_timeout_s)
-        if response.status_code == 204:
-            return None
-        if response.status_code != 200:
-            raise _error(response)
-        try:
-            return Task.model_validate(response.json())
-        except (ValueError, ValidationError) as e:
-            raise BrokerClientError(
-                f"unexpected task from the broker: {e}", status=response.status_code
-            ) from e
+        return task_from_answer(response, _error)
 
     async def heartbeat(self, task: Task) -> str:
         """Extend the task's lease; returns the new expiry (ISO 8601). LeaseLost if it is gone."""
         response, _ = await self._post(
-            _task_path(task, "heartbeat"), lambda _: self._lease_body(task), self.timeout_s
+            task_path(task, "heartbeat"), lambda _: self._lease_body(task), self.timeout_s
         )
         if response.status_code != 200:
             raise _error(response)
@@ -153,7 +136,7 @@ class AsyncBrokerClient:
 
     async def _finish(self, task: Task, action: str, extra: dict[str, Any], outcome: str) -> None:
         response, maybe_delivered = await self._post(
-            _task_path(task, action), lambda _: {**self._lease_body(task), **extra}, self.timeout_s
+            task_path(task, action), lambda _: {**self._lease_body(task), **extra}, self.timeout_s
         )
         if response.status_code == 200:
             return
@@ -194,9 +177,7 @@ class AsyncBrokerClient:
                     if response.status_code in RETRY_STATUSES:
                         # A gateway timeout may have let the request through; 502/503 did not.
                         maybe_delivered = maybe_delivered or response.status_code == 504
-                        raise RetryStatus(
-                            response.status_code, _retry_after_s(response), response
-                        )
+                        raise RetryStatus(response.status_code, _retry_after_s(response), response)
                     return response, maybe_delivered
         except RetryStatus as e:
             raise _unavailable(f"POST {path}", e.response) from None
@@ -214,9 +195,7 @@ class AsyncBrokerClient:
                         path, params=params, timeout=self._timeout(self.timeout_s)
                     )
                     if response.status_code in RETRY_STATUSES:
-                        raise RetryStatus(
-                            response.status_code, _retry_after_s(response), response
-                        )
+                        raise RetryStatus(response.status_code, _retry_after_s(response), response)
                     return response
         except RetryStatus as e:
             raise _unavailable(f"GET {path}", e.response) from None
@@ -225,11 +204,6 @@ class AsyncBrokerClient:
         except httpx.HTTPError as e:
             raise BrokerClientError(f"GET {path}: {e!r}") from e
         raise AssertionError("unreachable: the last attempt returns or raises")
-
-
-def _task_path(task: Task, action: str) -> str:
-    owner, _, repo = task.repository.partition("/")
-    return f"/tasks/{quote(owner, safe='')}/{quote(repo, safe='')}/{task.issue_id}/{action}"
 
 
 def _never_sent(e: Exception) -> bool:

@@ -114,33 +114,16 @@ class BrokerClient:
         reaches the broker gets the task already handed out for it, with the same lease, and
         settles nothing, so a lost answer never costs a task or misfiles one as done.
         """
-        body: dict[str, Any] = {
-            "agent_id": self.agent_id,
-            "wait_seconds": wait_seconds,
-            "previous": previous,
-            "request_id": request_id or new_request_id(),
-        }
-        if roles:
-            body["roles"] = list(roles)
-        if repositories:
-            body["repositories"] = list(repositories)
-
+        body = task_request_body(
+            self.agent_id, wait_seconds, previous, request_id, roles, repositories
+        )
         response, _ = self._post("/request-task", lambda _: body, self.timeout_s + wait_seconds)
-        if response.status_code == 204:
-            return None
-        if response.status_code != 200:
-            raise _error(response)
-        try:
-            return Task.model_validate(response.json())
-        except (ValueError, ValidationError) as e:
-            raise BrokerClientError(
-                f"unexpected task from the broker: {e}", status=response.status_code
-            ) from e
+        return task_from_answer(response, _error)
 
     def heartbeat(self, task: Task) -> str:
         """Extend the task's lease; returns the new expiry (ISO 8601). LeaseLost if it is gone."""
         response, _ = self._post(
-            self._task_path(task, "heartbeat"), lambda _: self._lease_body(task), self.timeout_s
+            task_path(task, "heartbeat"), lambda _: self._lease_body(task), self.timeout_s
         )
         if response.status_code != 200:
             raise _error(response)
@@ -172,7 +155,7 @@ class BrokerClient:
 
     def _finish(self, task: Task, action: str, extra: dict[str, Any], outcome: str) -> None:
         response, maybe_delivered = self._post(
-            self._task_path(task, action),
+            task_path(task, action),
             lambda _: {**self._lease_body(task), **extra},
             self.timeout_s,
         )
@@ -185,10 +168,6 @@ class BrokerClient:
 
     def _lease_body(self, task: Task) -> dict[str, Any]:
         return {"agent_id": self.agent_id, "token": task.lease.token}
-
-    def _task_path(self, task: Task, action: str) -> str:
-        owner, _, repo = task.repository.partition("/")
-        return f"/tasks/{quote(owner, safe='')}/{quote(repo, safe='')}/{task.issue_id}/{action}"
 
     def _session(self) -> requests.Session:
         session: requests.Session | None = getattr(self._local, "session", None)
@@ -231,8 +210,7 @@ class BrokerClient:
         except RetryStatus as e:
             response = e.response
             raise BrokerUnavailable(
-                f"POST {path}: broker unavailable ({response.status_code}): "
-                f"{_detail(response)}",
+                f"POST {path}: broker unavailable ({response.status_code}): {_detail(response)}",
                 status=response.status_code,
                 reason=_reason(response),
             ) from None
@@ -300,6 +278,49 @@ def _retryable(e: BaseException) -> bool:
 def new_request_id() -> str:
     """A request id for one logical request-task (the same on each of its retries)."""
     return uuid.uuid4().hex
+
+
+def task_request_body(
+    agent_id: str,
+    wait_seconds: float,
+    previous: str,
+    request_id: str | None,
+    roles: list[str] | None,
+    repositories: list[str] | None,
+) -> dict[str, Any]:
+    """The JSON body of one logical request-task (both SDK clients send it on every retry)."""
+    body: dict[str, Any] = {
+        "agent_id": agent_id,
+        "wait_seconds": wait_seconds,
+        "previous": previous,
+        "request_id": request_id or new_request_id(),
+    }
+    if roles:
+        body["roles"] = list(roles)
+    if repositories:
+        body["repositories"] = list(repositories)
+    return body
+
+
+def task_from_answer(response: Any, error: Callable[[Any], BrokerClientError]) -> Task | None:
+    """A request-task answer (requests or httpx response): the task, None for 204, or
+    `error(response)` raised."""
+    if response.status_code == 204:
+        return None
+    if response.status_code != 200:
+        raise error(response)
+    try:
+        return Task.model_validate(response.json())
+    except (ValueError, ValidationError) as e:
+        raise BrokerClientError(
+            f"unexpected task from the broker: {e}", status=response.status_code
+        ) from e
+
+
+def task_path(task: Task, action: str) -> str:
+    """The path of a lease call (`heartbeat`, `complete`, `release`) on `task`."""
+    owner, _, repo = task.repository.partition("/")
+    return f"/tasks/{quote(owner, safe='')}/{quote(repo, safe='')}/{task.issue_id}/{action}"
 
 
 def _never_sent(e: requests.RequestException) -> bool:

@@ -19,12 +19,12 @@ from fastapi import FastAPI
 from github_broker import __version__
 from github_broker.api import errors, routes, webhooks
 from github_broker.api.auth import Authenticator
-from github_broker.api.hotpath import HotPath
+from github_broker.api.hotpath import BrokerApp
 from github_broker.api.limits import BodyLimit
 from github_broker.errors import BrokerError
 from github_broker.events import ReadyWaker
 from github_broker.gateway import GitHubGateway
-from github_broker.metrics import Metrics, instrument
+from github_broker.metrics import Metrics
 from github_broker.poller import Daemon
 from github_broker.prompts import Prompts
 from github_broker.settings import Settings, default_config_dir, load_settings
@@ -128,18 +128,19 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
             await store.close()
             await asyncio.to_thread(gateway.close)
 
-    app = FastAPI(
+    app = BrokerApp(
         title="github-broker",
         version=__version__,
         description="Hands GitHub issues to AI coding agents as leased tasks.",
         lifespan=lifespan,
         docs_url=None,  # served offline by the dashboard package
+        # A JSON body without a content-type is read as JSON (`curl -d` without -H works),
+        # on every route as on the hot path.
+        strict_content_type=False,
     )
     errors.install(app)
-    # Innermost: the hot path sees a body the limit already checked, and is timed.
-    app.add_middleware(HotPath)
     app.add_middleware(BodyLimit, max_bytes=settings.server.max_body_bytes)
-    instrument(app)
+    app.take_request_task(settings.server.max_body_bytes)
     app.include_router(routes.router)
     app.include_router(webhooks.router)
     dashboard.install(app)

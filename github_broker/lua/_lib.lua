@@ -78,8 +78,9 @@ local function task_value(score, role, pr, author, since, branch)
   return table.concat({score, role, pr, author, since, branch}, '|')
 end
 
-local function make_ready(tasks_key, ready_key, ready_role_prefix, task_id)
-  local raw = redis.call('HGET', tasks_key, task_id)
+-- `raw`: the task's value when the caller has just read it.
+local function make_ready(tasks_key, ready_key, ready_role_prefix, task_id, raw)
+  raw = raw or redis.call('HGET', tasks_key, task_id)
   if not raw then return false end
   local score, role = task_fields(raw)
   redis.call('ZADD', ready_key, score, task_id)
@@ -87,23 +88,14 @@ local function make_ready(tasks_key, ready_key, ready_role_prefix, task_id)
   return true
 end
 
-local function unready(tasks_key, ready_key, ready_role_prefix, task_id)
-  local raw = redis.call('HGET', tasks_key, task_id)
+-- `raw`: the task's value when the caller has just read it.
+local function unready(tasks_key, ready_key, ready_role_prefix, task_id, raw)
+  raw = raw or redis.call('HGET', tasks_key, task_id)
   redis.call('ZREM', ready_key, task_id)
   if raw then
     local _, role = task_fields(raw)
     redis.call('ZREM', ready_role_prefix .. role, task_id)
   end
-end
-
--- Update a task_candidate record's status, keeping the rest of the record.
-local function candidate_status(key, status, ttl_s, extra)
-  local raw = redis.call('GET', key)
-  local rec = {}
-  if raw then rec = cjson.decode(raw) end
-  rec.status = status
-  if extra then for k, v in pairs(extra) do rec[k] = v end end
-  redis.call('SET', key, cjson.encode(rec), 'EX', ttl_s)
 end
 
 -- Every repository script gets the same KEYS and ARGV[1]:
@@ -236,20 +228,33 @@ local function count_failure(C, n, agent, outcome)
   return true
 end
 
+-- A lease's fields: {agent, token, task_id, task_type, claimed_ms, expires_ms}.
+local function lease_fields(C, n)
+  return redis.call('HMGET', C.lease .. n, 'agent', 'token', 'task_id', 'task_type',
+    'claimed_ms', 'expires_ms')
+end
+
 -- End the lease on issue n for `outcome`; returns the agent that held it, or nil.
 -- `uncounted`: a failure that is not the agent's own spends no failure budget.
-local function end_lease(C, n, outcome, now, uncounted)
+-- `h`: the lease's fields (lease_fields) when the caller has just read them; `current`:
+-- true when the caller knows the agent's current-task key names this issue.
+local function end_lease(C, n, outcome, now, uncounted, h, current)
   local lease_key = C.lease .. n
-  local h = redis.call('HMGET', lease_key, 'agent', 'token', 'task_id', 'task_type')
+  h = h or lease_fields(C, n)
   local agent, token, task_id, task_type = h[1], h[2], h[3], h[4]
   redis.call('DEL', lease_key, C.lock .. n)
   redis.call('ZREM', C.K.leases, n)
   if not agent then return nil end
   local current_key = C.agent .. agent
-  if redis.call('GET', current_key) == tostring(n) then redis.call('DEL', current_key) end
+  if current or redis.call('GET', current_key) == tostring(n) then
+    redis.call('DEL', current_key)
+  end
   local status = CANDIDATE_STATUS[outcome]
   if outcome == 'completed' and task_type == 'development' then status = 'needs_review' end
-  candidate_status(C.cand .. n .. ':' .. agent, status, C.cand_s, {ended_ms = now, outcome = outcome})
+  -- The task_candidate record, rewritten whole from the lease (no read of the old one).
+  redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
+    issue = tonumber(n), agent_id = agent, task_type = task_type, status = status,
+    claimed_ms = tonumber(h[5]), ended_ms = now, outcome = outcome}), 'EX', C.cand_s)
   if token ~= ADOPTED then redis.call('SET', C.tomb .. token, outcome, 'EX', C.tomb_s) end
   local add = {}
   if outcome == 'completed' and task_type == 'development' then add = {C.needs_review} end
@@ -276,10 +281,12 @@ local function end_lease(C, n, outcome, now, uncounted)
   -- Review and fix tasks of this issue that waited for the lease (posted while it was held,
   -- or the revoked lease's own) become claimable now, while the issue is still work.
   if outcome ~= 'issue_closed' and redis.call('ZSCORE', C.K.work, n) then
-    for _, kind in ipairs({'fix', 'review'}) do
+    local kinds = {'fix', 'review'}
+    local raws = redis.call('HMGET', C.K.tasks, 'fix:' .. n, 'review:' .. n)
+    for i, kind in ipairs(kinds) do
       local other = kind .. ':' .. n
-      if (other ~= task_id or outcome == 'revoked' or outcome == 'label_removed')
-          and make_ready(C.K.tasks, C.K.ready, C.ready_role, other) then
+      if raws[i] and (other ~= task_id or outcome == 'revoked' or outcome == 'label_removed')
+          and make_ready(C.K.tasks, C.K.ready, C.ready_role, other, raws[i]) then
         redis.call('PUBLISH', C.events, 'ready')
       end
     end

@@ -33,12 +33,13 @@ local handout_key = nil
 if rid ~= '' then handout_key = C.handout .. agent .. ':' .. rid end
 
 -- The answer for a lease already granted, remembered for this request id.
-local function granted(n, task_id, tok, expires, settled_n)
+-- `raw`: the task's value when the caller has just read it.
+local function granted(n, task_id, tok, expires, settled_n, raw)
   if handout_key then
     redis.call('SET', handout_key, cjson.encode({n = tonumber(n), task_id = task_id, token = tok}),
       'PX', C.lease_ms)
   end
-  local raw = redis.call('HGET', C.K.tasks, task_id)
+  raw = raw or redis.call('HGET', C.K.tasks, task_id)
   local role, pr, branch = '', '', ''
   if raw then
     local _
@@ -55,11 +56,12 @@ local function granted(n, task_id, tok, expires, settled_n)
   return {1, task_id, tonumber(n), tok, expires, issue, role, branch, settled_n, prev_outcome, payload}
 end
 
--- The live lease of issue n if `agent` holds it: {task_id, token, claimed_ms, expires_ms}.
+-- The live lease of issue n if `agent` holds it: its lease_fields
+-- {agent, token, task_id, task_type, claimed_ms, expires_ms}.
 local function live_lease(n)
-  local h = redis.call('HMGET', C.lease .. n, 'agent', 'task_id', 'token', 'claimed_ms', 'expires_ms')
+  local h = lease_fields(C, n)
   if h[1] ~= agent or redis.call('EXISTS', C.lock .. n) == 0 then return nil end
-  return {h[2], h[3], tonumber(h[4]), tonumber(h[5])}
+  return h
 end
 
 local prev_n = redis.call('GET', C.agent .. agent)
@@ -68,7 +70,7 @@ if handout_key then
   if raw then
     local h = cjson.decode(raw)
     local l = live_lease(tostring(h.n))
-    if l and l[2] == h.token then return granted(tostring(h.n), l[1], l[2], l[4], '') end
+    if l and l[2] == h.token then return granted(tostring(h.n), l[3], l[2], tonumber(l[6]), '') end
     -- That lease ended since: a repeat settles nothing, so it only claims when nothing is held.
     if prev_n and live_lease(prev_n) then return {0, 'replayed', '', prev_outcome, -1} end
   end
@@ -78,15 +80,17 @@ local settled_n, skip_id = '', nil
 if prev_n then
   local l = live_lease(prev_n)
   if l then
-    if prev_outcome == 'completed' and l[2] ~= ADOPTED and now - l[3] < C.settle_grace_ms then
-      return granted(prev_n, l[1], l[2], l[4], '')
+    local claimed = tonumber(l[5])
+    local young = claimed ~= nil and now - claimed < C.settle_grace_ms
+    if prev_outcome == 'completed' and l[2] ~= ADOPTED and young then
+      return granted(prev_n, l[3], l[2], tonumber(l[6]), '')
     end
     -- A failure reported inside the grace cannot be the agent's work on it (a concurrent or
     -- retried request gave it up): the task goes back, but no failure budget is spent.
-    end_lease(C, prev_n, prev_outcome, now, l[3] ~= nil and now - l[3] < C.settle_grace_ms)
+    end_lease(C, prev_n, prev_outcome, now, young, l, true)
     settled_n = prev_n
     -- Don't hand straight back the task the agent just gave up.
-    if prev_outcome ~= 'completed' then skip_id = l[1] end
+    if prev_outcome ~= 'completed' then skip_id = l[3] end
   else
     redis.call('DEL', C.agent .. agent)
   end
@@ -106,41 +110,45 @@ else
   sources[1] = C.K.ready
 end
 
--- The first usable task of one index: pages of `scan` entries, at most SCAN_PAGES of them,
--- so tasks in the agent's cool-down cannot hide the rest of the queue from it for long.
-local SCAN_PAGES = 4
+-- The first usable task of one index, with its score and (when read) its value: the head
+-- alone first (nearly always usable), then pages of `scan` entries, SCAN_PAGES in all, so
+-- tasks in the agent's cool-down cannot hide the rest of the queue from it for long.
+local SCAN_PAGES = 5
 local function first_usable(src)
-  for page = 0, SCAN_PAGES - 1 do
-    local items = redis.call('ZRANGE', src, page * scan, (page + 1) * scan - 1, 'WITHSCORES')
+  local start, size = 0, 1
+  for _ = 1, SCAN_PAGES do
+    local items = redis.call('ZRANGE', src, start, start + size - 1, 'WITHSCORES')
     if #items == 0 then return nil end
+    start, size = start + size, scan
     for i = 1, #items, 2 do
-      local id, score = items[i], tonumber(items[i + 1])
+      local id, score, raw = items[i], tonumber(items[i + 1]), nil
       local n = string.match(id, ':(%d+)$')
+      -- No cool-down key can exist while cool-downs are off.
       local usable = id ~= skip_id and n ~= skip_n
-        and redis.call('EXISTS', C.cooldown .. n .. ':' .. agent) == 0
+        and (C.cooldown_s <= 0 or redis.call('EXISTS', C.cooldown .. n .. ':' .. agent) == 0)
       if usable and redis.call('EXISTS', C.lock .. n) == 1 then
         -- Held but still indexed (a lease re-adopted by the reconciler): drop it here.
         unready(C.K.tasks, C.K.ready, C.ready_role, id)
         usable = false
       end
       if usable and string.sub(id, 1, 7) == 'review:' then
-        local raw = redis.call('HGET', C.K.tasks, id)
+        raw = redis.call('HGET', C.K.tasks, id)
         if raw then
           local _, _, _, author, since = task_fields(raw)
           if author == agent and since + C.author_fallback_ms > now then usable = false end
         end
       end
-      if usable then return id, score end
+      if usable then return id, score, raw end
     end
   end
   return nil
 end
 
-local best_id, best_score = nil, nil
+local best_id, best_score, best_raw = nil, nil, nil
 for _, src in ipairs(sources) do
-  local id, score = first_usable(src)
+  local id, score, raw = first_usable(src)
   if id and (best_score == nil or score < best_score or (score == best_score and id < best_id)) then
-    best_id, best_score = id, score
+    best_id, best_score, best_raw = id, score, raw
   end
 end
 
@@ -152,7 +160,8 @@ end
 
 local n = string.match(best_id, ':(%d+)$')
 local task_type = string.match(best_id, '^(%a+):')
-local _, _, _, _, _, branch = task_fields(redis.call('HGET', C.K.tasks, best_id))
+local raw = best_raw or redis.call('HGET', C.K.tasks, best_id)
+local _, _, _, _, _, branch = task_fields(raw)
 local expires = now + C.lease_ms
 redis.call('SET', C.lock .. n, agent, 'PX', C.lease_ms)
 redis.call('HSET', C.lease .. n, 'agent', agent, 'token', token, 'task_id', best_id,
@@ -162,7 +171,7 @@ redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
 redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
   issue = tonumber(n), agent_id = agent, task_type = task_type, status = 'assigned',
   claimed_ms = now}), 'EX', C.cand_s)
-unready(C.K.tasks, C.K.ready, C.ready_role, best_id)
+unready(C.K.tasks, C.K.ready, C.ready_role, best_id, raw)
 want_labels(C.K.intent, C.K.outbox, n, {C.in_progress, agent}, {}, now)
 timeline(C, 'claim', n, agent, best_id)
 if task_type == 'development' and branch ~= '' then
@@ -170,4 +179,4 @@ if task_type == 'development' and branch ~= '' then
   redis.call('HSET', C.K.outbox_data, job, cjson.encode({branch = branch, base = base_branch}))
   redis.call('ZADD', C.K.outbox, now, job)
 end
-return granted(n, best_id, token, expires, settled_n)
+return granted(n, best_id, token, expires, settled_n, raw)
