@@ -7,10 +7,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import redis
 import requests
 
+from github_broker.keys import RepoKeys
+from github_broker.simulator import Simulator
 from tests.conftest import free_port
 
 
@@ -108,3 +113,32 @@ def broker_env(redis_url: str, github_url: str, repositories: str, **extra: str)
     }
     env.update(extra)
     return env
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll `check` every 0.1 s until it holds; AssertionError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@contextmanager
+def live_broker(
+    sim: Simulator, redis_url: str, tmp_path: Path, issues: int, **extra: str
+) -> Iterator[BrokerProcess]:
+    """`github-broker serve` on acme/widgets against `sim`, once its first sync has made the
+    `issues` simulated issues claimable; stopped on exit. `extra`: more environment."""
+    env = broker_env(redis_url, sim.base_url, "acme/widgets", **extra)
+    proc = BrokerProcess(env, tmp_path, "broker").start()
+    try:
+        client = redis.Redis.from_url(redis_url)
+        try:
+            ready = RepoKeys("gb", "acme", "widgets").ready
+            wait_for(lambda: client.zcard(ready) == issues, 30, "the first sync")
+        finally:
+            client.close()
+        yield proc
+    finally:
+        proc.stop()

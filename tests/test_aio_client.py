@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-import redis
 
 from github_broker.agent.aio import AsyncBrokerClient
 from github_broker.agent.client import BrokerUnavailable, LeaseLost, RequestRejected, Unauthorized
@@ -19,7 +18,7 @@ from github_broker.keys import RepoKeys
 from github_broker.models import Task
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
-from tests.processes import BrokerProcess, broker_env
+from tests.processes import BrokerProcess, live_broker, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -118,23 +117,8 @@ def sim() -> Iterator[Simulator]:
 
 @pytest.fixture
 def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    env = broker_env(redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_LEASES__LEASE_TTL_S="3")
-    proc = BrokerProcess(env, tmp_path, "broker").start()
-    client = redis.Redis.from_url(redis_url)
-    try:
-        wait_for(lambda: client.zcard(KEYS.ready) == 2, 30, "the first sync")
-    finally:
-        client.close()
-    yield proc
-    proc.stop()
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    with live_broker(sim, redis_url, tmp_path, 2, GITHUB_BROKER_LEASES__LEASE_TTL_S="3") as proc:
+        yield proc
 
 
 @pytest.mark.slow

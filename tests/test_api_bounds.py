@@ -271,3 +271,39 @@ def test_openapi_lists_every_status_the_api_answers(client: TestClient) -> None:
     for action in ("heartbeat", "complete", "release"):
         codes = spec[f"/tasks/{{owner}}/{{repo}}/{{number}}/{action}"]["post"]["responses"]
         assert set(codes) >= {"200", "401", "403", "404", "409", "413", "422", "503"}
+
+
+#: Bodies and content types the hot path must answer exactly as the declared route does.
+PARITY_CASES: list[tuple[str, bytes, str | None]] = [
+    ("json", b'{"agent_id": "a1", "wait_seconds": 0}', "application/json"),
+    ("no content-type", b'{"agent_id": "a1"}', None),
+    ("+json subtype", b'{"agent_id": "a1"}', "application/vnd.agent+json"),
+    ("utf-8 byte-order mark", b'\xef\xbb\xbf{"agent_id": "a1"}', "application/json"),
+    ("utf-16", '{"agent_id": "a1"}'.encode("utf-16"), "application/json"),
+    ("text/plain", b'{"agent_id": "a1"}', "text/plain"),
+    ("form", b"agent_id=a1", "application/x-www-form-urlencoded"),
+    ("wrong type", b'{"agent_id": 5}', "application/json"),
+    ("label-like id", b'{"agent_id": "P1"}', "application/json"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "body", "ctype"), PARITY_CASES, ids=[c[0] for c in PARITY_CASES]
+)
+def test_hot_path_answers_status_as_the_declared_route(
+    app: Callable[..., TestClient], case: str, body: bytes, ctype: str | None
+) -> None:
+    """`POST /request-task` skips the middleware stack for the hot path; with `app.hot`
+    unset the same request goes to the FastAPI route. Both give the same status, and the
+    kind of answer for every refusal (the messages may word a JSON error differently)."""
+    headers = {**AGENT, **({"content-type": ctype} if ctype else {})}
+    with app() as c:
+        hot = c.post("/request-task", content=body, headers=headers)
+        assert hot.status_code in (200, 204, 403, 422), (case, hot.text)
+        c.post("/tasks/acme/widgets/1/release", json={})  # ignore; next claim settles anyway
+        c.app.hot = None  # type: ignore[attr-defined]
+        declared = c.post("/request-task", content=body, headers=headers)
+    assert hot.status_code == declared.status_code, (case, hot.text, declared.text)
+    if hot.status_code >= 400:
+        assert hot.json()["detail"] and declared.json()["detail"]
+        assert hot.headers["content-type"] == declared.headers["content-type"]

@@ -68,6 +68,35 @@ def test_apscheduler_is_quiet_unless_debug(restore_logging: None) -> None:
     assert logging.getLogger("apscheduler").getEffectiveLevel() == logging.DEBUG
 
 
+async def _claim_twice(redis_url: str, make_settings: Callable[..., Settings]) -> None:
+    with simulated(ONE_ISSUE) as sim:
+        async with running_world(sim, redis_url, make_settings) as world:
+            await world.tick()
+            first = await world.ask("a1")
+            assert first is not None
+            # The next request settles the held task: an implicit completion.
+            await world.ask("a1")
+    logs.flush()
+
+
+@pytest.mark.anyio
+async def test_no_info_line_per_claim(
+    redis_url: str,
+    make_settings: Callable[..., Settings],
+    capsys: pytest.CaptureFixture[str],
+    restore_logging: None,
+) -> None:
+    """Claims and implicit completions come at an agent fleet's pace: DEBUG, not INFO."""
+    logs.configure("INFO", "json")
+    await _claim_twice(redis_url, make_settings)
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert lines, "INFO logging wrote nothing at all"
+    assert not [x for x in lines if x["message"].startswith("claimed")]
+    assert not [x for x in lines if "settled by its next request" in x["message"]]
+    synced = next(x for x in lines if x["message"].startswith("sync "))
+    assert synced["repository"] == "acme/widgets"
+
+
 @pytest.mark.anyio
 async def test_json_lines_name_repository_issue_agent_and_task(
     redis_url: str,
@@ -75,25 +104,16 @@ async def test_json_lines_name_repository_issue_agent_and_task(
     capsys: pytest.CaptureFixture[str],
     restore_logging: None,
 ) -> None:
-    logs.configure("INFO", "json")
-    with simulated(ONE_ISSUE) as sim:
-        async with running_world(sim, redis_url, make_settings) as world:
-            await world.tick()
-            first = await world.ask("a1")
-            assert first is not None
-            # The next request settles the held task: an implicit completion, logged too.
-            await world.ask("a1")
-    logs.flush()
+    logs.configure("DEBUG", "json")
+    await _claim_twice(redis_url, make_settings)
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     claimed = next(x for x in lines if x["message"].startswith("claimed"))
-    assert claimed["level"] == "INFO" and claimed["logger"] == "github_broker.tasks"
+    assert claimed["level"] == "DEBUG" and claimed["logger"] == "github_broker.tasks"
     assert claimed["repository"] == "acme/widgets" and claimed["issue"] == 1
     assert claimed["agent"] == "a1" and claimed["task"] == "development:1"
     settled = next(x for x in lines if "settled by its next request" in x["message"])
     assert settled["issue"] == 1 and settled["agent"] == "a1"
     assert settled["message"].startswith("needs_review") or "completed" in settled["message"]
-    synced = next(x for x in lines if x["message"].startswith("sync "))
-    assert synced["repository"] == "acme/widgets"
 
 
 def test_exceptions_survive_the_queue(

@@ -6,14 +6,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
-import redis
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -29,7 +27,7 @@ from github_broker.agent.client import BrokerClient
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
-from tests.processes import BrokerProcess, broker_env
+from tests.processes import BrokerProcess, broker_env, live_broker, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -55,23 +53,8 @@ def sim() -> Iterator[Simulator]:
 @pytest.fixture
 def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
     # A 3 s lease: the MCP server heartbeats every second.
-    env = broker_env(redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_LEASES__LEASE_TTL_S="3")
-    proc = BrokerProcess(env, tmp_path, "broker").start()
-    client = redis.Redis.from_url(redis_url)
-    try:
-        wait_for(lambda: client.zcard(KEYS.ready) == 1, 30, "the first sync")
-    finally:
-        client.close()
-    yield proc
-    proc.stop()
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    with live_broker(sim, redis_url, tmp_path, 1, GITHUB_BROKER_LEASES__LEASE_TTL_S="3") as proc:
+        yield proc
 
 
 def labels(sim: Simulator) -> set[str]:

@@ -6,13 +6,11 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from github_broker.agent.client import BrokerClient
 from github_broker.agent.presets import MAX_PROMPT_ARG_BYTES, PRESETS
@@ -20,7 +18,7 @@ from github_broker.agent.runner import Runner, RunnerConfig, RunnerError
 from github_broker.agent.workspace import Workspaces
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
-from tests.processes import BrokerProcess, broker_env
+from tests.processes import BrokerProcess, live_broker, wait_for
 
 KEYS = RepoKeys("gb", "acme", "widgets")
 
@@ -132,23 +130,8 @@ def sim() -> Iterator[Simulator]:
 
 @pytest.fixture
 def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    env = broker_env(redis_url, sim.base_url, "acme/widgets")
-    proc = BrokerProcess(env, tmp_path, "broker").start()
-    client = redis.Redis.from_url(redis_url)
-    try:
-        wait_for(lambda: client.zcard(KEYS.ready) == 1, 30, "the first sync")
-    finally:
-        client.close()
-    yield proc
-    proc.stop()
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    with live_broker(sim, redis_url, tmp_path, 1) as proc:
+        yield proc
 
 
 @pytest.mark.slow

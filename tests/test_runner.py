@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from github_broker.agent.client import BrokerClient, BrokerUnavailable
 from github_broker.agent.runner import (
@@ -30,7 +29,8 @@ from github_broker.keys import RepoKeys
 from github_broker.models import Task
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
-from tests.processes import BrokerProcess, broker_env
+from tests.processes import BrokerProcess, live_broker
+from tests.processes import wait_for as wait_until
 
 KEYS = RepoKeys("gb", "acme", "widgets")
 
@@ -83,13 +83,6 @@ def agent_cli(*args: str) -> list[str]:
     if any("agent" in a.choices for a in subcommands):
         return [sys.executable, "-m", "github_broker", "agent", *args]
     return [sys.executable, "-m", "github_broker.agent.runner", "agent", *args]
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def process_gone(pid: int) -> bool:
@@ -189,15 +182,8 @@ def sim() -> Iterator[Simulator]:
 @pytest.fixture
 def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
     # A 3 s lease: heartbeats every second, so a revocation shows within a second or two.
-    env = broker_env(redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_LEASES__LEASE_TTL_S="3")
-    proc = BrokerProcess(env, tmp_path, "broker").start()
-    client = redis.Redis.from_url(redis_url)
-    try:
-        wait_until(lambda: client.zcard(KEYS.ready) == 1, 30, "the first sync")
-    finally:
-        client.close()
-    yield proc
-    proc.stop()
+    with live_broker(sim, redis_url, tmp_path, 1, GITHUB_BROKER_LEASES__LEASE_TTL_S="3") as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -201,6 +201,29 @@ def test_ready_and_api_fail_fast_when_redis_hangs(tmp_path: Path) -> None:
             ask = post(broker.url, "/request-task", {"agent_id": "a1"}, timeout=15)
             assert ask.status_code == 503 and time.monotonic() - started < 4
             print(f"\nRedis hung: /ready {ready_s:.2f}s, heartbeat {beat_s:.2f}s")
+            # Redis wakes up and runs the calls that timed out. Their late replies must reach
+            # no later call (a timed-out call closes its connection): each agent gets an
+            # answer of its own, and its lease is its own.
+            proc.send_signal(signal.SIGCONT)
+            wait_until(
+                lambda: requests.get(f"{broker.url}/ready", timeout=5).status_code == 200,
+                10,
+                "ready again",
+            )
+            tasks = {}
+            for agent in ("a1", "a2"):
+                got = post(broker.url, "/request-task", {"agent_id": agent}, timeout=15)
+                assert got.status_code == 200, (agent, got.status_code, got.text)
+                tasks[agent] = got.json()
+            assert tasks["a1"]["issue_id"] != tasks["a2"]["issue_id"]
+            for agent, task in tasks.items():
+                beat = post(
+                    broker.url,
+                    f"/tasks/acme/widgets/{task['issue_id']}/heartbeat",
+                    {"agent_id": agent, "token": task["lease"]["token"]},
+                    timeout=15,
+                )
+                assert beat.status_code == 200, (agent, beat.text)
         finally:
             proc.send_signal(signal.SIGCONT)
             broker.stop()
