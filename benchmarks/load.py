@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -130,6 +131,8 @@ class _Agent:
         self.flow = flow
         self.result = result
         self.start, self.end = window
+        #: (repository, issue, token) of the task this agent holds, if any.
+        self.held: tuple[str, int, str] | None = None
 
     async def post(self, op: str, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
         began = time.perf_counter()
@@ -154,6 +157,7 @@ class _Agent:
         counted = self.start <= time.perf_counter() <= self.end
         if status == 204:
             self.result.empty += counted
+            self.held = None  # the request settled the held task
             return
         if status != 200:
             await asyncio.sleep(0.05)  # don't spin on a failing server
@@ -162,18 +166,37 @@ class _Agent:
         if self.flow == "baseline":
             return
         task = json.loads(body)
+        self.held = (task["repository"], task["issue_id"], task["lease"]["token"])
         if counted and self.flow != "claim-abandon":
             self.result.issues[task["issue_id"]] += 1
         if self.flow == "claim-complete":
             path = f"/tasks/{task['repository']}/{task['issue_id']}/complete"
-            await self.post("complete", path,
-                            {"agent_id": self.agent_id, "token": task["lease"]["token"]})
+            status, _ = await self.post(
+                "complete", path, {"agent_id": self.agent_id, "token": task["lease"]["token"]}
+            )
+            if status == 200:
+                self.held = None
+
+    async def give_back(self) -> None:
+        """Release the task still held, outside the window. Agent ids are unique per run, so
+        no later run would ever settle it: each run's 50 last claims would stay leased for the
+        whole lease TTL (600 s) and drain a small backlog (100 issues: empty after two runs)."""
+        if self.held is None:
+            return
+        repository, number, token = self.held
+        self.held = None
+        with contextlib.suppress(httpx.HTTPError, HTTPStatusError, OSError, TimeoutError):
+            await self.client.post(
+                f"/tasks/{repository}/{number}/release",
+                {"agent_id": self.agent_id, "token": token, "reason": "abandoned"},
+            )
 
     async def run(self) -> None:
         previous = "abandoned" if self.flow == "claim-abandon" else "completed"
         try:
             while time.perf_counter() < self.end:
                 await self.cycle(previous)
+            await self.give_back()
         finally:
             await self.client.close()
 
@@ -224,9 +247,10 @@ async def _sequential(url: str, flow: str, count: int, client: str) -> LoadResul
     try:
         for _ in range(count):
             await agent.cycle("completed")
+        result.window_s = time.perf_counter() - began
+        await agent.give_back()
     finally:
         await agent.client.close()
-    result.window_s = time.perf_counter() - began
     return result
 
 

@@ -141,11 +141,27 @@ class Bench:
                 "scripts": self.redis.script_usec(),
                 "github_calls": sim.stats()["total"],
                 "outbox": size(self.redis.client(), KEYS.outbox),
+                "outbox_lag_s": _oldest_due_age_s(self.redis.client()),
             }
 
         result = run_load(server.url, agents=o.agents, flow=flow, warmup_s=o.warmup_s,
                           duration_s=o.duration_s, client=client or o.client, probe=probe)
-        return {**_row(result, o.duration_s), "client": client or o.client}
+        row = {**_row(result, o.duration_s), "client": client or o.client}
+        # Every agent gives its task back when the window ends: a lease left behind would
+        # shrink the pool of the next run (a 100-issue backlog ran dry after two runs).
+        row["leases_after"] = size(self.redis.client(), KEYS.leases)
+        if row["leases_after"]:
+            held = f"{row['leases_after']} leases still held after the run"
+            row["warning"] = "; ".join(filter(None, [row["warning"], held]))
+        return row
+
+
+def _oldest_due_age_s(client: Any) -> float:
+    """The write queue's lag: seconds since the oldest due job fell due (0 when none is)."""
+    head = client.zrange(KEYS.outbox, 0, 0, withscores=True)
+    if not head:
+        return 0.0
+    return max(0.0, time.time() - head[0][1] / 1000)
 
 
 def _row(result: LoadResult, window_s: float) -> dict[str, Any]:
@@ -166,6 +182,7 @@ def _row(result: LoadResult, window_s: float) -> dict[str, Any]:
     summary["github_calls_per_s"] = (after["github_calls"] - before["github_calls"]) / window_s
     summary["outbox_growth_per_s"] = (after["outbox"] - before["outbox"]) / window_s
     summary["outbox_after"] = after["outbox"]
+    summary["outbox_lag_s_after"] = after["outbox_lag_s"]
     summary["requests_per_s"] = sum(op["count"] for op in summary["ops"].values()) / window_s
     warnings = []
     if summary["generator_cpu_pct"] > GENERATOR_LIMIT_PCT:
@@ -385,6 +402,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
                                    for r in runs])["median"],
         "github_calls_per_s": spread([r["github_calls_per_s"] for r in runs])["median"],
         "outbox_after": runs[-1]["outbox_after"],
+        "outbox_lag_s_after": runs[-1]["outbox_lag_s_after"],
         "outbox_growth_per_s": spread([r["outbox_growth_per_s"] for r in runs])["median"],
         "warning": "; ".join(sorted({r["warning"] for r in runs if r["warning"]})),
     }
