@@ -130,11 +130,20 @@ def test_dashboard_in_a_real_browser(
         coder.complete(first)  # the issue now waits for review
         held = designer.request_task(roles=["FRONTENDCODER"])
         assert held is not None and held.issue_id == 12
+        # The completion's label writes land, and a sync then sees issue 11 under review
+        # (a claim's label wish can be cancelled before it is sent, so "the agent's label
+        # is gone" alone proves nothing).
         wait_until(
-            lambda: "coder-ann" not in sim.state.issue_labels("acme", "widgets", 11),
+            lambda: {"needs-review"} <= set(sim.state.issue_labels("acme", "widgets", 11))
+            and "coder-ann" not in sim.state.issue_labels("acme", "widgets", 11),
             20,
             "the completion's label writes",
         )
+        client = redis.Redis.from_url(broker.env["GITHUB_BROKER_REDIS__URL"])
+        try:
+            wait_until(lambda: client.sismember(KEYS.reviewing, "11"), 20, "a sync of the review")
+        finally:
+            client.close()
     finally:
         coder.close()
         designer.close()
