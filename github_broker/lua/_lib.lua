@@ -102,7 +102,7 @@ end
 -- KEYS: 1 tasks, 2 ready, 3 work, 4 leases, 5 intent, 6 outbox, 7 outbox:data,
 --       8 skipped, 9 open (all of one repository, so one Cluster slot)
 --       10 reviewing
--- ARGV[1]: unused ('') since the context is compiled in: store.py prepends to each script
+-- ARGV[1]: unused ('') since the context is compiled in: store/scripts.py prepends to each script
 --   `base_context()`, the repository's constants: key prefixes for per-issue keys (issue,
 --   lock, lease, agent, cand, ready_role, tomb, review, review_state, fix), the events
 --   channel, the timeline stream and its cap (timeline, timeline_max), label names

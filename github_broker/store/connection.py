@@ -1,0 +1,162 @@
+"""Redis clients: connecting by URL, bounding every call, mapping redis-py's errors."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from typing import Any, ParamSpec, TypeVar, cast
+
+import redis.asyncio as aioredis
+import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from github_broker.errors import Fenced, MirrorRebuilding, StoreUnavailable
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: Memory URL scheme: an in-process fakeredis (sandbox, quick tests).
+MEMORY_URL = "memory://"
+
+
+async def awaited(result: Awaitable[T] | T) -> T:
+    """Await a redis-py call; its asyncio stubs type results as "awaitable or value"."""
+    if inspect.isawaitable(result):
+        return cast(T, await result)
+    return result
+
+
+def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Turn redis-py connection failures into StoreUnavailable, and bound the whole call by
+    the store's `call_timeout_s` (reconnects included: a hung Redis fails fast)."""
+
+    @wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        bound = getattr(args[0], "call_timeout_s", None) if args else None
+        try:
+            if bound is None:
+                return await fn(*args, **kwargs)
+            async with asyncio.timeout(bound):
+                return await fn(*args, **kwargs)
+        except TimeoutError as e:
+            raise StoreUnavailable(f"Redis did not answer within {bound:g}s") from e
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
+            raise StoreUnavailable(f"Redis unavailable: {e}") from e
+        except redis.exceptions.ResponseError as e:
+            message = str(e)
+            if message.startswith("FENCED"):
+                raise Fenced(f"not the leader any more: {message}") from e
+            if message.startswith("REBUILDING"):
+                raise MirrorRebuilding(message.removeprefix("REBUILDING ")) from e
+            raise StoreUnavailable(f"Redis error: {e}") from e
+
+    return wrapper
+
+
+#: Redis Cluster: `redis+cluster://host:port[,host:port...]` (any reachable nodes).
+CLUSTER_SCHEME = "redis+cluster://"
+
+
+#: Default bounds of one Redis call (seconds); `Settings.redis` sets them per deployment.
+DEFAULT_SOCKET_TIMEOUT_S = 2.0
+
+
+DEFAULT_CONNECT_TIMEOUT_S = 1.0
+
+
+def call_timeouts(socket_s: float, connect_s: float) -> dict[str, Any]:
+    return {"socket_timeout": socket_s, "socket_connect_timeout": connect_s}
+
+
+def connect(
+    url: str,
+    *,
+    socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    bounded_by_caller: bool = False,
+) -> Any:
+    """A client for `url`: redis://, rediss://, unix://, redis+sentinel://, redis+cluster://,
+    or memory:// (an in-process fakeredis). Every call is bounded by the timeouts.
+    `bounded_by_caller`: the caller bounds every call itself (`translate_errors`), so a plain
+    Redis client gets no per-socket-operation timeout: with one, redis-py runs each socket
+    write in a task of its own under `asyncio.wait_for`, about 40 µs of CPU per call."""
+    timeouts = call_timeouts(socket_timeout_s, connect_timeout_s)
+    if url.startswith(MEMORY_URL):
+        import fakeredis
+
+        return fakeredis.FakeAsyncRedis(server=_memory_server())
+    if url.startswith("redis+sentinel://"):
+        return _sentinel(url, socket_timeout_s)
+    if url.startswith(CLUSTER_SCHEME):
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+        nodes = [
+            ClusterNode(h, int(p or 6379))
+            for h, _, p in (
+                n.partition(":") for n in url.removeprefix(CLUSTER_SCHEME).split("/")[0].split(",")
+            )
+        ]
+        return RedisCluster(startup_nodes=nodes, **timeouts)
+    if bounded_by_caller:
+        timeouts["socket_timeout"] = None
+    return aioredis.Redis.from_url(url, retry=_retry(), **timeouts)
+
+
+def _retry() -> Retry:
+    # One immediate retry on a broken pooled connection (Redis restarted); none on a timeout,
+    # or a hung Redis would hold each call for several socket timeouts (redis-py's default).
+    return Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,))
+
+
+def pubsub_client_for(url: str, client: Any, timeouts: dict[str, Any]) -> Any:
+    """Who to SUBSCRIBE through: a plain Redis client with the socket timeouts (the main
+    client may have none, see `connect`), the client itself for Sentinel and memory://, or
+    for a cluster one node (a classic PUBLISH reaches every node of a cluster)."""
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return aioredis.Redis.from_url(url, retry=_retry(), **timeouts)
+    if not url.startswith(CLUSTER_SCHEME):
+        return client
+    host, _, port = url.removeprefix(CLUSTER_SCHEME).split("/")[0].split(",")[0].partition(":")
+    return aioredis.Redis(host=host, port=int(port or 6379), retry=_retry(), **timeouts)
+
+
+_MEMORY: Any = None
+
+
+def _memory_server() -> Any:
+    # One fake server per process, shared by every client, like one real Redis.
+    global _MEMORY
+    if _MEMORY is None:
+        import fakeredis
+
+        _MEMORY = fakeredis.FakeServer()
+    return _MEMORY
+
+
+def flush_memory() -> None:
+    """Empty the in-process fake server (tests)."""
+    import fakeredis
+
+    fakeredis.FakeRedis(server=_memory_server()).flushall()
+
+
+def _sentinel(url: str, socket_timeout_s: float) -> aioredis.Redis:
+    # redis+sentinel://host1:26379,host2:26379/service_name[/db]
+    from redis.asyncio.sentinel import Sentinel
+
+    rest = url.removeprefix("redis+sentinel://")
+    hosts, _, path = rest.partition("/")
+    service, _, db = path.partition("/")
+    nodes = []
+    for host in hosts.split(","):
+        name, _, port = host.partition(":")
+        nodes.append((name, int(port or 26379)))
+    sentinel = Sentinel(nodes, socket_timeout=socket_timeout_s)
+    return sentinel.master_for(service or "mymaster", db=int(db or 0))
+
+
+def as_text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

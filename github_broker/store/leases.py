@@ -1,0 +1,164 @@
+"""Claims and leases: the claim script, heartbeats, lease ends, the ready indexes and the
+failure budget's streaks."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from github_broker.errors import MirrorRebuilding
+from github_broker.models import Claimed, Issue, LeaseInfo, LeaseRefusal, NoTask, TaskType
+from github_broker.store.base import RepoBase
+from github_broker.store.connection import as_text, awaited, translate_errors
+
+#: Ready tasks a claim looks at per index before giving up on held leftovers.
+CLAIM_SCAN = 16
+
+
+def _refusal(value: Any) -> LeaseRefusal:
+    reason = as_text(value)
+    if reason == "rebuilding":
+        # Redis lost the lease with everything else; the next sync re-adopts it from GitHub.
+        raise MirrorRebuilding("the mirror is being rebuilt from GitHub; retry shortly")
+    return LeaseRefusal(reason)
+
+
+class LeaseRegistry(RepoBase):
+    """Claims, heartbeats and lease ends (one script each), the ready indexes, streaks."""
+
+    @translate_errors
+    async def claim(
+        self,
+        agent_id: str,
+        *,
+        previous: str,
+        mode: str,
+        base_branch: str,
+        roles: list[str] | None,
+        settle_only: bool = False,
+        skip_issue: int | None = None,
+        request_id: str | None = None,
+    ) -> Claimed | NoTask:
+        """Settle the agent's held task with `previous`, then lease the next task (one call).
+        A `request_id` seen before gets the same task and lease again (see claim.lua)."""
+        token = secrets.token_urlsafe(18)
+        res = await self._run(
+            "claim",
+            agent_id,
+            token,
+            previous,
+            mode,
+            base_branch,
+            CLAIM_SCAN,
+            "1" if settle_only else "0",
+            "" if skip_issue is None else str(skip_issue),
+            request_id or "",
+            *(roles or []),
+        )
+        if int(res[0]) == 0:
+            _, reason, settled, outcome, bucket = res
+            return NoTask(
+                reason=as_text(reason),
+                bucket=int(bucket) if int(bucket) >= 0 else None,
+                settled_issue=int(settled) if as_text(settled) else None,
+                settled_outcome=as_text(outcome) if as_text(settled) else None,
+            )
+        _, task_id, _n, tok, expires, issue, role, branch, settled, outcome, payload = res
+        return Claimed(
+            repository=self.repository,
+            task_id=as_text(task_id),
+            task_type=TaskType(as_text(task_id).split(":")[0]),
+            issue=Issue.model_validate_json(issue),
+            role=as_text(role),
+            branch=as_text(branch),
+            token=as_text(tok),
+            expires_ms=int(expires),
+            settled_issue=int(settled) if as_text(settled) else None,
+            settled_outcome=as_text(outcome) if as_text(settled) else None,
+            payload=json.loads(payload) if payload else None,
+        )
+
+    @translate_errors
+    async def heartbeat(
+        self, number: int, agent_id: str, token: str
+    ) -> tuple[bool, int | LeaseRefusal]:
+        """(True, expires_ms) or (False, why)."""
+        ok, value = await self._run("heartbeat", number, agent_id, token)
+        if not int(ok):
+            return False, _refusal(value)
+        return True, int(value)
+
+    @translate_errors
+    async def finish(
+        self, number: int, agent_id: str, token: str, outcome: str, *, counted: bool = True
+    ) -> tuple[bool, str]:
+        """(True, outcome) or (False, why: a LeaseRefusal). `counted=False`: a failure that is
+        not the agent's (it never saw the task) spends no failure budget."""
+        ok, value = await self._run(
+            "finish", number, agent_id, token, outcome, "1" if counted else "0"
+        )
+        return (True, as_text(value)) if int(ok) else (False, _refusal(value))
+
+    @translate_errors
+    async def reap(self, limit: int = 100, *, epoch: int = 0) -> int:
+        return int(await self._run("reap", limit, epoch))
+
+    @translate_errors
+    async def candidate(self, number: int, agent_id: str) -> dict[str, Any] | None:
+        raw = await awaited(self.client.get(self.keys.task_candidate(number, agent_id)))
+        return json.loads(raw) if raw else None
+
+    @translate_errors
+    async def leases(self) -> list[LeaseInfo]:
+        numbers = [int(n) for n in await self.client.zrange(self.keys.leases, 0, -1)]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for n in numbers:
+                pipe.hgetall(self.keys.lease(n))
+            rows = await pipe.execute()
+        out = []
+        for n, row in zip(numbers, rows, strict=True):
+            if not row:
+                continue
+            h = {as_text(k): as_text(v) for k, v in row.items()}
+            out.append(
+                LeaseInfo(
+                    repository=self.repository,
+                    issue=n,
+                    agent_id=h["agent"],
+                    task_type=h["task_type"],
+                    claimed_ms=int(h["claimed_ms"]),
+                    expires_ms=int(h["expires_ms"]),
+                )
+            )
+        return out
+
+    @translate_errors
+    async def ready_tasks(self, role: str | None = None) -> list[tuple[str, float]]:
+        key = self.keys.ready_role(role) if role else self.keys.ready
+        return [
+            (as_text(m), float(s)) for m, s in await self.client.zrange(key, 0, -1, withscores=True)
+        ]
+
+    @translate_errors
+    async def task_index(self) -> dict[str, tuple[float, str, str]]:
+        """Every task the rules allow, held or not: id -> (score, role, branch)."""
+        out = {}
+        for task_id, raw in (await awaited(self.client.hgetall(self.keys.tasks))).items():
+            score, role, _pr, _author, _since, branch = as_text(raw).split("|", 5)
+            out[as_text(task_id)] = (float(score), role, branch)
+        return out
+
+    @translate_errors
+    async def existing_tasks(self, task_ids: list[str]) -> set[str]:
+        """Those of `task_ids` that are in the tasks hash (one HMGET, not the whole hash)."""
+        if not task_ids:
+            return set()
+        values = await awaited(self.client.hmget(self.keys.tasks, task_ids))
+        return {t for t, v in zip(task_ids, values, strict=True) if v is not None}
+
+    @translate_errors
+    async def agent_streaks(self) -> dict[str, int]:
+        """Consecutive failures per agent (the failure budget's hash), when it exists."""
+        raw = await awaited(self.client.hgetall(self.keys.agent_streaks))
+        return {as_text(k): int(v) for k, v in raw.items() if int(v) > 0}

@@ -1,0 +1,140 @@
+"""The issue mirror: what the sync writes and what it reads back (issues, the work
+index and bucket, skipped issues, sync cursors)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from github_broker.clock import iso_from_ms, now_ms
+from github_broker.models import Issue, SkipReason
+from github_broker.store.base import RepoBase
+from github_broker.store.connection import as_text, awaited, translate_errors
+
+
+@dataclass
+class UpsertResult:
+    """What one sync_upsert.lua call did; `suspects` maps an issue to the lease labels that
+    vanished from GitHub (the caller asks GitHub who removed them)."""
+
+    written: int = 0
+    readied: int = 0
+    revoked: int = 0
+    adopted: int = 0
+    suspects: dict[int, list[str]] = field(default_factory=dict)
+    restored: int = 0
+
+
+class IssueMirror(RepoBase):
+    """What the sync writes, and the mirrored issues and indexes read back."""
+
+    @translate_errors
+    async def sync_issues(self, items: list[dict[str, Any]], *, epoch: int = 0) -> UpsertResult:
+        """Write issues and their index entries (sync_upsert.lua), fenced by `epoch`."""
+        if not items:
+            return UpsertResult()
+        res = await self._run("sync_upsert", json.dumps(items), iso_from_ms(now_ms()), epoch)
+        suspects = json.loads(as_text(res[4]))
+        return UpsertResult(
+            written=int(res[0]),
+            readied=int(res[1]),
+            revoked=int(res[2]),
+            adopted=int(res[3]),
+            # cjson writes an empty list as {}.
+            suspects={int(s["n"]): list(s["missing"]) for s in (suspects if suspects else [])},
+            restored=int(res[5]),
+        )
+
+    async def upsert_issues(
+        self, items: list[dict[str, Any]], *, epoch: int = 0
+    ) -> tuple[int, int, int, int]:
+        """Write issues and their index entries; returns (written, readied, revoked, adopted)."""
+        r = await self.sync_issues(items, epoch=epoch)
+        return r.written, r.readied, r.revoked, r.adopted
+
+    @translate_errors
+    async def remove_issues(self, numbers: list[int], *, epoch: int = 0) -> tuple[int, int]:
+        if not numbers:
+            return 0, 0
+        removed, revoked = await self._run("sync_remove", json.dumps(numbers), epoch)
+        return int(removed), int(revoked)
+
+    @translate_errors
+    async def open_numbers(self) -> set[int]:
+        return {int(n) for n in await awaited(self.client.smembers(self.keys.open))}
+
+    @translate_errors
+    async def sync_state(self) -> dict[str, str]:
+        raw = await awaited(self.client.hgetall(self.keys.sync))
+        return {as_text(k): as_text(v) for k, v in raw.items()}
+
+    @translate_errors
+    async def save_sync_state(
+        self,
+        values: dict[str, str],
+        *,
+        pages: dict[str, str] | None = None,
+        drop_pages: list[str] | None = None,
+        rebuilt: str | bool = "",
+        epoch: int = 0,
+    ) -> None:
+        """Cursors (small, read every pass) and full-pass page data (read by full passes).
+        `rebuilt`: the `full_started` cursor of the full pass that just finished; the mirror
+        is marked complete if it is still there (True: mark it regardless, for tests that
+        fill Redis by hand). Fenced by `epoch`."""
+        if rebuilt is True:
+            rebuilt = "seeded"
+            values = {**(values or {}), "full_started": rebuilt}
+        await self._run(
+            "sync_save",
+            json.dumps(values or {}),
+            json.dumps(pages or {}),
+            json.dumps(drop_pages or []),
+            rebuilt or "",
+            epoch,
+        )
+
+    @translate_errors
+    async def mirror_rebuilt(self) -> bool:
+        """Whether a complete sync pass has rebuilt the mirror since Redis last lost it."""
+        return bool(await awaited(self.client.exists(self.keys.mirror)))
+
+    @translate_errors
+    async def sync_pages(self) -> dict[str, str]:
+        raw = await awaited(self.client.hgetall(self.keys.sync_pages))
+        return {as_text(k): as_text(v) for k, v in raw.items()}
+
+    @translate_errors
+    async def get_issue(self, number: int) -> Issue | None:
+        raw = await awaited(self.client.get(self.keys.issue(number)))
+        return Issue.model_validate_json(raw) if raw else None
+
+    @translate_errors
+    async def get_issues(self, numbers: list[int]) -> list[Issue]:
+        if not numbers:
+            return []
+        raws = await self.client.mget([self.keys.issue(n) for n in numbers])
+        return [Issue.model_validate_json(r) for r in raws if r]
+
+    @translate_errors
+    async def default_branch(self) -> str | None:
+        raw = await awaited(self.client.hget(self.keys.sync, "default_branch"))
+        return as_text(raw) if raw else None
+
+    @translate_errors
+    async def bucket(self) -> int | None:
+        top = await self.client.zrange(self.keys.work, 0, 0, withscores=True)
+        return int(top[0][1]) if top else None
+
+    @translate_errors
+    async def work_priorities(self) -> dict[int, int]:
+        return {
+            int(m): int(s)
+            for m, s in await self.client.zrange(self.keys.work, 0, -1, withscores=True)
+        }
+
+    @translate_errors
+    async def skipped(self) -> dict[int, SkipReason]:
+        raw = await awaited(self.client.hgetall(self.keys.skipped))
+        return {int(k): SkipReason.model_validate_json(v) for k, v in raw.items()}

@@ -1,0 +1,90 @@
+"""One repository's store: its parts (mirror, leases, reviews, write queue, webhooks,
+timeline) over one client, one key set and the scripts compiled with its context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from github_broker.keys import RepoKeys
+from github_broker.models import SCORE_GROUP
+from github_broker.settings import Settings
+from github_broker.store.leases import LeaseRegistry
+from github_broker.store.mirror import IssueMirror
+from github_broker.store.reviews import ReviewStore
+from github_broker.store.scripts import Scripts
+from github_broker.store.timeline import TIMELINE_MAX, Timeline
+from github_broker.store.webhooks import WebhookQueue
+from github_broker.store.write_queue import WriteQueue
+
+#: How long the reason a lease ended stays readable for a late heartbeat.
+LEASE_END_TTL_S = 86400
+
+
+class RepoStore(IssueMirror, LeaseRegistry, ReviewStore, WriteQueue, WebhookQueue, Timeline):
+    """Redis state of one repository: every part's reads and writes."""
+
+    def __init__(
+        self, client: aioredis.Redis, scripts: Scripts, keys: RepoKeys, settings: Settings
+    ) -> None:
+        self.client = client
+        self.scripts = scripts
+        self.keys = keys
+        self.settings = settings
+        self.repository = keys.full_name
+        #: Longest one store call may take, reconnects included (seconds).
+        self.call_timeout_s = settings.redis.socket_timeout_s
+        self._fixed = [
+            keys.tasks,
+            keys.ready,
+            keys.work,
+            keys.leases,
+            keys.intent,
+            keys.outbox,
+            keys.outbox_data,
+            keys.skipped,
+            keys.open,
+            keys.reviewing,
+        ]
+        self.context: dict[str, Any] = {
+            "issue": keys.issue_prefix,
+            "lock": keys.lock_prefix,
+            "lease": keys.lease_prefix,
+            "agent": keys.agent_task_prefix,
+            "cand": keys.candidate_prefix,
+            "ready_role": keys.ready_role_prefix,
+            "tomb": keys.lease_end_prefix,
+            "review": keys.review_detected_prefix,
+            "review_state": keys.review_state_prefix,
+            "fix": keys.fix_prefix,
+            "outbox_attempts": keys.outbox_attempts,
+            "events": keys.events,
+            "timeline": keys.timeline,
+            "timeline_max": TIMELINE_MAX,
+            "in_progress": settings.labels.in_progress,
+            "needs_review": settings.labels.needs_review,
+            "lease_ms": settings.leases.lease_ttl_s * 1000,
+            "agent_s": settings.leases.agent_task_ttl_s,
+            "cand_s": settings.leases.candidate_ttl_s,
+            "tomb_s": LEASE_END_TTL_S,
+            "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
+            "priority_unit": 4 * SCORE_GROUP,
+            "handout": keys.handout_prefix,
+            "cooldown": keys.cooldown_prefix,
+            "task_failures": keys.task_failures,
+            "agent_streaks": keys.agent_streaks,
+            "needs_human": settings.labels.needs_human,
+            "settle_grace_ms": int(settings.leases.settle_grace_s * 1000),
+            "max_failures": settings.failures.max_failures,
+            "cooldown_s": settings.failures.cooldown_s,
+            "fence": keys.fence,
+            "mirror": keys.mirror,
+            "orphans": keys.orphans,
+            "outbox_taken": keys.outbox_taken,
+            "sync": keys.sync,
+            "sync_pages": keys.sync_pages,
+        }
+        # Compiled into the scripts: nothing of it travels with a call (ARGV[1] stays, empty,
+        # so every script keeps its argument numbers).
+        self.scripts = Scripts(client, self.context)

@@ -1,0 +1,66 @@
+"""The Lua scripts: loaded with their shared library, compiled with a repository's context."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import redis.asyncio as aioredis
+
+
+def _load(name: str, with_lib: bool = True) -> str:
+    folder = resources.files("github_broker") / "lua"
+    text = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    if not with_lib:
+        return text
+    return (folder / "_lib.lua").read_text(encoding="utf-8") + "\n" + text
+
+
+def _lua_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value).encode("utf-8")
+    # A decimal escape per byte outside printable ASCII, quotes and backslashes escaped.
+    return (
+        '"'
+        + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in text)
+        + '"'
+    )
+
+
+def context_prelude(context: dict[str, Any]) -> str:
+    """Lua source defining `base_context()`: the repository's constant context (key
+    prefixes, label names, times), compiled into its scripts instead of sent with each call."""
+    fields = ", ".join(f"{name} = {_lua_literal(v)}" for name, v in context.items())
+    return f"local function base_context() return {{{fields}}} end\n"
+
+
+class Scripts:
+    """Lua scripts registered once per client (EVALSHA, falling back to EVAL). Repository
+    scripts are compiled per repository, with its context (see `context_prelude`)."""
+
+    REPO_SCRIPTS = (
+        "claim",
+        "task_put",
+        "labels_want",
+        "heartbeat",
+        "finish",
+        "reap",
+        "sync_upsert",
+        "sync_remove",
+        "sync_save",
+        "outbox_take",
+        "outbox_done",
+    )
+
+    def __init__(self, client: aioredis.Redis, context: dict[str, Any] | None = None) -> None:
+        prelude = context_prelude(context) if context is not None else ""
+        self.repo = (
+            {name: client.register_script(prelude + _load(name)) for name in self.REPO_SCRIPTS}
+            if context is not None
+            else {}
+        )
+        self.leader = client.register_script(_load("leader", with_lib=False))
+        self.webhook_enqueue = client.register_script(_load("webhook_enqueue", with_lib=False))

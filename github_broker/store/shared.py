@@ -1,0 +1,206 @@
+"""The deployment-wide store: every repository's store plus the keys they share (leader,
+agent mutex, quota, global timeline, ready events)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import redis.exceptions
+
+from github_broker.errors import StoreUnavailable
+from github_broker.keys import GlobalKeys, RepoKeys
+from github_broker.models import Event, Quota
+from github_broker.settings import Settings
+from github_broker.store.connection import (
+    as_text,
+    awaited,
+    call_timeouts,
+    connect,
+    pubsub_client_for,
+    translate_errors,
+)
+from github_broker.store.repo import RepoStore
+from github_broker.store.scripts import Scripts
+from github_broker.store.timeline import events_of, xadd_event
+
+#: A request's hold on its agent across repositories (ms), and how long another waits (s).
+AGENT_MUTEX_TTL_MS = 10_000
+
+
+AGENT_MUTEX_WAIT_S = 10.0
+
+
+_RELEASE_MUTEX = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
+
+
+#: Seconds /ready waits for Redis's PONG.
+PING_TIMEOUT_S = 0.8
+
+
+class Store:
+    """All repositories' stores plus the deployment-wide keys."""
+
+    def __init__(self, client: Any, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.call_timeout_s = settings.redis.socket_timeout_s
+        self.pubsub_client = pubsub_client_for(
+            settings.redis.url,
+            client,
+            call_timeouts(settings.redis.socket_timeout_s, settings.redis.connect_timeout_s),
+        )
+        self.scripts = Scripts(client)
+        self.global_keys = GlobalKeys(settings.redis.key_prefix)
+        self.repos = {
+            r.full_name: RepoStore(
+                client, self.scripts, RepoKeys(settings.redis.key_prefix, r.owner, r.name), settings
+            )
+            for r in settings.repositories
+        }
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Store:
+        return cls(
+            connect(
+                settings.redis.url,
+                socket_timeout_s=settings.redis.socket_timeout_s,
+                connect_timeout_s=settings.redis.connect_timeout_s,
+                # Every Store and RepoStore call is bounded by call_timeout_s (translate_errors,
+                # ping and agent_mutex their own way); subscriptions use pubsub_client.
+                bounded_by_caller=True,
+            ),
+            settings,
+        )
+
+    async def close(self) -> None:
+        if self.pubsub_client is not self.client:
+            await self.pubsub_client.aclose()
+        await self.client.aclose()
+
+    def repo(self, full_name: str) -> RepoStore:
+        return self.repos[full_name]
+
+    async def ping(self, timeout_s: float = PING_TIMEOUT_S) -> bool:
+        """Whether Redis answers within `timeout_s` (a hung Redis fails fast: /ready)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return bool(await self.client.ping())
+        except TimeoutError as e:
+            raise StoreUnavailable(f"Redis did not answer within {timeout_s:g}s") from e
+        except (redis.exceptions.RedisError, OSError) as e:
+            raise StoreUnavailable(f"Redis unavailable: {e}") from e
+
+    @translate_errors
+    async def leader(self, candidate: str, ttl_ms: int, *, release: bool = False) -> int:
+        """acquire: the caller's leader epoch (> 0) while it leads, else 0; release: 1 when
+        the caller held the lease and gave it up."""
+        action = "release" if release else "acquire"
+        res = await self.scripts.leader(
+            keys=[self.global_keys.leader, self.global_keys.leader_epoch],
+            args=[candidate, ttl_ms, action],
+        )
+        return int(res)
+
+    @asynccontextmanager
+    async def agent_mutex(self, agent_id: str) -> AsyncIterator[None]:
+        """One request of `agent_id` at a time (deployments with several repositories, whose
+        claims are one script per repository and so not atomic across them)."""
+        key, token = self.global_keys.agent_busy(agent_id), secrets.token_hex(8)
+        deadline = time.monotonic() + AGENT_MUTEX_WAIT_S
+        try:
+            while True:
+                async with asyncio.timeout(self.call_timeout_s):
+                    taken = await self.client.set(key, token, nx=True, px=AGENT_MUTEX_TTL_MS)
+                if taken:
+                    break
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(f"agent {agent_id} has another request in progress")
+                await asyncio.sleep(0.02)
+        except TimeoutError as e:
+            raise StoreUnavailable(f"Redis did not answer within {self.call_timeout_s:g}s") from e
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
+            raise StoreUnavailable(f"Redis unavailable: {e}") from e
+        try:
+            yield
+        finally:
+            with contextlib.suppress(redis.exceptions.RedisError, OSError, TimeoutError):
+                async with asyncio.timeout(self.call_timeout_s):
+                    await self.client.eval(_RELEASE_MUTEX, 1, key, token)
+
+    @translate_errors
+    async def leader_id(self) -> str | None:
+        raw = await awaited(self.client.get(self.global_keys.leader))
+        return as_text(raw) if raw else None
+
+    @translate_errors
+    async def save_quota(self, quota: Quota) -> None:
+        await self.client.set(self.global_keys.quota, quota.model_dump_json())
+
+    @translate_errors
+    async def quota(self) -> Quota | None:
+        raw = await awaited(self.client.get(self.global_keys.quota))
+        return Quota.model_validate_json(raw) if raw else None
+
+    @translate_errors
+    async def record_event(
+        self, kind: str, number: int | None = None, agent: str = "", detail: str = ""
+    ) -> None:
+        """A deployment-wide event (leader changes) on the global timeline."""
+        await xadd_event(self.client, self.global_keys.timeline, kind, number, agent, detail)
+
+    @translate_errors
+    async def timeline(self, count: int = 50) -> list[Event]:
+        """Recent events of every repository and the deployment, newest first."""
+        events = events_of(
+            await self.client.xrevrange(self.global_keys.timeline, count=count), None
+        )
+        for rstore in self.repos.values():
+            events += await rstore.timeline(count)
+        return sorted(events, key=lambda e: e.at_ms, reverse=True)[:count]
+
+    @asynccontextmanager
+    async def ready_events(self) -> AsyncIterator[asyncio.Queue[str]]:
+        """Subscribe to every repository's "a task became claimable" channel."""
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        pubsub = self.pubsub_client.pubsub()
+        channels = [r.keys.events for r in self.repos.values()]
+        try:
+            if channels:
+                try:
+                    await pubsub.subscribe(*channels)
+                except (
+                    redis.exceptions.ConnectionError,
+                    redis.exceptions.TimeoutError,
+                    OSError,
+                ) as e:
+                    raise StoreUnavailable(f"Redis unavailable: {e}") from e
+            reader = asyncio.create_task(self._pump(pubsub, queue))
+            try:
+                yield queue
+            finally:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+        finally:
+            await pubsub.aclose()
+
+    async def _pump(self, pubsub: Any, queue: asyncio.Queue[str]) -> None:
+        while True:
+            try:
+                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+                # TimeoutError: a reconnect whose handshake Redis does not answer in time (a
+                # stalled Redis, a proxy that accepts while Redis is down). Not caught, it ended
+                # this task for good and long-polls were only woken by their re-check.
+                await asyncio.sleep(1.0)
+                continue
+            if msg is not None:
+                queue.put_nowait(as_text(msg["channel"]))
