@@ -139,7 +139,8 @@ async def heartbeat(
     owner: str, repo: str, number: IssueNumber, body: LeaseRequest, request: Request, svc: Services
 ) -> HeartbeatResponse:
     """Extend the lease (and the agent's current-task key)."""
-    # Served by api/hotpath.py, which calls the same function; this route describes it.
+    # The lease calls are served by api/hotpath.py, which calls the same answer_* functions;
+    # these routes describe them (and answer when the hot path is off).
     return await answer_heartbeat(f"{owner}/{repo}", number, body, request, svc)
 
 
