@@ -1,7 +1,7 @@
 """The one source of time, so tests can control it."""
 
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 
 
 def now_ms() -> int:
@@ -15,7 +15,7 @@ def now_s() -> float:
 
 def iso_from_ms(ms: int) -> str:
     """ISO 8601 UTC with a `Z` suffix, second precision, as GitHub writes times."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms // 1000))
 
 
 def ms_from_iso(text: str) -> int:

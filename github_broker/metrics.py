@@ -92,12 +92,17 @@ class _Counts:
 
     def __init__(self, counter: Counter) -> None:
         self.counter = counter
+        #: label -> child: `labels()` looks it up under a lock, once per request otherwise.
+        self._children: dict[str, Any] = {}
 
     def __getitem__(self, label: str) -> float:
         return 0.0
 
     def __setitem__(self, label: str, value: float) -> None:
-        self.counter.labels(label).inc(value)
+        child = self._children.get(label)
+        if child is None:
+            child = self._children[label] = self.counter.labels(label)
+        child.inc(value)
 
 
 class Metrics:
@@ -123,6 +128,15 @@ class Metrics:
         )
         self.task_requests = _Counts(self._task_requests)
         self.lease_refusals = _Counts(self._lease_refusals)
+        self._request_task_by_status: dict[int, Any] = {}
+
+    def observe_request_task(self, status: int, seconds: float) -> None:
+        """One `/request-task` answer with this HTTP status took `seconds`."""
+        child = self._request_task_by_status.get(status)
+        if child is None:
+            child = self.request_task_seconds.labels(str(status))
+            self._request_task_by_status[status] = child
+        child.observe(seconds)
 
     async def render(self, store: Store) -> str:
         gauges = await _deployment_gauges(store)
@@ -171,9 +185,7 @@ class RequestTaskTimer:
         finally:
             services = getattr(scope["app"].state, "services", None)
             if services is not None:
-                services.metrics.request_task_seconds.labels(str(status)).observe(
-                    time.perf_counter() - started
-                )
+                services.metrics.observe_request_task(status, time.perf_counter() - started)
 
 
 class _Merged:

@@ -287,9 +287,7 @@ PARITY_CASES: list[tuple[str, bytes, str | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "body", "ctype"), PARITY_CASES, ids=[c[0] for c in PARITY_CASES]
-)
+@pytest.mark.parametrize(("case", "body", "ctype"), PARITY_CASES, ids=[c[0] for c in PARITY_CASES])
 def test_hot_path_answers_status_as_the_declared_route(
     app: Callable[..., TestClient], case: str, body: bytes, ctype: str | None
 ) -> None:
@@ -307,3 +305,103 @@ def test_hot_path_answers_status_as_the_declared_route(
     if hot.status_code >= 400:
         assert hot.json()["detail"] and declared.json()["detail"]
         assert hot.headers["content-type"] == declared.headers["content-type"]
+
+
+def test_hot_path_json_rule_is_fastapis_for_odd_content_types(
+    app: Callable[..., TestClient],
+) -> None:
+    """Only application/json and application/*+json are read as JSON: `text/json` or a type
+    without a `/` is not (as `email.message` reads the header for FastAPI)."""
+    with app() as c:
+        for ctype in ("text/json", "json", "application/json/x", "Application/JSON; charset=x"):
+            headers = {**AGENT, "content-type": ctype}
+            body = b'{"agent_id": "a1"}'
+            hot = c.post("/request-task", content=body, headers=headers)
+            c.app.hot = None  # type: ignore[attr-defined]
+            declared = c.post("/request-task", content=body, headers=headers)
+            c.app.take_request_task(1 << 20)  # type: ignore[attr-defined]
+            assert hot.status_code == declared.status_code, (ctype, hot.text, declared.text)
+
+
+FORM = "application/x-www-form-urlencoded"
+#: Lease calls the hot path must answer byte for byte as the declared routes do:
+#: (case, path tail after /tasks/, body, content-type).
+LEASE_CASES: list[tuple[str, str, bytes, str | None]] = [
+    ("ok json", "acme/widgets/1/{action}", b'{"agent_id": "a1", "token": "t"}', "application/json"),
+    ("no content-type", "acme/widgets/1/{action}", b'{"agent_id": "a1", "token": "t"}', None),
+    ("+json", "acme/widgets/1/{action}", b'{"agent_id":"a1","token":"t"}', "application/x+json"),
+    ("bom", "acme/widgets/1/{action}", b'\xef\xbb\xbf{"agent_id":"a1","token":"t"}', None),
+    ("utf-16", "acme/widgets/1/{action}", '{"agent_id":"a1","token":"t"}'.encode("utf-16"), None),
+    ("text/plain", "acme/widgets/1/{action}", b'{"agent_id":"a1","token":"t"}', "text/plain"),
+    ("text/json", "acme/widgets/1/{action}", b'{"agent_id":"a1","token":"t"}', "text/json"),
+    ("form", "acme/widgets/1/{action}", b"agent_id=a1&token=t", FORM),
+    ("empty body", "acme/widgets/1/{action}", b"", "application/json"),
+    ("null", "acme/widgets/1/{action}", b"null", "application/json"),
+    ("list", "acme/widgets/1/{action}", b"[1]", "application/json"),
+    ("malformed", "acme/widgets/1/{action}", b'{"agent_id": ', "application/json"),
+    ("bad utf-8", "acme/widgets/1/{action}", b'{"agent_id": "\xff"}', "application/json"),
+    ("too deep", "acme/widgets/1/{action}", b"[" * 100_000, "application/json"),
+    ("wrong types", "acme/widgets/1/{action}", b'{"agent_id": 5, "token": ""}', None),
+    ("missing token", "acme/widgets/1/{action}", b'{"agent_id": "a1"}', None),
+    ("odd reason", "acme/widgets/1/{action}", b'{"agent_id":"a1","token":"t","reason":"x"}', None),
+    ("failed", "acme/widgets/1/{action}", b'{"agent_id":"a1","token":"t","reason":"failed"}', None),
+    ("other agent", "acme/widgets/1/{action}", b'{"agent_id": "a2", "token": "t"}', None),
+    ("label-like id", "acme/widgets/1/{action}", b'{"agent_id": "P1", "token": "t"}', None),
+    ("number 0", "acme/widgets/0/{action}", b'{"agent_id": "a1", "token": "t"}', None),
+    ("negative", "acme/widgets/-3/{action}", b'{"agent_id": "a1", "token": "t"}', None),
+    ("not a number", "acme/widgets/x1/{action}", b'{"agent_id": "a1", "token": "t"}', None),
+    ("huge", "acme/widgets/9007199254740992/{action}", b'{"agent_id":"a1","token":"t"}', None),
+    ("leading zero", "acme/widgets/007/{action}", b'{"agent_id":"a1","token":"t"}', None),
+    ("bad path and body", "acme/widgets/0/{action}", b'{"agent_id": 5}', None),
+    ("bad path, no body", "acme/widgets/zz/{action}", b"", None),
+    ("bad path, bad json", "acme/widgets/zz/{action}", b"{", None),
+    ("unknown repo", "nobody/else/1/{action}", b'{"agent_id": "a1", "token": "t"}', None),
+    ("odd owner", "ac%20me/w.x/1/{action}", b'{"agent_id": "a1", "token": "t"}', None),
+    ("trailing slash", "acme/widgets/1/{action}/", b'{"agent_id": "a1", "token": "t"}', None),
+    ("extra segment", "acme/x/widgets/1/{action}", b'{"agent_id": "a1", "token": "t"}', None),
+]
+
+
+@pytest.mark.parametrize("action", ["heartbeat", "complete", "release"])
+@pytest.mark.parametrize(
+    ("case", "tail", "body", "ctype"), LEASE_CASES, ids=[c[0] for c in LEASE_CASES]
+)
+def test_lease_hot_path_answers_as_the_declared_route(
+    app: Callable[..., TestClient],
+    action: str,
+    case: str,
+    tail: str,
+    body: bytes,
+    ctype: str | None,
+) -> None:
+    """The lease calls skip the middleware stack too (`app.hot_leases`); with it unset the
+    same request goes to the FastAPI route: the same status, headers and bytes."""
+    headers = {**AGENT, **({"content-type": ctype} if ctype else {})}
+    path = "/tasks/" + tail.format(action=action)
+    with app() as c:
+        assert c.app.hot_leases is not None  # type: ignore[attr-defined]
+        hot = c.post(path, content=body, headers=headers)
+        c.app.hot_leases = None  # type: ignore[attr-defined]
+        declared = c.post(path, content=body, headers=headers)
+    assert (hot.status_code, hot.content) == (declared.status_code, declared.content), case
+    assert hot.headers == declared.headers, case
+
+
+def test_lease_hot_path_answers_a_live_lease_as_the_declared_route(
+    client: TestClient,
+) -> None:
+    """Heartbeat and complete of a held task, on the hot path and on the declared route."""
+    task = client.post("/request-task", json={"agent_id": "a1"}, headers=AGENT).json()
+    lease = {"agent_id": "a1", "token": task["lease"]["token"]}
+    base = f"/tasks/{task['repository']}/{task['issue_id']}"
+    hot = client.post(f"{base}/heartbeat", json=lease, headers=AGENT)
+    client.app.hot_leases = None  # type: ignore[attr-defined]
+    declared = client.post(f"{base}/heartbeat", json=lease, headers=AGENT)
+    assert hot.status_code == declared.status_code == 200
+    assert hot.headers.keys() == declared.headers.keys()
+    assert set(hot.json()) == set(declared.json()) == {"expires_at"}
+    client.app.take_request_task(1 << 20)  # type: ignore[attr-defined]
+    done = client.post(f"{base}/complete", json=lease, headers=AGENT)
+    assert (done.status_code, done.content) == (200, b'{"status":"completed"}')
+    again = client.post(f"{base}/complete", json=lease, headers=AGENT)
+    assert again.status_code == 409 and again.json()["reason"] == "completed"

@@ -72,14 +72,14 @@ async def validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 #: What FastAPI says when a body is not JSON it can decode (bad UTF-8, nesting too deep).
-_UNPARSABLE = "There was an error parsing the body"
+UNPARSABLE = "There was an error parsing the body"
 
 
 async def http_error(request: Request, exc: Exception) -> JSONResponse:
     """FastAPI's own refusals in the API's shape; an undecodable body is malformed JSON like
     any other, so it gets the same 422."""
     assert isinstance(exc, StarletteHTTPException)
-    if exc.status_code == 400 and exc.detail == _UNPARSABLE:
+    if exc.status_code == 400 and exc.detail == UNPARSABLE:
         return _answer(
             422,
             "invalid request: `body`: not JSON the broker can read (UTF-8, nested at most "

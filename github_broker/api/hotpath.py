@@ -1,54 +1,79 @@
-"""The request that carries the load, `POST /request-task`, answered without FastAPI's machinery.
+"""The requests that carry the load, `POST /request-task` and the lease calls
+(`POST /tasks/{owner}/{repo}/{number}/heartbeat|complete|release`), answered without
+FastAPI's machinery.
 
 FastAPI's routing, dependency solving and body handling, and the middleware stack Starlette
 and FastAPI put around every route (error pages, telemetry, FastAPI's own body limit), cost
 about as much CPU per request as the claim itself. `BrokerApp` hands that one route, before
 any of it, to a short pure-ASGI chain: the request timer, the body cap, then `HotPath`, which
 runs the same code the declared FastAPI route runs (`routes.answer_request_task`), with the
-same body model and the same error answers. Every other path goes to FastAPI, which also
-keeps describing `/request-task` in the OpenAPI.
+same body model and the same error answers. The lease calls take the same way without the
+timer: `LeasePath` parses the path and the body as FastAPI does for the declared routes (the
+same pydantic checks, errors in the same order and words) and runs their functions
+(`routes.answer_heartbeat`, `answer_complete`, `answer_release`). Every other path goes to
+FastAPI, which also keeps describing these routes in the OpenAPI.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Annotated, Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from github_broker.api import errors
 from github_broker.api.limits import BodyLimit
-from github_broker.api.routes import answer_request_task
-from github_broker.api.schemas import TaskRequest
+from github_broker.api.routes import (
+    answer_complete,
+    answer_heartbeat,
+    answer_release,
+    answer_request_task,
+)
+from github_broker.api.schemas import MAX_NUMBER, LeaseRequest, ReleaseRequest, TaskRequest
 from github_broker.errors import BrokerError
 from github_broker.metrics import RequestTaskTimer
 
 PATH = "/request-task"
+#: The lease calls, matched as Starlette matches `/tasks/{owner}/{repo}/{number}/<action>`.
+LEASE_PATH = re.compile(r"/tasks/([^/]+)/([^/]+)/([^/]+)/(heartbeat|complete|release)")
 
 
 class BrokerApp(FastAPI):
-    """FastAPI, except that `POST /request-task` skips the middleware stack for `hot`."""
+    """FastAPI, except that `POST /request-task` and the lease calls skip the middleware
+    stack for `hot` and `hot_leases`."""
 
     hot: ASGIApp | None = None
+    hot_leases: ASGIApp | None = None
 
     def take_request_task(self, max_body_bytes: int) -> None:
-        """Answer `POST /request-task` on the hot path: timed, body-capped, then `HotPath`."""
+        """Answer `POST /request-task` on the hot path: timed, body-capped, then `HotPath`;
+        the lease calls body-capped, then `LeasePath`."""
         self.hot = RequestTaskTimer(BodyLimit(HotPath(), max_bytes=max_body_bytes))
+        self.hot_leases = BodyLimit(LeasePath(), max_bytes=max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.hot is not None
-            and scope["type"] == "http"
-            and scope["path"] == PATH
-            and scope["method"] == "POST"
-        ):
-            scope["app"] = self  # as Starlette sets it: routes read app.state through it
-            await self.hot(scope, receive, send)
-            return
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            path = scope["path"]
+            if path == PATH:
+                if self.hot is not None:
+                    scope["app"] = self  # as Starlette sets it: routes read app.state through it
+                    await self.hot(scope, receive, send)
+                    return
+            elif self.hot_leases is not None and path.startswith("/tasks/"):
+                found = LEASE_PATH.fullmatch(path)
+                if found is not None:
+                    scope["app"] = self
+                    scope["path_params"] = dict(
+                        zip(("owner", "repo", "number", "action"), found.groups(), strict=True)
+                    )
+                    await self.hot_leases(scope, receive, send)
+                    return
         await super().__call__(scope, receive, send)
 
 
@@ -97,9 +122,115 @@ def _loads_or_raise(raw: bytes, error: ValidationError) -> Any:
 
 def _json_content(request: Request) -> bool:
     """FastAPI's rule with `strict_content_type=False` (as `create_app` sets it): no
-    content-type, or one whose subtype is json or ends in +json."""
+    content-type, or `application/json` or `application/<anything>+json` (the type read as
+    `email.message` reads it: up to the first `;`, one `/`, case-insensitive)."""
     value = request.headers.get("content-type")
     if not value:
         return True
-    subtype = value.split(";", 1)[0].strip().lower().rpartition("/")[2]
-    return subtype == "json" or subtype.endswith("+json")
+    media = value.split(";", 1)[0].strip().lower()
+    if media.count("/") != 1:
+        return False  # email.message reads it as text/plain
+    main, subtype = media.split("/")
+    return main == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+#: The declared routes' `number: IssueNumber` path parameter, validated as FastAPI does.
+_NUMBER = TypeAdapter(Annotated[int, Field(ge=1, le=MAX_NUMBER)])
+#: action -> (body model, the route's function).
+_LEASE_ACTIONS: dict[str, tuple[type[BaseModel], Any]] = {
+    "heartbeat": (LeaseRequest, answer_heartbeat),
+    "complete": (LeaseRequest, answer_complete),
+    "release": (ReleaseRequest, answer_release),
+}
+#: FastAPI's answer to a body it cannot decode (errors.http_error makes it the API's 422).
+_UNPARSABLE = HTTPException(status_code=400, detail=errors.UNPARSABLE)
+
+
+class LeasePath:
+    """The terminal ASGI app of the lease calls. Parses like FastAPI's declared route: the
+    body read as JSON (by the content-type rule of `strict_content_type=False`), then the
+    path number and the body validated, every error of both reported together; answers
+    like it (the response model's JSON) and maps errors with the same handlers."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            payload = await self._answer(request, scope)
+            status, content = 200, payload.model_dump_json().encode()
+        except Exception as e:
+            response = await _error_response(request, e)
+            await response(scope, receive, send)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-length", str(len(content)).encode()),
+                    (b"content-type", b"application/json"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": content})
+
+    async def _answer(self, request: Request, scope: Scope) -> BaseModel:
+        params = scope["path_params"]
+        model, answer = _LEASE_ACTIONS[params["action"]]
+        raw = await request.body()
+        value: Any = _MISSING
+        if raw:
+            if _json_content(request):
+                try:
+                    value = json.loads(raw)
+                except json.JSONDecodeError as e:
+                    raise RequestValidationError(
+                        [
+                            {
+                                "type": "json_invalid",
+                                "loc": ("body", e.pos),
+                                "msg": "JSON decode error",
+                                "input": {},
+                                "ctx": {"error": e.msg},
+                            }
+                        ]
+                    ) from e
+                except Exception as e:  # undecodable, too deep: FastAPI's 400, our 422
+                    raise _UNPARSABLE from e
+            else:
+                value = raw  # not JSON: validated as it is, and refused, as FastAPI does
+        problems: list[dict[str, Any]] = []
+        number = 0
+        try:
+            number = _NUMBER.validate_python(params["number"], from_attributes=True)
+        except ValidationError as e:
+            problems += [{**err, "loc": ("path", "number", *err["loc"])} for err in e.errors()]
+        body: Any = None
+        if value is _MISSING:
+            problems.append(
+                {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
+            )
+        else:
+            try:
+                body = model.model_validate(value, from_attributes=True)  # as FastAPI
+            except ValidationError as e:
+                problems += [{**err, "loc": ("body", *err["loc"])} for err in e.errors()]
+        if problems:
+            raise RequestValidationError(problems)
+        repository = f"{params['owner']}/{params['repo']}"
+        result: BaseModel = await answer(
+            repository, number, body, request, scope["app"].state.services
+        )
+        return result
+
+
+_MISSING = object()
+
+
+async def _error_response(request: Request, exc: Exception) -> Any:
+    if isinstance(exc, BrokerError):
+        return await errors.broker_error(request, exc)
+    if isinstance(exc, RequestValidationError):
+        return await errors.validation_error(request, exc)
+    if isinstance(exc, HTTPException):
+        return await errors.http_error(request, exc)
+    return await errors.unexpected_error(request, exc)

@@ -139,10 +139,9 @@ async def heartbeat(
     owner: str, repo: str, number: IssueNumber, body: LeaseRequest, request: Request, svc: Services
 ) -> HeartbeatResponse:
     """Extend the lease (and the agent's current-task key)."""
-    svc.auth.agent(request, body.agent_id)
-    async with counting_refusals(svc):
-        expires = await svc.tasks.heartbeat(f"{owner}/{repo}", number, body.agent_id, body.token)
-    return HeartbeatResponse(expires_at=expires)
+    # The lease calls are served by api/hotpath.py, which calls the same answer_* functions;
+    # these routes describe them (and answer when the hot path is off).
+    return await answer_heartbeat(f"{owner}/{repo}", number, body, request, svc)
 
 
 @router.post("/tasks/{owner}/{repo}/{number}/complete", response_model=Done, responses=ERRORS)
@@ -150,12 +149,7 @@ async def complete(
     owner: str, repo: str, number: IssueNumber, body: LeaseRequest, request: Request, svc: Services
 ) -> Done:
     """Report the task done; the issue moves on (development work goes to review)."""
-    svc.auth.agent(request, body.agent_id)
-    async with counting_refusals(svc):
-        await svc.tasks.finish(
-            f"{owner}/{repo}", number, body.agent_id, body.token, Outcome.COMPLETED
-        )
-    return Done(status="completed")
+    return await answer_complete(f"{owner}/{repo}", number, body, request, svc)
 
 
 @router.post("/tasks/{owner}/{repo}/{number}/release", response_model=Done, responses=ERRORS)
@@ -168,10 +162,37 @@ async def release(
     svc: Services,
 ) -> Done:
     """Give the task back (failed or abandoned); it returns to the pool at once."""
+    return await answer_release(f"{owner}/{repo}", number, body, request, svc)
+
+
+async def answer_heartbeat(
+    repository: str, number: int, body: LeaseRequest, request: Request, svc: Any
+) -> HeartbeatResponse:
+    """Everything `POST .../heartbeat` does once its path and body are parsed."""
+    svc.auth.agent(request, body.agent_id)
+    async with counting_refusals(svc):
+        expires = await svc.tasks.heartbeat(repository, number, body.agent_id, body.token)
+    return HeartbeatResponse(expires_at=expires)
+
+
+async def answer_complete(
+    repository: str, number: int, body: LeaseRequest, request: Request, svc: Any
+) -> Done:
+    """Everything `POST .../complete` does once its path and body are parsed."""
+    svc.auth.agent(request, body.agent_id)
+    async with counting_refusals(svc):
+        await svc.tasks.finish(repository, number, body.agent_id, body.token, Outcome.COMPLETED)
+    return Done(status="completed")
+
+
+async def answer_release(
+    repository: str, number: int, body: ReleaseRequest, request: Request, svc: Any
+) -> Done:
+    """Everything `POST .../release` does once its path and body are parsed."""
     svc.auth.agent(request, body.agent_id)
     outcome = Outcome(body.reason)
     async with counting_refusals(svc):
-        await svc.tasks.finish(f"{owner}/{repo}", number, body.agent_id, body.token, outcome)
+        await svc.tasks.finish(repository, number, body.agent_id, body.token, outcome)
     return Done(status=outcome.value)
 
 
