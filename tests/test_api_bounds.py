@@ -152,6 +152,37 @@ def test_roles_are_deduplicated_and_bounded_before_any_redis_work(
     assert redis_calls(redis_url) == before
 
 
+def test_explain_refuses_unknown_or_too_many_roles_before_any_redis_work(
+    client: TestClient, redis_url: str
+) -> None:
+    ok = client.get("/explain", params={"roles": ["BACKENDCODER"]}, headers=ADMIN)
+    assert ok.status_code == 200 and ok.json()["acme/widgets"]
+    before = redis_calls(redis_url)
+    unknown = client.get("/explain", params={"roles": ["PAINTER"]}, headers=ADMIN)
+    assert unknown.status_code == 422
+    assert "unknown roles ['PAINTER']" in problem(unknown)["detail"]
+    assert problem(unknown)["detail"] == problem(
+        client.post("/request-task", json={"agent_id": "a1", "roles": ["PAINTER"]}, headers=AGENT)
+    )["detail"]
+    empty = client.get("/explain?roles=", headers=ADMIN)
+    assert empty.status_code == 422
+    many = {"roles": ["BACKENDCODER"] * (MAX_LIST_ITEMS + 1)}
+    assert client.get("/explain", params=many, headers=ADMIN).status_code == 422
+    assert redis_calls(redis_url) == before
+
+
+@pytest.mark.parametrize("verb", ["heartbeat", "complete", "release"])
+def test_lease_calls_refuse_an_agent_id_equal_to_a_label_before_any_redis_work(
+    app: Callable[..., TestClient], redis_url: str, verb: str
+) -> None:
+    with app(server={"agent_tokens": {}, "admin_token": None}) as c:
+        before = redis_calls(redis_url)
+        r = c.post(f"/tasks/acme/widgets/1/{verb}", json={"agent_id": "Needs-Review", "token": "t"})
+        assert redis_calls(redis_url) == before
+    assert r.status_code == 422
+    assert "case-insensitively" in problem(r)["detail"]
+
+
 def test_oversized_body_gets_413_before_any_redis_work(client: TestClient, redis_url: str) -> None:
     huge = b'{"agent_id": "a1", "roles": [' + b'"BACKENDCODER",' * 700_000 + b'"X"]}'
     before = redis_calls(redis_url)

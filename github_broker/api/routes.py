@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from github_broker import reviews
 from github_broker import status as status_view
 from github_broker.api.schemas import (
+    MAX_LIST_ITEMS,
     MAX_NUMBER,
     Done,
     FixAccepted,
@@ -229,6 +230,10 @@ async def explain(
 ) -> dict[str, Any]:
     """For an agent with these roles: what it would get next and why each other issue is not it."""
     svc.auth.admin(request)
+    # Bounded and known, as in POST /request-task: a 422 before any Redis work.
+    if roles is not None and len(roles) > MAX_LIST_ITEMS:
+        raise InvalidRequest(f"`roles`: at most {MAX_LIST_ITEMS} entries, got {len(roles)}")
+    roles = svc.tasks.check_roles(roles)
     names = [repository] if repository else list(svc.store.repos)
     out = {}
     for name in names:
