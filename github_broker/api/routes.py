@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from github_broker import reviews
 from github_broker import status as status_view
 from github_broker.api.schemas import (
+    BODY_LIMIT_RESPONSE,
     MAX_LIST_ITEMS,
     MAX_NUMBER,
     Done,
@@ -30,7 +31,7 @@ from github_broker.models import Outcome, ReviewComment, Task
 from github_broker.rules import branch_problem
 
 logger = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(responses=BODY_LIMIT_RESPONSE)
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem} for code in (401, 403, 404, 409, 413, 422, 503)
 }
@@ -208,7 +209,11 @@ async def post_fix(body: FixRequest, request: Request, svc: Services) -> FixAcce
     return FixAccepted(task_id=task_id, status="queued")
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={503: {"model": Problem, "description": "Redis unavailable (deployment gauges)."}},
+)
 async def metrics(svc: Services) -> str:
     """Prometheus metrics: this process's counters and deployment-wide gauges."""
     return str(await svc.metrics.render(svc.store))
