@@ -79,7 +79,7 @@ class TaskService:
         """The next task for `agent_id`, or None after `wait_s` seconds without one.
         A repeated `request_id` gets the task already handed out for it."""
         stores = self._stores(repositories)
-        roles = self._check_roles(roles)
+        roles = self.check_roles(roles)
         self._check_agent(agent_id)
         deadline = time.monotonic() + wait_s
         attempt = _Attempt(previous.value, request_id)
@@ -238,6 +238,7 @@ class TaskService:
 
     async def heartbeat(self, repository: str, number: int, agent_id: str, token: str) -> str:
         """Extend the lease; returns the new expiry (ISO 8601)."""
+        self._check_agent(agent_id)
         ok, value = await self._repo(repository).heartbeat(number, agent_id, token)
         if not ok:
             raise LeaseError(str(value), f"lease on {repository}#{number} not extended: {value}")
@@ -255,6 +256,7 @@ class TaskService:
     ) -> None:
         """End a lease; `counted=False` when a failure is not the agent's (it never got the
         task), so it spends no failure budget."""
+        self._check_agent(agent_id)
         ok, value = await self._repo(repository).finish(
             number, agent_id, token, outcome.value, counted=counted
         )
@@ -306,8 +308,9 @@ class TaskService:
             self._agents_ok.clear()
         self._agents_ok.add(agent_id)
 
-    def _check_roles(self, roles: list[str] | None) -> list[str] | None:
-        """The roles deduplicated (so at most the configured ones), or refused."""
+    def check_roles(self, roles: list[str] | None) -> list[str] | None:
+        """The roles deduplicated (so at most the configured ones), or refused: every request
+        naming roles (`POST /request-task`, `GET /explain?roles=`) before any Redis work."""
         if not roles:
             return None
         unknown = [r for r in roles if r not in self.settings.roles]

@@ -152,6 +152,42 @@ def test_roles_are_deduplicated_and_bounded_before_any_redis_work(
     assert redis_calls(redis_url) == before
 
 
+def test_explain_refuses_unknown_or_too_many_roles_before_any_redis_work(
+    client: TestClient, redis_url: str
+) -> None:
+    ok = client.get("/explain", params={"roles": ["BACKENDCODER"]}, headers=ADMIN)
+    assert ok.status_code == 200 and ok.json()["acme/widgets"]
+    before = redis_calls(redis_url)
+    unknown = client.get("/explain", params={"roles": ["PAINTER"]}, headers=ADMIN)
+    assert unknown.status_code == 422
+    assert "unknown roles ['PAINTER']" in problem(unknown)["detail"]
+    assert (
+        problem(unknown)["detail"]
+        == problem(
+            client.post(
+                "/request-task", json={"agent_id": "a1", "roles": ["PAINTER"]}, headers=AGENT
+            )
+        )["detail"]
+    )
+    empty = client.get("/explain?roles=", headers=ADMIN)
+    assert empty.status_code == 422
+    many = {"roles": ["BACKENDCODER"] * (MAX_LIST_ITEMS + 1)}
+    assert client.get("/explain", params=many, headers=ADMIN).status_code == 422
+    assert redis_calls(redis_url) == before
+
+
+@pytest.mark.parametrize("verb", ["heartbeat", "complete", "release"])
+def test_lease_calls_refuse_an_agent_id_equal_to_a_label_before_any_redis_work(
+    app: Callable[..., TestClient], redis_url: str, verb: str
+) -> None:
+    with app(server={"agent_tokens": {}, "admin_token": None}) as c:
+        before = redis_calls(redis_url)
+        r = c.post(f"/tasks/acme/widgets/1/{verb}", json={"agent_id": "Needs-Review", "token": "t"})
+        assert redis_calls(redis_url) == before
+    assert r.status_code == 422
+    assert "case-insensitively" in problem(r)["detail"]
+
+
 def test_oversized_body_gets_413_before_any_redis_work(client: TestClient, redis_url: str) -> None:
     huge = b'{"agent_id": "a1", "roles": [' + b'"BACKENDCODER",' * 700_000 + b'"X"]}'
     before = redis_calls(redis_url)
@@ -271,6 +307,99 @@ def test_openapi_lists_every_status_the_api_answers(client: TestClient) -> None:
     for action in ("heartbeat", "complete", "release"):
         codes = spec[f"/tasks/{{owner}}/{{repo}}/{{number}}/{action}"]["post"]["responses"]
         assert set(codes) >= {"200", "401", "403", "404", "409", "413", "422", "503"}
+
+
+#: Each route's statuses beyond its success: 503 where Redis is read, 401/403 where a token is
+#: checked (401 alone: the webhook's signature), 413 everywhere (BodyLimit caps every request),
+#: 422 where a path, query or body is parsed, 409 where a lease is refused.
+EXTRA_STATUSES: dict[tuple[str, str], set[int]] = {
+    ("GET", "/health"): {413},
+    ("GET", "/ready"): {413, 503},
+    ("POST", "/request-task"): {204, 401, 403, 404, 409, 413, 422, 503},
+    **{
+        ("POST", f"/tasks/{{owner}}/{{repo}}/{{number}}/{verb}"): {
+            401,
+            403,
+            404,
+            409,
+            413,
+            422,
+            503,
+        }
+        for verb in ("heartbeat", "complete", "release")
+    },
+    ("POST", "/tasks/fix"): {401, 403, 404, 413, 422, 503},
+    ("GET", "/metrics"): {413, 503},
+    ("GET", "/status"): {401, 403, 413, 503},
+    ("GET", "/explain"): {401, 403, 404, 413, 422, 503},
+    ("POST", "/github/webhook"): {401, 404, 413, 422, 503},
+    ("GET", "/"): {413},
+    ("GET", "/ui"): {303, 413, 503},
+    ("GET", "/ui/login"): {413},
+    ("POST", "/ui/login"): {303, 401, 413, 415},
+    ("POST", "/ui/logout"): {413},
+}
+
+
+def _operations(spec: dict[str, Any]) -> dict[tuple[str, str], set[int]]:
+    return {
+        (method.upper(), path): {int(code) for code in op["responses"]}
+        for path, ops in spec["paths"].items()
+        for method, op in ops.items()
+    }
+
+
+def _probe(c: TestClient, method: str, path: str) -> set[int]:
+    """What one route answers to odd and ordinary requests: no, unknown, agent and admin
+    tokens; no body, a JSON body, a broken one, a form, one over the body cap."""
+    url = path.format(owner="acme", repo="widgets", number=1)
+    bodies: list[tuple[bytes | None, str | None]] = [
+        (None, None),
+        (b'{"agent_id": "a1", "token": "t"}', "application/json"),
+        (b"{", "application/json"),
+        (b"token=adm", "application/x-www-form-urlencoded"),
+        (b" " * (2 * 1024 * 1024), "application/json"),
+    ]
+    tokens = [{}, {"Authorization": "Bearer nope"}, AGENT, ADMIN]
+    seen = set()
+    for headers in tokens:
+        for content, ctype in bodies:
+            h = {**headers, **({"content-type": ctype} if ctype else {})}
+            r = c.request(method, url, content=content, headers=h, follow_redirects=False)
+            seen.add(r.status_code)
+    if method == "GET":
+        odd = {"roles": "PAINTER", "repository": "x/y"}
+        seen.add(c.get(url, params=odd, headers=ADMIN, follow_redirects=False).status_code)
+    return seen
+
+
+def test_openapi_declares_every_status_each_route_answers(
+    app: Callable[..., TestClient],
+    make_settings: Callable[..., Settings],
+    sim: Simulator,
+) -> None:
+    """Every route of the app, probed with Redis up and with Redis down: each status it
+    answered is declared in the OpenAPI, and so is each known one of EXTRA_STATUSES."""
+    with app() as c:
+        declared = _operations(c.get("/openapi.json").json())
+        answered = {op: _probe(c, *op) for op in declared}
+    dead = make_settings(
+        redis={"url": f"redis://127.0.0.1:{free_port()}/0", "socket_timeout_s": 0.5},
+        github={"base_url": sim.base_url},
+        server={"run_poller": False, "agent_tokens": {"tok-1": "a1"}, "admin_token": "adm"},
+    )
+    with TestClient(create_app(dead)) as c:
+        for op in declared:
+            answered[op] |= _probe(c, *op)
+    assert set(declared) == set(EXTRA_STATUSES), "a route was added or removed: list it here"
+    missing = {
+        f"{method} {path}": sorted(
+            (answered[(method, path)] | EXTRA_STATUSES[(method, path)]) - codes
+        )
+        for (method, path), codes in declared.items()
+    }
+    assert not {op: codes for op, codes in missing.items() if codes}, missing
+    assert 503 in answered[("GET", "/metrics")]
 
 
 #: Bodies and content types the hot path must answer exactly as the declared route does.

@@ -218,3 +218,50 @@ async def test_outages_do_not_count_toward_dropping_a_write(world: World, sim: S
         await world.daemon.drainer.drain(world.settings.repositories[0])
     attempts = await world.store.client.hgetall(world.rstore.keys.outbox_attempts)
     assert attempts == {}
+
+
+def test_lease_keys_lost_alone_are_rebuilt_for_the_agent_still_at_work(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Eviction takes an issue's lease keys only (lock, lease hash, leases entry); GitHub still
+    shows it in-progress with the agent's label and the mirror is intact. No sync re-reads an
+    unchanged issue, so nothing re-adopted it and the agent's heartbeat was told `expired`:
+    the issue stayed stuck. The agent's next lease call rebuilds the lease with its token; the
+    task then completes as usual and nobody else is handed the issue meanwhile."""
+    from tests.processes import live_broker
+
+    keys = RepoKeys("gb", "acme", "widgets")
+    client = redis.Redis.from_url(redis_url)
+    with (
+        simulated(generate_issues(2, priorities=("P1",))) as sim,
+        live_broker(sim, redis_url, tmp_path, 2) as broker,
+    ):
+        url = broker.url
+        got = requests.post(f"{url}/request-task", json={"agent_id": "a1"}, timeout=10)
+        assert got.status_code == 200, got.text
+        task = got.json()
+        n = task["issue_id"]
+        labels = lambda: set(sim.state.issue_labels("acme", "widgets", n))  # noqa: E731
+        deadline = time.monotonic() + 10
+        while not labels() >= {"in-progress", "a1"}:
+            assert time.monotonic() < deadline, "a1's labels never reached GitHub"
+            time.sleep(0.1)
+        time.sleep(2.5)  # a couple of sync passes: the mirror shows the labels too
+        client.delete(keys.issue_lock(n), keys.lease(n))
+        client.zrem(keys.leases, str(n))
+        time.sleep(2.5)  # more sync passes: nothing GitHub shows changed
+        other = requests.post(f"{url}/request-task", json={"agent_id": "a2"}, timeout=10)
+        assert other.status_code in (200, 204)
+        if other.status_code == 200:
+            assert other.json()["issue_id"] != n, "the held issue went to another agent"
+        body = {"agent_id": "a1", "token": task["lease"]["token"]}
+        beat = requests.post(f"{url}/tasks/acme/widgets/{n}/heartbeat", json=body, timeout=10)
+        assert beat.status_code == 200, beat.text
+        assert client.hget(keys.lease(n), "token").decode() == task["lease"]["token"]
+        done = requests.post(f"{url}/tasks/acme/widgets/{n}/complete", json=body, timeout=10)
+        assert done.status_code == 200, done.text
+        deadline = time.monotonic() + 10
+        while "needs-review" not in labels() or "in-progress" in labels():
+            assert time.monotonic() < deadline, f"labels after completion: {labels()}"
+            time.sleep(0.1)
+    client.close()

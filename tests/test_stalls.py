@@ -538,3 +538,64 @@ def test_runner_keeps_its_command_running_across_a_redis_loss(
         sdk.close()
         client.close()
         broker.stop()
+
+
+def test_agent_mutex_taken_by_a_call_redis_ran_late_does_not_lock_the_agent_out(
+    tmp_path: Path,
+) -> None:
+    """Two repositories: an agent's requests are serialised by its mutex in Redis. A request
+    whose SET NX times out against a stalled Redis leaves the SET queued; Redis runs it when it
+    wakes, and nobody holds the token. The agent must get an answer about one call bound after
+    Redis is back, not wait for a 10 s TTL and a 503."""
+    from tests.conftest import _redis_exe, _start_redis
+
+    proc, port = _start_redis(_redis_exe(), str(tmp_path))
+    url = f"redis://127.0.0.1:{port}/0"
+    bound_s = 1.0
+    world = {
+        "repositories": [
+            {"owner": "acme", "name": name, "issues": generate_issues(3, priorities=("P1",))}
+            for name in ("widgets", "gadgets")
+        ]
+    }
+    client = redis.Redis(port=port)
+    with Simulator(world) as sim:
+        env = broker_env(
+            url,
+            sim.base_url,
+            "acme/widgets,acme/gadgets",
+            GITHUB_BROKER_REDIS__SOCKET_TIMEOUT_S=str(bound_s),
+        )
+        broker = BrokerProcess(env, tmp_path, "b").start()
+        try:
+            gadgets = RepoKeys("gb", "acme", "gadgets")
+            wait_until(
+                lambda: client.zcard(KEYS.ready) == 3 and client.zcard(gadgets.ready) == 3,
+                20,
+                "the first sync of both repositories",
+            )
+            first = post(broker.url, "/request-task", {"agent_id": "a1"}, timeout=15)
+            assert first.status_code == 200, first.text
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                lost = post(broker.url, "/request-task", {"agent_id": "a1"}, timeout=15)
+                assert lost.status_code == 503, lost.text
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            wait_until(
+                lambda: requests.get(f"{broker.url}/ready", timeout=5).status_code == 200,
+                10,
+                "ready again",
+            )
+            started = time.monotonic()
+            again = post(broker.url, "/request-task", {"agent_id": "a1"}, timeout=30)
+            took = time.monotonic() - started
+            assert again.status_code == 200, (again.status_code, again.text, took)
+            assert took < 2.5 * bound_s, f"a1 waited {took:.1f}s for its own stale mutex"
+            print(f"\nagent mutex after a Redis stall: answered in {took:.2f}s")
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            broker.stop()
+            client.close()
+            proc.terminate()
+            proc.wait(timeout=10)

@@ -244,3 +244,28 @@ async def test_outbox_keeps_newer_wish_when_payload_changed(store: Store) -> Non
     assert await rstore.outbox_done("branch:1", taken["branch:1"]) is True
     again = {j: p for j, p, _ in await rstore.outbox_take(10, 60_000)}
     assert json.loads(again["labels:1"])["add"] == ["needs-review"]
+
+
+async def test_agent_mutex_lives_as_long_as_the_calls_of_one_request(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """Held one call bound per Redis call a request makes (a settling round, then a
+    default-branch lookup and a claim per repository) plus one, not a fixed 10 s."""
+    settings = make_settings(
+        redis={"url": redis_url, "socket_timeout_s": 0.5},
+        repositories=["acme/widgets", "acme/gadgets"],
+    )
+    s = Store.from_settings(settings)
+    try:
+        key = s.global_keys.agent_busy("a1")
+        async with s.agent_mutex("a1"):
+            ttl_ms = await s.client.pttl(key)
+            assert 2500 < ttl_ms <= 3000  # 0.5 s x (1 + 2 x 2 + 1)
+            # A second request of the agent waits until the hold has run out, no longer.
+            started = asyncio.get_running_loop().time()
+            async with s.agent_mutex("a1"):
+                waited = asyncio.get_running_loop().time() - started
+            assert 2.4 < waited < 3.5, waited
+        assert await s.client.exists(key) == 0
+    finally:
+        await s.close()

@@ -13,6 +13,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from github_broker import reviews
 from github_broker import status as status_view
 from github_broker.api.schemas import (
+    BODY_LIMIT_RESPONSE,
+    MAX_LIST_ITEMS,
     MAX_NUMBER,
     Done,
     FixAccepted,
@@ -29,7 +31,7 @@ from github_broker.models import Outcome, ReviewComment, Task
 from github_broker.rules import branch_problem
 
 logger = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(responses=BODY_LIMIT_RESPONSE)
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem} for code in (401, 403, 404, 409, 413, 422, 503)
 }
@@ -228,7 +230,11 @@ async def post_fix(body: FixRequest, request: Request, svc: Services) -> FixAcce
     return FixAccepted(task_id=task_id, status="queued")
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={503: {"model": Problem, "description": "Redis unavailable (deployment gauges)."}},
+)
 async def metrics(svc: Services) -> str:
     """Prometheus metrics: this process's counters and deployment-wide gauges."""
     return str(await svc.metrics.render(svc.store))
@@ -250,6 +256,10 @@ async def explain(
 ) -> dict[str, Any]:
     """For an agent with these roles: what it would get next and why each other issue is not it."""
     svc.auth.admin(request)
+    # Bounded and known, as in POST /request-task: a 422 before any Redis work.
+    if roles is not None and len(roles) > MAX_LIST_ITEMS:
+        raise InvalidRequest(f"`roles`: at most {MAX_LIST_ITEMS} entries, got {len(roles)}")
+    roles = svc.tasks.check_roles(roles)
     names = [repository] if repository else list(svc.store.repos)
     out = {}
     for name in names:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -118,3 +118,9 @@ class Readiness(BaseModel):
 
     ready: bool
     checks: dict[str, str]
+
+
+#: Declared on every route: `BodyLimit` caps the body of every request, whatever its method.
+BODY_LIMIT_RESPONSE: dict[int | str, dict[str, Any]] = {
+    413: {"model": Problem, "description": "The body is larger than server.max_body_bytes."}
+}

@@ -10,11 +10,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from github_broker.api.routes import Services
-from github_broker.api.schemas import Problem
+from github_broker.api.schemas import BODY_LIMIT_RESPONSE, Problem
 from github_broker.webhooks import WebhookReceiver
 
 logger = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(responses=BODY_LIMIT_RESPONSE)
 
 
 class WebhookAnswer(BaseModel):

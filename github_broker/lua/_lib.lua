@@ -308,6 +308,42 @@ local function reap(C, now, limit)
   return #due
 end
 
+-- Only the lease keys of issue n were lost (lock, lease hash, leases entry: evicted) while the
+-- rest says `agent` is still at work on it: its hand-out record is still 'assigned' and the
+-- mirrored issue (with the broker's unconfirmed label wishes) is labelled in-progress and with
+-- the agent. No sync re-adopts it, since GitHub shows no change to re-read, so the agent's own
+-- lease call rebuilds the lease with its token, as sync_upsert's adoption would. True if so.
+local function readopt(C, n, agent, token, now)
+  if redis.call('EXISTS', C.lock .. n) == 1 or mirror_missing(C) then return false end
+  local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
+  if not raw then return false end
+  local cand = cjson.decode(raw)
+  if cand.status ~= 'assigned' or (cand.task_type ~= 'development' and cand.task_type ~= 'review') then
+    return false
+  end
+  local cached = redis.call('GET', C.issue .. n)
+  if not cached then return false end
+  local labels = set_of(cjson.decode(cached).labels)
+  local raw_intent = redis.call('HGET', C.K.intent, n)
+  if raw_intent then
+    local adds, removes, on = intent_sets(raw_intent)
+    for l, _ in pairs(on) do adds[l] = true end
+    for l, _ in pairs(adds) do labels[l] = true end
+    for l, _ in pairs(removes) do labels[l] = nil end
+  end
+  if not labels[C.in_progress] or not labels[agent] then return false end
+  local expires = now + C.lease_ms
+  redis.call('SET', C.lock .. n, agent, 'PX', C.lease_ms)
+  redis.call('HSET', C.lease .. n, 'agent', agent, 'token', token,
+    'task_id', cand.task_type .. ':' .. n, 'task_type', cand.task_type,
+    'claimed_ms', cand.claimed_ms or now, 'expires_ms', expires)
+  redis.call('ZADD', C.K.leases, expires, n)
+  redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s, 'NX')
+  unready(C.K.tasks, C.K.ready, C.ready_role, cand.task_type .. ':' .. n)
+  timeline(C, 'adopted', n, agent, cand.task_type .. ', lease keys lost, rebuilt')
+  return true
+end
+
 -- Check that `token` is the live lease of `agent` on issue n.
 -- Returns nil when it is, else the reason the caller gets with its 409.
 local function lease_refusal(C, n, agent, token, now)
@@ -329,6 +365,7 @@ local function lease_refusal(C, n, agent, token, now)
   if ended then return ended end
   if h[1] and h[1] ~= agent then return 'not_owner' end
   if h[1] == agent then return 'revoked' end
+  if not h[1] and readopt(C, n, agent, token, now) then return nil end
   if mirror_missing(C) then return 'rebuilding' end
   return 'expired'
 end

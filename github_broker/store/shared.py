@@ -29,11 +29,15 @@ from github_broker.store.repo import RepoStore
 from github_broker.store.scripts import Scripts
 from github_broker.store.timeline import events_of, xadd_event
 
-#: A request's hold on its agent across repositories (ms), and how long another waits (s).
-AGENT_MUTEX_TTL_MS = 10_000
-
-
-AGENT_MUTEX_WAIT_S = 10.0
+#: An agent's mutex across repositories is held for one call bound (`redis.socket_timeout_s`)
+#: per Redis call the request may make under it, plus this many as margin (Store.agent_mutex).
+AGENT_MUTEX_MARGIN_CALLS = 1
+#: Seconds a release that got no answer (or an acquire that got none) is retried afterwards.
+AGENT_MUTEX_RETRY_S = 60.0
+#: Pause between those retries (s).
+AGENT_MUTEX_RETRY_PAUSE_S = 0.1
+#: The background retries in flight (a strong reference, so none is garbage-collected).
+_MUTEX_RETRIES: set[asyncio.Task[None]] = set()
 
 
 _RELEASE_MUTEX = (
@@ -112,28 +116,70 @@ class Store:
     @asynccontextmanager
     async def agent_mutex(self, agent_id: str) -> AsyncIterator[None]:
         """One request of `agent_id` at a time (deployments with several repositories, whose
-        claims are one script per repository and so not atomic across them)."""
+        claims are one script per repository and so not atomic across them).
+
+        The hold is proportional to the work: a request runs one settling round (one script per
+        repository, concurrently) and, per repository, at most a default-branch lookup and a
+        claim, each bounded by `call_timeout_s`; so the key lives that many call bounds plus a
+        margin, and another request of the agent waits at most as long. A SET or release that
+        got no answer (Redis stalled or unreachable) may still be run by Redis later, leaving a
+        mutex nobody would release: its compare-and-delete is retried in the background until
+        Redis deletes the token, or answers twice in a row (the second sent after the first
+        reply, so after anything Redis had queued) that the key no longer holds it."""
         key, token = self.global_keys.agent_busy(agent_id), secrets.token_hex(8)
-        deadline = time.monotonic() + AGENT_MUTEX_WAIT_S
+        calls = 1 + 2 * len(self.repos) + AGENT_MUTEX_MARGIN_CALLS
+        hold_s = self.call_timeout_s * calls
+
+        async def release() -> bool:
+            async with asyncio.timeout(self.call_timeout_s):
+                return bool(await self.client.eval(_RELEASE_MUTEX, 1, key, token))
+
+        async def retry_release() -> None:
+            give_up, answered = time.monotonic() + AGENT_MUTEX_RETRY_S, False
+            while time.monotonic() < give_up:
+                try:
+                    if await release() or answered:
+                        return
+                    answered = True
+                    continue
+                except (redis.exceptions.RedisError, OSError, TimeoutError):
+                    answered = False
+                await asyncio.sleep(AGENT_MUTEX_RETRY_PAUSE_S)
+
+        def release_later() -> None:
+            retry = asyncio.get_running_loop().create_task(retry_release())
+            _MUTEX_RETRIES.add(retry)
+            retry.add_done_callback(_MUTEX_RETRIES.discard)
+
+        deadline = time.monotonic() + hold_s
         try:
             while True:
                 async with asyncio.timeout(self.call_timeout_s):
-                    taken = await self.client.set(key, token, nx=True, px=AGENT_MUTEX_TTL_MS)
+                    taken = await self.client.set(key, token, nx=True, px=int(hold_s * 1000))
                 if taken:
                     break
                 if time.monotonic() > deadline:
                     raise StoreUnavailable(f"agent {agent_id} has another request in progress")
                 await asyncio.sleep(0.02)
         except TimeoutError as e:
+            release_later()
             raise StoreUnavailable(f"Redis did not answer within {self.call_timeout_s:g}s") from e
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
+            release_later()
             raise StoreUnavailable(f"Redis unavailable: {e}") from e
+        except asyncio.CancelledError:
+            release_later()
+            raise
         try:
             yield
         finally:
-            with contextlib.suppress(redis.exceptions.RedisError, OSError, TimeoutError):
-                async with asyncio.timeout(self.call_timeout_s):
-                    await self.client.eval(_RELEASE_MUTEX, 1, key, token)
+            try:
+                await release()
+            except (redis.exceptions.RedisError, OSError, TimeoutError):
+                release_later()
+            except asyncio.CancelledError:
+                release_later()
+                raise
 
     @translate_errors
     async def leader_id(self) -> str | None:

@@ -12,11 +12,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from github_broker import overview
+from github_broker.api.schemas import BODY_LIMIT_RESPONSE
 from github_broker.errors import BrokerError
 from github_broker.ui import session
 from github_broker.ui.pages import render
 
-router = APIRouter(tags=["dashboard"])
+router = APIRouter(tags=["dashboard"], responses=BODY_LIMIT_RESPONSE)
 STATIC_DIR = Path(__file__).parent / "static"
 #: Longest login form body read (bytes): a token, not an upload.
 LOGIN_BODY_MAX = 4096
