@@ -6,6 +6,7 @@ belong (another agent's id, an agent token on an admin endpoint) gets 403.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from fastapi import Request
@@ -24,8 +25,11 @@ class Authenticator:
     def __init__(self, server: ServerSettings) -> None:
         self.agent_tokens = server.resolved_agent_tokens()
         self.admin_token = server.admin_token.get_secret_value() if server.admin_token else None
-        # Compared as bytes: hmac.compare_digest refuses non-ASCII str (a 500 otherwise).
-        self._agents = [(_raw(tok), agent) for tok, agent in self.agent_tokens.items()]
+        # Found by their SHA-256 (one dict lookup, however many agents), then compared in
+        # constant time as bytes: hmac.compare_digest refuses non-ASCII str (a 500 otherwise).
+        self._agents = {
+            _digest(_raw(tok)): (_raw(tok), agent) for tok, agent in self.agent_tokens.items()
+        }
         self._admin = _raw(self.admin_token) if self.admin_token is not None else None
 
     @property
@@ -67,7 +71,8 @@ class Authenticator:
         raise AuthError("unknown token (this endpoint needs the admin token)")
 
     def _agent_of(self, raw: bytes) -> str | None:
-        return next((agent for tok, agent in self._agents if hmac.compare_digest(tok, raw)), None)
+        found = self._agents.get(_digest(raw))
+        return found[1] if found is not None and hmac.compare_digest(found[0], raw) else None
 
     def _is_admin(self, raw: bytes) -> bool:
         return self._admin is not None and hmac.compare_digest(raw, self._admin)
@@ -76,3 +81,7 @@ class Authenticator:
 def _raw(token: str) -> bytes:
     # Header values arrive decoded as latin-1; any str encodes to UTF-8 (surrogates escaped).
     return token.encode("utf-8", "surrogateescape")
+
+
+def _digest(raw: bytes) -> bytes:
+    return hashlib.sha256(raw).digest()

@@ -19,7 +19,7 @@ class RepoBase:
     repository: str
     #: Longest one store call may take, reconnects included (seconds).
     call_timeout_s: float
-    _fixed: list[str]
+    _fixed: list[bytes]
 
     async def _run(self, script: str, *args: Any) -> Any:
         return await self.scripts.repo[script](keys=self._fixed, args=["", *args])

@@ -35,17 +35,21 @@ class RepoStore(IssueMirror, LeaseRegistry, ReviewStore, WriteQueue, WebhookQueu
         self.repository = keys.full_name
         #: Longest one store call may take, reconnects included (seconds).
         self.call_timeout_s = settings.redis.socket_timeout_s
+        # Sent with every script call: encoded once here, not by redis-py per call.
         self._fixed = [
-            keys.tasks,
-            keys.ready,
-            keys.work,
-            keys.leases,
-            keys.intent,
-            keys.outbox,
-            keys.outbox_data,
-            keys.skipped,
-            keys.open,
-            keys.reviewing,
+            key.encode()
+            for key in (
+                keys.tasks,
+                keys.ready,
+                keys.work,
+                keys.leases,
+                keys.intent,
+                keys.outbox,
+                keys.outbox_data,
+                keys.skipped,
+                keys.open,
+                keys.reviewing,
+            )
         ]
         self.context: dict[str, Any] = {
             "issue": keys.issue_prefix,
