@@ -168,9 +168,16 @@ local FAILURE = {failed = true, abandoned = true, expired = true}
 -- their agent's first heartbeat binds its own.
 local ADOPTED = 'adopted'
 
--- Drop a review or fix task from the pool; development tasks use unready + HDEL directly.
+-- Drop a task from the pool. A task is in ready:{role} exactly when it is in ready (both
+-- are always written together), so one not in ready needs no read of its role.
 local function drop_task(C, task_id)
-  unready(C.K.tasks, C.K.ready, C.ready_role, task_id)
+  if redis.call('ZREM', C.K.ready, task_id) == 1 then
+    local raw = redis.call('HGET', C.K.tasks, task_id)
+    if raw then
+      local _, role = task_fields(raw)
+      redis.call('ZREM', C.ready_role .. role, task_id)
+    end
+  end
   redis.call('HDEL', C.K.tasks, task_id)
 end
 
@@ -237,7 +244,8 @@ end
 -- End the lease on issue n for `outcome`; returns the agent that held it, or nil.
 -- `uncounted`: a failure that is not the agent's own spends no failure budget.
 -- `h`: the lease's fields (lease_fields) when the caller has just read them; `current`:
--- true when the caller knows the agent's current-task key names this issue.
+-- true when the caller knows the agent's current-task key names this issue, 'kept' when
+-- the caller rewrites or deletes that key itself.
 local function end_lease(C, n, outcome, now, uncounted, h, current)
   local lease_key = C.lease .. n
   h = h or lease_fields(C, n)
@@ -246,7 +254,9 @@ local function end_lease(C, n, outcome, now, uncounted, h, current)
   redis.call('ZREM', C.K.leases, n)
   if not agent then return nil end
   local current_key = C.agent .. agent
-  if current or redis.call('GET', current_key) == tostring(n) then
+  if current == 'kept' then
+    -- The caller (claim.lua) rewrites or deletes the agent's current-task key itself.
+  elseif current or redis.call('GET', current_key) == tostring(n) then
     redis.call('DEL', current_key)
   end
   local status = CANDIDATE_STATUS[outcome]
@@ -262,9 +272,10 @@ local function end_lease(C, n, outcome, now, uncounted, h, current)
   if gave_up then add = {C.needs_human} end
   want_labels(C.K.intent, C.K.outbox, n, add, {C.in_progress, agent}, now)
   -- The lease's branch, if not created yet, is not needed any more: a completing agent pushed
-  -- it itself, and the next claim queues its own.
-  redis.call('HDEL', C.K.outbox_data, 'branch:' .. n)
-  redis.call('ZREM', C.K.outbox, 'branch:' .. n)
+  -- it itself, and the next claim queues its own. Its data exists only while it is queued.
+  if redis.call('ZREM', C.K.outbox, 'branch:' .. n) == 1 then
+    redis.call('HDEL', C.K.outbox_data, 'branch:' .. n)
+  end
   local what = task_type
   if gave_up then what = task_type .. ', labelled ' .. C.needs_human end
   timeline(C, outcome, n, agent, what)
@@ -280,9 +291,10 @@ local function end_lease(C, n, outcome, now, uncounted, h, current)
   end
   -- Review and fix tasks of this issue that waited for the lease (posted while it was held,
   -- or the revoked lease's own) become claimable now, while the issue is still work.
-  if outcome ~= 'issue_closed' and redis.call('ZSCORE', C.K.work, n) then
+  local raws = outcome ~= 'issue_closed'
+    and redis.call('HMGET', C.K.tasks, 'fix:' .. n, 'review:' .. n) or {}
+  if (raws[1] or raws[2]) and redis.call('ZSCORE', C.K.work, n) then
     local kinds = {'fix', 'review'}
-    local raws = redis.call('HMGET', C.K.tasks, 'fix:' .. n, 'review:' .. n)
     for i, kind in ipairs(kinds) do
       local other = kind .. ':' .. n
       if raws[i] and (other ~= task_id or outcome == 'revoked' or outcome == 'label_removed')
