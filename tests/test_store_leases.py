@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -307,3 +309,49 @@ async def test_failed_settle_then_bucket_refusal_drops_the_current_task_key(stor
     assert refused.settled_issue == 1
     assert await store.client.get(rstore.keys.agent_current_task("a1")) is None
     assert await store.client.zscore(rstore.keys.ready_role("BACKENDCODER"), "development:1")
+
+
+def _want_model(
+    intent: dict[str, Any] | None, add: list[str], remove: list[str]
+) -> dict[str, Any] | None:
+    """want_labels' rules on sets (the reference the Lua list implementation must match)."""
+    cur = intent or {"add": [], "remove": [], "on": [], "v": 0}
+    adds, removes, on = set(cur["add"]), set(cur["remove"]), set(cur["on"])
+    for label in add:
+        if label in removes:
+            on.add(label)
+        adds.add(label)
+        removes.discard(label)
+    for label in remove:
+        if label in on or label not in adds:
+            removes.add(label)
+        adds.discard(label)
+    if not adds and not removes and not on:
+        return None
+    return {"add": sorted(adds), "remove": sorted(removes), "on": sorted(on), "v": cur["v"] + 1}
+
+
+async def test_label_wishes_match_the_set_rules_from_any_state(store: Store) -> None:
+    """Random wishes, interleaved with write-queue takes and acknowledgements (which put
+    labels in `on` and prune what was applied), give the intent and the labels job the set
+    rules say."""
+    rng = random.Random(7)
+    rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
+    client, keys = store.client, rstore.keys
+    pool = ["a1", "a2", "in-progress", "needs-review", "needs-human", "z-last"]
+    for _ in range(300):
+        step = rng.random()
+        if step < 0.15:
+            for job, payload, _ in await rstore.outbox_take(10, 1000):
+                if rng.random() < 0.7:
+                    await rstore.outbox_done(job, payload)
+                else:
+                    await rstore.outbox_done(job, payload, retry_in_ms=0)
+            continue
+        add = rng.sample(pool, rng.randint(0, 3))
+        remove = rng.sample(pool, rng.randint(0, 3))
+        expected = _want_model(await rstore.intent(1), add, remove)
+        await rstore.want_labels(1, add, remove)
+        assert await rstore.intent(1) == expected, (add, remove)
+        queued = await client.zscore(keys.outbox, "labels:1") is not None
+        assert queued == bool(expected and (expected["add"] or expected["remove"]))

@@ -35,6 +35,43 @@ local function intent_json(adds, removes, on, v)
                        on = sorted_keys(on), v = v})
 end
 
+-- Label lists of an intent are kept sorted and hold a few labels each: linear scans on the
+-- decoded lists cost less than building sets and sorting them again on every change.
+local function list_find(list, x)
+  for i = 1, #list do
+    if list[i] == x then return i end
+  end
+  return nil
+end
+
+local function list_add(list, x)
+  if list_find(list, x) then return end
+  local i = #list
+  while i > 0 and list[i] > x do
+    list[i + 1] = list[i]
+    i = i - 1
+  end
+  list[i + 1] = x
+end
+
+local function list_drop(list, x)
+  local i = list_find(list, x)
+  if i then table.remove(list, i) end
+end
+
+-- An intent's label list as decoded (cjson reads {} for an empty list); the writers keep
+-- it sorted, and a list that is not gets sorted here.
+local function label_list(v)
+  if type(v) ~= 'table' then return {} end
+  for i = 2, #v do
+    if v[i - 1] > v[i] then
+      table.sort(v)
+      break
+    end
+  end
+  return v
+end
+
 -- Merge a label delta into the issue's intent and queue a GitHub write for it.
 -- The intent holds only what is still to do (add, remove) and the labels a write may have
 -- put on GitHub since (on: taken by a drain, not removed since); a drain prunes what it
@@ -44,22 +81,32 @@ end
 -- and an intent left with nothing to do and nothing sent leaves with its job.
 -- The job keeps its first due time (NX): the queue's lag is the age of its oldest wish.
 local function want_labels(intent_key, outbox_key, n, add, remove, due_ms)
-  local adds, removes, on, v = intent_sets(redis.call('HGET', intent_key, n))
+  local raw = redis.call('HGET', intent_key, n)
+  local adds, removes, on, v = {}, {}, {}, 0
+  if raw then
+    local cur = cjson.decode(raw)
+    adds, removes, on = label_list(cur.add), label_list(cur.remove), label_list(cur.on)
+    v = tonumber(cur.v) or 0
+  end
   for _, l in ipairs(add) do
-    if removes[l] then on[l] = true end  -- its removal may not have reached GitHub
-    adds[l] = true; removes[l] = nil
+    if list_find(removes, l) then  -- its removal may not have reached GitHub
+      list_add(on, l)
+      list_drop(removes, l)
+    end
+    list_add(adds, l)
   end
   for _, l in ipairs(remove) do
-    if on[l] or not adds[l] then removes[l] = true end
-    adds[l] = nil
+    if list_find(on, l) or not list_find(adds, l) then list_add(removes, l) end
+    list_drop(adds, l)
   end
-  if is_empty(adds) and is_empty(removes) and is_empty(on) then
+  if #adds == 0 and #removes == 0 and #on == 0 then
     redis.call('HDEL', intent_key, n)
     redis.call('ZREM', outbox_key, 'labels:' .. n)
     return
   end
-  redis.call('HSET', intent_key, n, intent_json(adds, removes, on, v + 1))
-  if is_empty(adds) and is_empty(removes) then
+  redis.call('HSET', intent_key, n,
+    cjson.encode({add = adds, remove = removes, on = on, v = v + 1}))
+  if #adds == 0 and #removes == 0 then
     redis.call('ZREM', outbox_key, 'labels:' .. n)
   else
     redis.call('ZADD', outbox_key, 'NX', due_ms, 'labels:' .. n)
