@@ -35,6 +35,43 @@ local function intent_json(adds, removes, on, v)
                        on = sorted_keys(on), v = v})
 end
 
+-- Label lists of an intent are kept sorted and hold a few labels each: linear scans on the
+-- decoded lists cost less than building sets and sorting them again on every change.
+local function list_find(list, x)
+  for i = 1, #list do
+    if list[i] == x then return i end
+  end
+  return nil
+end
+
+local function list_add(list, x)
+  if list_find(list, x) then return end
+  local i = #list
+  while i > 0 and list[i] > x do
+    list[i + 1] = list[i]
+    i = i - 1
+  end
+  list[i + 1] = x
+end
+
+local function list_drop(list, x)
+  local i = list_find(list, x)
+  if i then table.remove(list, i) end
+end
+
+-- An intent's label list as decoded (cjson reads {} for an empty list); the writers keep
+-- it sorted, and a list that is not gets sorted here.
+local function label_list(v)
+  if type(v) ~= 'table' then return {} end
+  for i = 2, #v do
+    if v[i - 1] > v[i] then
+      table.sort(v)
+      break
+    end
+  end
+  return v
+end
+
 -- Merge a label delta into the issue's intent and queue a GitHub write for it.
 -- The intent holds only what is still to do (add, remove) and the labels a write may have
 -- put on GitHub since (on: taken by a drain, not removed since); a drain prunes what it
@@ -44,22 +81,32 @@ end
 -- and an intent left with nothing to do and nothing sent leaves with its job.
 -- The job keeps its first due time (NX): the queue's lag is the age of its oldest wish.
 local function want_labels(intent_key, outbox_key, n, add, remove, due_ms)
-  local adds, removes, on, v = intent_sets(redis.call('HGET', intent_key, n))
+  local raw = redis.call('HGET', intent_key, n)
+  local adds, removes, on, v = {}, {}, {}, 0
+  if raw then
+    local cur = cjson.decode(raw)
+    adds, removes, on = label_list(cur.add), label_list(cur.remove), label_list(cur.on)
+    v = tonumber(cur.v) or 0
+  end
   for _, l in ipairs(add) do
-    if removes[l] then on[l] = true end  -- its removal may not have reached GitHub
-    adds[l] = true; removes[l] = nil
+    if list_find(removes, l) then  -- its removal may not have reached GitHub
+      list_add(on, l)
+      list_drop(removes, l)
+    end
+    list_add(adds, l)
   end
   for _, l in ipairs(remove) do
-    if on[l] or not adds[l] then removes[l] = true end
-    adds[l] = nil
+    if list_find(on, l) or not list_find(adds, l) then list_add(removes, l) end
+    list_drop(adds, l)
   end
-  if is_empty(adds) and is_empty(removes) and is_empty(on) then
+  if #adds == 0 and #removes == 0 and #on == 0 then
     redis.call('HDEL', intent_key, n)
     redis.call('ZREM', outbox_key, 'labels:' .. n)
     return
   end
-  redis.call('HSET', intent_key, n, intent_json(adds, removes, on, v + 1))
-  if is_empty(adds) and is_empty(removes) then
+  redis.call('HSET', intent_key, n,
+    cjson.encode({add = adds, remove = removes, on = on, v = v + 1}))
+  if #adds == 0 and #removes == 0 then
     redis.call('ZREM', outbox_key, 'labels:' .. n)
   else
     redis.call('ZADD', outbox_key, 'NX', due_ms, 'labels:' .. n)
@@ -168,9 +215,16 @@ local FAILURE = {failed = true, abandoned = true, expired = true}
 -- their agent's first heartbeat binds its own.
 local ADOPTED = 'adopted'
 
--- Drop a review or fix task from the pool; development tasks use unready + HDEL directly.
+-- Drop a task from the pool. A task is in ready:{role} exactly when it is in ready (both
+-- are always written together), so one not in ready needs no read of its role.
 local function drop_task(C, task_id)
-  unready(C.K.tasks, C.K.ready, C.ready_role, task_id)
+  if redis.call('ZREM', C.K.ready, task_id) == 1 then
+    local raw = redis.call('HGET', C.K.tasks, task_id)
+    if raw then
+      local _, role = task_fields(raw)
+      redis.call('ZREM', C.ready_role .. role, task_id)
+    end
+  end
   redis.call('HDEL', C.K.tasks, task_id)
 end
 
@@ -237,7 +291,8 @@ end
 -- End the lease on issue n for `outcome`; returns the agent that held it, or nil.
 -- `uncounted`: a failure that is not the agent's own spends no failure budget.
 -- `h`: the lease's fields (lease_fields) when the caller has just read them; `current`:
--- true when the caller knows the agent's current-task key names this issue.
+-- true when the caller knows the agent's current-task key names this issue, 'kept' when
+-- the caller rewrites or deletes that key itself.
 local function end_lease(C, n, outcome, now, uncounted, h, current)
   local lease_key = C.lease .. n
   h = h or lease_fields(C, n)
@@ -246,7 +301,9 @@ local function end_lease(C, n, outcome, now, uncounted, h, current)
   redis.call('ZREM', C.K.leases, n)
   if not agent then return nil end
   local current_key = C.agent .. agent
-  if current or redis.call('GET', current_key) == tostring(n) then
+  if current == 'kept' then
+    -- The caller (claim.lua) rewrites or deletes the agent's current-task key itself.
+  elseif current or redis.call('GET', current_key) == tostring(n) then
     redis.call('DEL', current_key)
   end
   local status = CANDIDATE_STATUS[outcome]
@@ -262,9 +319,10 @@ local function end_lease(C, n, outcome, now, uncounted, h, current)
   if gave_up then add = {C.needs_human} end
   want_labels(C.K.intent, C.K.outbox, n, add, {C.in_progress, agent}, now)
   -- The lease's branch, if not created yet, is not needed any more: a completing agent pushed
-  -- it itself, and the next claim queues its own.
-  redis.call('HDEL', C.K.outbox_data, 'branch:' .. n)
-  redis.call('ZREM', C.K.outbox, 'branch:' .. n)
+  -- it itself, and the next claim queues its own. Its data exists only while it is queued.
+  if redis.call('ZREM', C.K.outbox, 'branch:' .. n) == 1 then
+    redis.call('HDEL', C.K.outbox_data, 'branch:' .. n)
+  end
   local what = task_type
   if gave_up then what = task_type .. ', labelled ' .. C.needs_human end
   timeline(C, outcome, n, agent, what)
@@ -280,9 +338,10 @@ local function end_lease(C, n, outcome, now, uncounted, h, current)
   end
   -- Review and fix tasks of this issue that waited for the lease (posted while it was held,
   -- or the revoked lease's own) become claimable now, while the issue is still work.
-  if outcome ~= 'issue_closed' and redis.call('ZSCORE', C.K.work, n) then
+  local raws = outcome ~= 'issue_closed'
+    and redis.call('HMGET', C.K.tasks, 'fix:' .. n, 'review:' .. n) or {}
+  if (raws[1] or raws[2]) and redis.call('ZSCORE', C.K.work, n) then
     local kinds = {'fix', 'review'}
-    local raws = redis.call('HMGET', C.K.tasks, 'fix:' .. n, 'review:' .. n)
     for i, kind in ipairs(kinds) do
       local other = kind .. ':' .. n
       if raws[i] and (other ~= task_id or outcome == 'revoked' or outcome == 'label_removed')

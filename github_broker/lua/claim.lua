@@ -76,7 +76,12 @@ if handout_key then
   end
 end
 
-local settled_n, skip_id = '', nil
+-- `stale_current`: the agent's current-task key names a task it no longer holds; the
+-- claim below rewrites it, any other way out deletes it (forget_current).
+local settled_n, skip_id, stale_current = '', nil, false
+local function forget_current()
+  if stale_current then redis.call('DEL', C.agent .. agent) end
+end
 if prev_n then
   local l = live_lease(prev_n)
   if l then
@@ -87,12 +92,13 @@ if prev_n then
     end
     -- A failure reported inside the grace cannot be the agent's work on it (a concurrent or
     -- retried request gave it up): the task goes back, but no failure budget is spent.
-    end_lease(C, prev_n, prev_outcome, now, young, l, true)
+    end_lease(C, prev_n, prev_outcome, now, young, l, 'kept')
+    stale_current = true
     settled_n = prev_n
     -- Don't hand straight back the task the agent just gave up.
     if prev_outcome ~= 'completed' then skip_id = l[3] end
   else
-    redis.call('DEL', C.agent .. agent)
+    stale_current = true
   end
 end
 
@@ -100,7 +106,10 @@ local bucket = nil
 local top = redis.call('ZRANGE', C.K.work, 0, 0, 'WITHSCORES')
 if top[2] then bucket = tonumber(top[2]) end
 
-if ARGV[8] == '1' then return {0, 'settled', settled_n, prev_outcome, bucket or -1} end
+if ARGV[8] == '1' then
+  forget_current()
+  return {0, 'settled', settled_n, prev_outcome, bucket or -1}
+end
 
 local skip_n = ARGV[9]
 local sources = {}
@@ -152,9 +161,13 @@ for _, src in ipairs(sources) do
   end
 end
 
-if best_id == nil then return {0, 'empty', settled_n, prev_outcome, bucket or -1} end
+if best_id == nil then
+  forget_current()
+  return {0, 'empty', settled_n, prev_outcome, bucket or -1}
+end
 local priority = math.floor(best_score / C.priority_unit)
 if mode == 'strict' and bucket ~= nil and priority > bucket then
+  forget_current()
   return {0, 'bucket', settled_n, prev_outcome, bucket}
 end
 
