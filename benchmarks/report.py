@@ -111,8 +111,10 @@ def _throughput(figs: dict[str, Any]) -> list[str]:
         "against the baseline measured in the same repetition. Split: established connections "
         "per worker process, per repetition. Lua µs/call: Redis's time per EVALSHA of any script "
         "(INFO commandstats); claim.lua µs: the median time of one claim script call inside "
-        "Redis (SLOWLOG at 0 µs). Foreign: CPU (% of one core) used by everything "
-        "outside the measured processes, per repetition.",
+        "Redis (SLOWLOG at 15 µs: every claim call, hardly any of the commands inside "
+        "scripts, which Redis logs too and which at 0 µs cost Redis CPU in the measured runs). "
+        "Foreign: CPU (% of one core) used by everything outside the measured processes, per "
+        "repetition.",
         "",
         "| server | workers | flow | claims/s | requests/s | x FastAPI | x ASGI "
         "| claim p50 / p99 ms | complete p50 / p99 ms | server CPU | Redis CPU | Lua µs/call "

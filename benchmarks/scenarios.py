@@ -413,7 +413,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _script_us(times: dict[str, list[int]], shas: dict[str, str]) -> dict[str, Any]:
-    """Per broker script: calls and median / mean µs inside Redis (SLOWLOG at 0 µs)."""
+    """Per broker script: calls and median / mean µs inside Redis (SLOWLOG, see
+    `servers.SLOWLOG_THRESHOLD_US`)."""
     return {shas[sha]: {"calls": len(t), "median_us": statistics.median(t),
                         "mean_us": statistics.fmean(t)}
             for sha, t in times.items() if sha in shas and t}
