@@ -14,6 +14,7 @@ key                                     type         content                    
 ``review_issue_detected_timestamp:{n}`` string       ISO 8601 UTC, needs-review seen  none
 ``agent_current_task:{agent}``          string       issue number the agent holds     3600 s
 ``task_candidate:{n}:{agent}``          string JSON  hand-out record and status       86400 s
+                                                     (and the lease token while assigned)
 ``task:fix:{pr}``                       string JSON  fix task from review comments    86400 s
 ======================================  ===========  ===============================  ======
 

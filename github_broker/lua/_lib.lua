@@ -372,12 +372,18 @@ end
 -- mirrored issue (with the broker's unconfirmed label wishes) is labelled in-progress and with
 -- the agent. No sync re-adopts it, since GitHub shows no change to re-read, so the agent's own
 -- lease call rebuilds the lease with its token, as sync_upsert's adoption would. True if so.
+-- Only for the token that hand-out issued (the record keeps it while assigned) and only while
+-- the agent's current-task key still names n: once the agent has asked for work again (which
+-- drops that key when its lease is unknown, or points it at its next task), the lost lease is
+-- not its task any more, and rebuilding it would give the agent two.
 local function readopt(C, n, agent, token, now)
   if redis.call('EXISTS', C.lock .. n) == 1 or mirror_missing(C) then return false end
+  if redis.call('GET', C.agent .. agent) ~= tostring(n) then return false end
   local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
   if not raw then return false end
   local cand = cjson.decode(raw)
-  if cand.status ~= 'assigned' or (cand.task_type ~= 'development' and cand.task_type ~= 'review') then
+  if cand.status ~= 'assigned' or cand.token ~= token
+      or (cand.task_type ~= 'development' and cand.task_type ~= 'review') then
     return false
   end
   local cached = redis.call('GET', C.issue .. n)
@@ -397,7 +403,7 @@ local function readopt(C, n, agent, token, now)
     'task_id', cand.task_type .. ':' .. n, 'task_type', cand.task_type,
     'claimed_ms', cand.claimed_ms or now, 'expires_ms', expires)
   redis.call('ZADD', C.K.leases, expires, n)
-  redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s, 'NX')
+  redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
   unready(C.K.tasks, C.K.ready, C.ready_role, cand.task_type .. ':' .. n)
   timeline(C, 'adopted', n, agent, cand.task_type .. ', lease keys lost, rebuilt')
   return true

@@ -183,7 +183,7 @@ redis.call('ZADD', C.K.leases, expires, n)
 redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
 redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
   issue = tonumber(n), agent_id = agent, task_type = task_type, status = 'assigned',
-  claimed_ms = now}), 'EX', C.cand_s)
+  claimed_ms = now, token = token}), 'EX', C.cand_s)
 unready(C.K.tasks, C.K.ready, C.ready_role, best_id, raw)
 want_labels(C.K.intent, C.K.outbox, n, {C.in_progress, agent}, {}, now)
 timeline(C, 'claim', n, agent, best_id)
