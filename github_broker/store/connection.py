@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar, cast
 
+import hiredis
 import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.retry import Retry
@@ -102,7 +103,32 @@ def connect(
         return RedisCluster(startup_nodes=nodes, **timeouts)
     if bounded_by_caller:
         timeouts["socket_timeout"] = None
-    return aioredis.Redis.from_url(url, retry=_retry(), **timeouts)
+    client = aioredis.Redis.from_url(url, retry=_retry(), **timeouts)
+    pool = client.connection_pool
+    pool.connection_class = _packing_in_c(pool.connection_class)
+    return client
+
+
+class _CPack:
+    """Packs commands with hiredis (C) instead of redis-py's asyncio connections' Python
+    `pack_command`: about 3 µs instead of 18 µs for a claim's 23 arguments. redis-py's sync
+    client packs with hiredis the same way when it is installed (`HiredisRespSerializer`)."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        # As redis-py: a command name holding a space ("CONFIG GET") goes as separate words.
+        if isinstance(args[0], str):
+            args = tuple(args[0].encode().split()) + args[1:]
+        elif b" " in args[0]:
+            args = tuple(args[0].split()) + args[1:]
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError as e:  # None, bool, a dict...: redis-py's Encoder says DataError
+            raise redis.exceptions.DataError(str(e)) from e
+
+
+def _packing_in_c(cls: type[Any]) -> type[Any]:
+    """`cls` packing commands with hiredis (a dependency: redis[hiredis])."""
+    return type(cls.__name__, (_CPack, cls), {})
 
 
 def _retry() -> Retry:
