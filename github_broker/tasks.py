@@ -36,6 +36,8 @@ class _Attempt:
         self.replayed = False
         #: repository -> the issue the agent just gave up; not handed back to it in this request
         self.skip: dict[str, int] = {}
+        #: A repeated request id's answer found by `_replayed_elsewhere`.
+        self.granted: Claimed | None = None
 
     def note(self, repository: str, result: NoTask) -> None:
         if result.reason == "replayed":
@@ -110,6 +112,10 @@ class TaskService:
         mode = self.settings.priority_mode
         everywhere = list(self.store.repos.values())
         if len(everywhere) > 1:
+            if attempt.request_id is not None and await self._replayed_elsewhere(
+                everywhere, agent_id, roles, attempt
+            ):
+                return attempt.granted
             # One live task per agent across repositories: settle it wherever it is held
             # (also outside the ones asked for), learning each repository's bucket.
             settled = await asyncio.gather(
@@ -165,6 +171,47 @@ class TaskService:
             if attempt.replayed:
                 return None
         return None
+
+    async def _replayed_elsewhere(
+        self,
+        everywhere: list[RepoStore],
+        agent_id: str,
+        roles: list[str] | None,
+        attempt: _Attempt,
+    ) -> bool:
+        """A repeated request id, with several repositories: True when the request is answered
+        by the repository that remembers its hand-out (`attempt.granted`: that hand-out, or
+        None). A repeat settles nothing; the settle pass would, in every repository that does
+        not know the id, settle the agent's current task as if it were a new request."""
+        rid = attempt.request_id
+        assert rid is not None
+        known = await asyncio.gather(*(s.knows_request(agent_id, rid) for s in everywhere))
+        origin = next((s for s, k in zip(everywhere, known, strict=True) if k), None)
+        if origin is None:
+            return False
+        # The hand-out's repository answers as with one repository: the same task while its
+        # lease lives, 'replayed' while the agent holds another task there.
+        got = await origin.claim(
+            agent_id,
+            previous=attempt.previous,
+            mode=self.settings.priority_mode,
+            base_branch="",
+            roles=roles,
+            settle_only=True,
+            request_id=rid,
+        )
+        if isinstance(got, Claimed):
+            attempt.granted = got
+            return True
+        attempt.note(origin.repository, got)
+        others = [s for s in everywhere if s is not origin]
+        if attempt.replayed or any(
+            await asyncio.gather(*(s.holds_lease(agent_id) for s in others))
+        ):
+            attempt.replayed = True
+            attempt.granted = None
+            return True
+        return False  # the agent holds nothing: the repeat may claim, settling nothing
 
     async def _task(self, claimed: Claimed) -> Task:
         rstore = self.store.repo(claimed.repository)

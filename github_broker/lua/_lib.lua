@@ -415,7 +415,11 @@ local function lease_refusal(C, n, agent, token, now)
   local h = redis.call('HMGET', C.lease .. n, 'agent', 'token')
   local ended = redis.call('GET', C.tomb .. token)
   if h[2] == ADOPTED and h[1] == agent and not ended and redis.call('EXISTS', C.lock .. n) == 1 then
-    -- The agent is still at work on a lease rebuilt from GitHub: its token becomes the lease's.
+    -- The agent is still at work on a lease rebuilt from GitHub: its token becomes the lease's,
+    -- unless the hand-out's record survived and names another token (a stale or made-up one).
+    local rec = redis.call('GET', C.cand .. n .. ':' .. agent)
+    local issued = rec and cjson.decode(rec).token
+    if issued and issued ~= token then return 'revoked' end
     redis.call('HSET', C.lease .. n, 'token', token)
     return nil
   end

@@ -9,8 +9,10 @@
 -- ARGV[3]: now as ISO 8601 UTC. ARGV[4]: the caller's leader epoch (error FENCED when
 --   another process leads now: a stalled ex-leader's page never lands).
 -- An issue GitHub shows in-progress without a live lease is re-adopted for its holder: the
--- lease is rebuilt with a placeholder token that the agent's next heartbeat replaces; if
--- the agent is gone the lease simply expires and the task returns to the pool.
+-- lease is rebuilt with a placeholder token that the agent's next heartbeat replaces (the
+-- hand-out's own token, when its task_candidate record still has it); if the agent is gone
+-- the lease simply expires and the task returns to the pool. Not when the holder has a live
+-- lease on another issue here: that hand-out ends, and the issue returns to the pool.
 -- needs-review starts the review timer (review_issue_detected_timestamp) the first time it
 -- is seen and clears it, the review state and any review/fix task when it goes.
 -- Labels the broker wrote and GitHub does not show yet (the intent) count as present,
@@ -32,6 +34,13 @@
 local function handed_back(C, n, agent)
   local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
   return raw ~= false and raw ~= nil and cjson.decode(raw).status ~= 'assigned'
+end
+
+-- Whether `agent`'s current task is a live lease on an issue other than n.
+local function moved_on(C, n, agent)
+  local current = redis.call('GET', C.agent .. agent)
+  return current ~= false and current ~= nil and current ~= n
+    and redis.call('EXISTS', C.lock .. current) == 1
 end
 
 local C = context()
@@ -139,6 +148,18 @@ for _, it in ipairs(items) do
       revoked = revoked + 1
       held = false
     end
+  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 and not raw_intent
+      and not handed_back(C, n, it.holder) and moved_on(C, n, it.holder) then
+    -- Its lease keys alone were lost and the holder has a live lease on another issue since:
+    -- this one is not its task any more (an agent holds one). The hand-out ends here (its
+    -- record says so, so nothing adopts it again) and its labels go: back to the pool.
+    redis.call('SET', C.cand .. n .. ':' .. it.holder, cjson.encode({
+      issue = tonumber(n), agent_id = it.holder, status = 'expired', outcome = 'expired',
+      ended_ms = now}), 'EX', C.cand_s)
+    want_labels(C.K.intent, C.K.outbox, n, {}, {C.in_progress, it.holder}, now)
+    labels[C.in_progress] = nil
+    labels[it.holder] = nil
+    timeline(C, 'expired', n, it.holder, 'lease lost; its agent holds another task')
   elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 and not raw_intent
       and not handed_back(C, n, it.holder) then
     -- Not while the broker's own label writes are unconfirmed: the page may predate a

@@ -105,6 +105,19 @@ class LeaseRegistry(RepoBase):
         return int(await self._run("reap", limit, epoch))
 
     @translate_errors
+    async def knows_request(self, agent_id: str, request_id: str) -> bool:
+        """Whether a claim here remembers a hand-out for this request id (claim.lua)."""
+        return bool(await awaited(self.client.exists(self.keys.handout(agent_id, request_id))))
+
+    @translate_errors
+    async def holds_lease(self, agent_id: str) -> bool:
+        """Whether the agent's current task here is a live lease."""
+        raw = await awaited(self.client.get(self.keys.agent_current_task(agent_id)))
+        if not raw:
+            return False
+        return bool(await awaited(self.client.exists(self.keys.issue_lock(int(raw)))))
+
+    @translate_errors
     async def candidate(self, number: int, agent_id: str) -> dict[str, Any] | None:
         raw = await awaited(self.client.get(self.keys.task_candidate(number, agent_id)))
         return json.loads(raw) if raw else None
