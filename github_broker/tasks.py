@@ -186,25 +186,35 @@ class TaskService:
         rid = attempt.request_id
         assert rid is not None
         known = await asyncio.gather(*(s.knows_request(agent_id, rid) for s in everywhere))
-        origin = next((s for s, k in zip(everywhere, known, strict=True) if k), None)
-        if origin is None:
+        origins = [s for s, k in zip(everywhere, known, strict=True) if k]
+        if not origins:
             return False
-        # The hand-out's repository answers as with one repository: the same task while its
-        # lease lives, 'replayed' while the agent holds another task there.
-        got = await origin.claim(
-            agent_id,
-            previous=attempt.previous,
-            mode=self.settings.priority_mode,
-            base_branch="",
-            roles=roles,
-            settle_only=True,
-            request_id=rid,
+        # Each repository that remembers a hand-out for the id answers as with one repository:
+        # the same task while its lease lives, 'replayed' while the agent holds another task
+        # there. A retried id can be remembered by several (its first hand-out ended, a retry
+        # then claimed elsewhere): the live one wins.
+        answers = await asyncio.gather(
+            *(
+                s.claim(
+                    agent_id,
+                    previous=attempt.previous,
+                    mode=self.settings.priority_mode,
+                    base_branch="",
+                    roles=roles,
+                    settle_only=True,
+                    request_id=rid,
+                )
+                for s in origins
+            )
         )
-        if isinstance(got, Claimed):
-            attempt.granted = got
+        live = next((got for got in answers if isinstance(got, Claimed)), None)
+        if live is not None:
+            attempt.granted = live
             return True
-        attempt.note(origin.repository, got)
-        others = [s for s in everywhere if s is not origin]
+        for s, got in zip(origins, answers, strict=True):
+            if isinstance(got, NoTask):
+                attempt.note(s.repository, got)
+        others = [s for s in everywhere if s not in origins]
         if attempt.replayed or any(
             await asyncio.gather(*(s.holds_lease(agent_id) for s in others))
         ):

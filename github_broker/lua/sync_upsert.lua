@@ -11,8 +11,9 @@
 -- An issue GitHub shows in-progress without a live lease is re-adopted for its holder: the
 -- lease is rebuilt with a placeholder token that the agent's next heartbeat replaces (the
 -- hand-out's own token, when its task_candidate record still has it); if the agent is gone
--- the lease simply expires and the task returns to the pool. Not when the holder has a live
--- lease on another issue here: that hand-out ends, and the issue returns to the pool.
+-- the lease simply expires and the task returns to the pool. Not when the hand-out's record
+-- survived and the holder's current-task key no longer names the issue (it asked for other
+-- work since): that hand-out ends, and the issue returns to the pool.
 -- needs-review starts the review timer (review_issue_detected_timestamp) the first time it
 -- is seen and clears it, the review state and any review/fix task when it goes.
 -- Labels the broker wrote and GitHub does not show yet (the intent) count as present,
@@ -36,11 +37,14 @@ local function handed_back(C, n, agent)
   return raw ~= false and raw ~= nil and cjson.decode(raw).status ~= 'assigned'
 end
 
--- Whether `agent`'s current task is a live lease on an issue other than n.
+-- Whether `agent` has moved on from its hand-out of issue n, whose lease keys were lost:
+-- the hand-out's record is still here (so Redis did not lose everything), yet the agent's
+-- current-task key no longer names n. Any request of the agent since (in any repository:
+-- with several, each request settles in all of them) has rewritten or dropped that key.
+-- Without the record (Redis lost its data) nothing tells, and the holder is adopted.
 local function moved_on(C, n, agent)
-  local current = redis.call('GET', C.agent .. agent)
-  return current ~= false and current ~= nil and current ~= n
-    and redis.call('EXISTS', C.lock .. current) == 1
+  if redis.call('EXISTS', C.cand .. n .. ':' .. agent) == 0 then return false end
+  return redis.call('GET', C.agent .. agent) ~= n
 end
 
 local C = context()
@@ -150,16 +154,16 @@ for _, it in ipairs(items) do
     end
   elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 and not raw_intent
       and not handed_back(C, n, it.holder) and moved_on(C, n, it.holder) then
-    -- Its lease keys alone were lost and the holder has a live lease on another issue since:
-    -- this one is not its task any more (an agent holds one). The hand-out ends here (its
-    -- record says so, so nothing adopts it again) and its labels go: back to the pool.
+    -- Its lease keys alone were lost and the holder has asked for other work since: this one
+    -- is not its task any more (an agent holds one). The hand-out ends here (its record
+    -- says so, so nothing adopts it again) and its labels go: back to the pool.
     redis.call('SET', C.cand .. n .. ':' .. it.holder, cjson.encode({
       issue = tonumber(n), agent_id = it.holder, status = 'expired', outcome = 'expired',
       ended_ms = now}), 'EX', C.cand_s)
     want_labels(C.K.intent, C.K.outbox, n, {}, {C.in_progress, it.holder}, now)
     labels[C.in_progress] = nil
     labels[it.holder] = nil
-    timeline(C, 'expired', n, it.holder, 'lease lost; its agent holds another task')
+    timeline(C, 'expired', n, it.holder, 'lease lost; its agent has moved on')
   elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 and not raw_intent
       and not handed_back(C, n, it.holder) then
     -- Not while the broker's own label writes are unconfirmed: the page may predate a
