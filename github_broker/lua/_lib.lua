@@ -288,6 +288,18 @@ local function lease_fields(C, n)
     'claimed_ms', 'expires_ms')
 end
 
+-- Write a lease on issue n (lock, lease hash, leases index); returns its expiry. Every way a
+-- lease starts goes through here: a claim, the sync's adoption, a rebuild after lost keys.
+local function start_lease(C, n, agent, token, task_type, claimed_ms, now)
+  local expires = now + C.lease_ms
+  redis.call('SET', C.lock .. n, agent, 'PX', C.lease_ms)
+  redis.call('HSET', C.lease .. n, 'agent', agent, 'token', token,
+    'task_id', task_type .. ':' .. n, 'task_type', task_type,
+    'claimed_ms', claimed_ms, 'expires_ms', expires)
+  redis.call('ZADD', C.K.leases, expires, n)
+  return expires
+end
+
 -- End the lease on issue n for `outcome`; returns the agent that held it, or nil.
 -- `uncounted`: a failure that is not the agent's own spends no failure budget.
 -- `h`: the lease's fields (lease_fields) when the caller has just read them; `current`:
@@ -397,12 +409,7 @@ local function readopt(C, n, agent, token, now)
     for l, _ in pairs(removes) do labels[l] = nil end
   end
   if not labels[C.in_progress] or not labels[agent] then return false end
-  local expires = now + C.lease_ms
-  redis.call('SET', C.lock .. n, agent, 'PX', C.lease_ms)
-  redis.call('HSET', C.lease .. n, 'agent', agent, 'token', token,
-    'task_id', cand.task_type .. ':' .. n, 'task_type', cand.task_type,
-    'claimed_ms', cand.claimed_ms or now, 'expires_ms', expires)
-  redis.call('ZADD', C.K.leases, expires, n)
+  start_lease(C, n, agent, token, cand.task_type, cand.claimed_ms or now, now)
   redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
   unready(C.K.tasks, C.K.ready, C.ready_role, cand.task_type .. ':' .. n)
   timeline(C, 'adopted', n, agent, cand.task_type .. ', lease keys lost, rebuilt')

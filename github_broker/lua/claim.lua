@@ -175,11 +175,7 @@ local n = string.match(best_id, ':(%d+)$')
 local task_type = string.match(best_id, '^(%a+):')
 local raw = best_raw or redis.call('HGET', C.K.tasks, best_id)
 local _, _, _, _, _, branch = task_fields(raw)
-local expires = now + C.lease_ms
-redis.call('SET', C.lock .. n, agent, 'PX', C.lease_ms)
-redis.call('HSET', C.lease .. n, 'agent', agent, 'token', token, 'task_id', best_id,
-  'task_type', task_type, 'claimed_ms', now, 'expires_ms', expires)
-redis.call('ZADD', C.K.leases, expires, n)
+local expires = start_lease(C, n, agent, token, task_type, now, now)
 redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
 redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
   issue = tonumber(n), agent_id = agent, task_type = task_type, status = 'assigned',

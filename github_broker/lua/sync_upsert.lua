@@ -37,14 +37,16 @@ local function handed_back(C, n, agent)
   return raw ~= false and raw ~= nil and cjson.decode(raw).status ~= 'assigned'
 end
 
--- Whether `agent` has moved on from its hand-out of issue n, whose lease keys were lost:
--- the hand-out's record is still here (so Redis did not lose everything), yet the agent's
--- current-task key no longer names n. Any request of the agent since (in any repository:
--- with several, each request settles in all of them) has rewritten or dropped that key.
--- Without the record (Redis lost its data) nothing tells, and the holder is adopted.
+-- The hand-out record of `agent` on issue n, whose lease keys were lost, when the agent has
+-- moved on from it: the record is still here (so Redis did not lose everything), yet the
+-- agent's current-task key no longer names n. Any request of the agent since (in any
+-- repository: with several, each request settles in all of them) has rewritten or dropped
+-- that key. Without the record (Redis lost its data) nothing tells: nil, and the holder is
+-- adopted.
 local function moved_on(C, n, agent)
-  if redis.call('EXISTS', C.cand .. n .. ':' .. agent) == 0 then return false end
-  return redis.call('GET', C.agent .. agent) ~= n
+  local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
+  if not raw or redis.call('GET', C.agent .. agent) == n then return nil end
+  return cjson.decode(raw)
 end
 
 local C = context()
@@ -153,32 +155,28 @@ for _, it in ipairs(items) do
       held = false
     end
   elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 and not raw_intent
-      and not handed_back(C, n, it.holder) and moved_on(C, n, it.holder) then
-    -- Its lease keys alone were lost and the holder has asked for other work since: this one
-    -- is not its task any more (an agent holds one). The hand-out ends here (its record
-    -- says so, so nothing adopts it again) and its labels go: back to the pool.
-    redis.call('SET', C.cand .. n .. ':' .. it.holder, cjson.encode({
-      issue = tonumber(n), agent_id = it.holder, status = 'expired', outcome = 'expired',
-      ended_ms = now}), 'EX', C.cand_s)
-    want_labels(C.K.intent, C.K.outbox, n, {}, {C.in_progress, it.holder}, now)
-    labels[C.in_progress] = nil
-    labels[it.holder] = nil
-    timeline(C, 'expired', n, it.holder, 'lease lost; its agent has moved on')
-  elseif labels[C.in_progress] and it.holder ~= '' and it.prio >= 0 and not raw_intent
       and not handed_back(C, n, it.holder) then
     -- Not while the broker's own label writes are unconfirmed: the page may predate a
     -- removal the write queue already made (the intent no longer lists applied removals).
-    local task_type = 'development'
-    if labels[C.needs_review] then task_type = 'review' end
-    local expires = now + C.lease_ms
-    redis.call('SET', C.lock .. n, it.holder, 'PX', C.lease_ms)
-    redis.call('HSET', C.lease .. n, 'agent', it.holder, 'token', ADOPTED,
-      'task_id', task_type .. ':' .. n, 'task_type', task_type, 'claimed_ms', now,
-      'expires_ms', expires)
-    redis.call('ZADD', C.K.leases, expires, n)
-    redis.call('SET', C.agent .. it.holder, n, 'EX', C.agent_s, 'NX')
-    adopted = adopted + 1
-    held = true
+    local left = moved_on(C, n, it.holder)
+    if left then
+      -- Its lease keys alone were lost and the holder has asked for other work since: this
+      -- one is not its task any more (an agent holds one). The hand-out ends as an expired
+      -- lease does (its record, its token's tombstone, its labels, the task back in the
+      -- pool), but spends no failure budget: losing the keys was not the agent's doing.
+      end_lease(C, n, 'expired', now, true,
+        {it.holder, left.token or ADOPTED, left.task_type .. ':' .. n, left.task_type,
+         left.claimed_ms})
+      labels[C.in_progress] = nil
+      labels[it.holder] = nil
+    else
+      local task_type = 'development'
+      if labels[C.needs_review] then task_type = 'review' end
+      start_lease(C, n, it.holder, ADOPTED, task_type, now, now)
+      redis.call('SET', C.agent .. it.holder, n, 'EX', C.agent_s, 'NX')
+      adopted = adopted + 1
+      held = true
+    end
   end
 
   local holder_now = held and redis.call('HGET', C.lease .. n, 'agent') or nil
