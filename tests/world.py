@@ -12,7 +12,7 @@ from github_broker.models import Task
 from github_broker.poller import Daemon
 from github_broker.prompts import Prompts
 from github_broker.settings import Settings
-from github_broker.simulator import Simulator
+from github_broker.simulator import Simulator, generate_issues
 from github_broker.store import Store
 from github_broker.tasks import TaskService
 from tests.factories import body
@@ -27,6 +27,27 @@ ONE_ISSUE: list[dict[str, Any]] = [
 def simulated(issues: list[dict[str, Any]]) -> Simulator:
     """A simulator (use it as a context manager) whose acme/widgets holds `issues`."""
     return Simulator({"repositories": [{"owner": "acme", "name": "widgets", "issues": issues}]})
+
+
+#: The two repositories of `two_repositories`, in the order the settings list them.
+TWO_REPOS = ["acme/widgets", "acme/gadgets"]
+
+
+def two_repositories(widgets: int, gadgets: int) -> Simulator:
+    """A simulator with acme/widgets and acme/gadgets holding that many P1 issues each (run
+    a World on it with `repositories=TWO_REPOS`)."""
+    return Simulator(
+        {
+            "repositories": [
+                {
+                    "owner": "acme",
+                    "name": name,
+                    "issues": generate_issues(count, priorities=("P1",)),
+                }
+                for name, count in (("widgets", widgets), ("gadgets", gadgets))
+            ]
+        }
+    )
 
 
 @asynccontextmanager
@@ -64,6 +85,29 @@ class World:
 
     def labels(self, n: int) -> set[str]:
         return set(self.sim.state.issue_labels("acme", "widgets", n))
+
+    async def lose_lease_keys(self, n: int, repository: str = REPO) -> None:
+        """What an eviction of issue n's lease keys alone does: lock, lease hash, leases entry."""
+        keys, client = self.store.repo(repository).keys, self.store.client
+        await client.delete(keys.issue_lock(n), keys.lease(n))
+        await client.zrem(keys.leases, str(n))
+
+    async def live_leases(self, agent: str, repository: str = REPO) -> list[int]:
+        """The issues of `repository` on which `agent` holds a live lease."""
+        keys, client = self.store.repo(repository).keys, self.store.client
+        held = []
+        for raw in await client.zrange(keys.leases, 0, -1):
+            n = int(raw)
+            owner = (await client.hget(keys.lease(n), "agent") or b"").decode()
+            if owner == agent and await client.exists(keys.issue_lock(n)):
+                held.append(n)
+        return sorted(held)
+
+    async def full_sync(self) -> None:
+        """A full sync pass of every repository, as the poller leader runs it on its interval."""
+        await self.daemon.hold_leadership()
+        for repo in self.settings.repositories:
+            await self.daemon.syncer.sync(repo, full=True)
 
     @classmethod
     @asynccontextmanager
