@@ -32,6 +32,9 @@ from github_broker.store.timeline import events_of, xadd_event
 #: An agent's mutex across repositories is held for one call bound (`redis.socket_timeout_s`)
 #: per Redis call the request may make under it, plus this many as margin (Store.agent_mutex).
 AGENT_MUTEX_MARGIN_CALLS = 1
+#: Redis calls, one after another, of a repeated request id's check across repositories
+#: (`TaskService._replayed_elsewhere`): who knows the id, their answers, then GET and EXISTS.
+AGENT_MUTEX_REPLAY_CALLS = 4
 #: Seconds a release that got no answer (or an acquire that got none) is retried afterwards.
 AGENT_MUTEX_RETRY_S = 60.0
 #: Pause between those retries (s).
@@ -118,16 +121,17 @@ class Store:
         """One request of `agent_id` at a time (deployments with several repositories, whose
         claims are one script per repository and so not atomic across them).
 
-        The hold is proportional to the work: a request runs one settling round (one script per
-        repository, concurrently) and, per repository, at most a default-branch lookup and a
-        claim, each bounded by `call_timeout_s`; so the key lives that many call bounds plus a
-        margin, and another request of the agent waits at most as long. A SET or release that
-        got no answer (Redis stalled or unreachable) may still be run by Redis later, leaving a
-        mutex nobody would release: its compare-and-delete is retried in the background until
+        The hold is proportional to the work: a request may check a repeated request id
+        (AGENT_MUTEX_REPLAY_CALLS), runs one settling round (one script per repository,
+        concurrently) and, per repository, at most a default-branch lookup and a claim, each
+        bounded by `call_timeout_s`; so the key lives that many call bounds plus a margin, and
+        another request of the agent waits at most as long. A SET or release that got no answer
+        (Redis stalled or unreachable) may still be run by Redis later, leaving a mutex nobody
+        would release: its compare-and-delete is retried in the background until
         Redis deletes the token, or answers twice in a row (the second sent after the first
         reply, so after anything Redis had queued) that the key no longer holds it."""
         key, token = self.global_keys.agent_busy(agent_id), secrets.token_hex(8)
-        calls = 1 + 2 * len(self.repos) + AGENT_MUTEX_MARGIN_CALLS
+        calls = AGENT_MUTEX_REPLAY_CALLS + 1 + 2 * len(self.repos) + AGENT_MUTEX_MARGIN_CALLS
         hold_s = self.call_timeout_s * calls
 
         async def release() -> bool:
