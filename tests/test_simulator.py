@@ -554,3 +554,61 @@ def test_cli_serves_and_stops_on_sigterm() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=10) == 0
+
+
+def test_since_listing_reads_the_update_log_like_a_full_scan() -> None:
+    """`since` listings (issues) and pull listings read candidate records from indexes
+    (update log, pull numbers) instead of every record; they must list what a full scan
+    lists, whatever the order of changes: past-dated creations, a clock that steps back,
+    deletions, many changes per issue (the log's rebuild)."""
+    import random
+
+    from github_broker.simulator.state import SimState
+
+    rng = random.Random(7)
+    moment = [datetime(2026, 1, 1, tzinfo=UTC)]
+    state = SimState(clock=lambda: moment[0])
+    state.add_repo(OWNER, REPO)
+    times: list[datetime] = []
+
+    def brute(since: datetime, kind: str) -> list[int]:
+        text = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+        recs = state.repo(OWNER, REPO).issues.values()
+        keep = [r for r in recs if r["state"] == "open" and r["updated_at"] >= text]
+        if kind == "pulls":
+            keep = [r for r in recs if r["pull"] is not None and r["state"] == "open"]
+            return sorted(r["number"] for r in keep)
+        return [r["number"] for r in sorted(keep, key=lambda r: (r["updated_at"], r["number"]))]
+
+    for step in range(600):
+        moment[0] += timedelta(seconds=rng.choice([0, 0, 1, 3]))
+        if rng.random() < 0.03:
+            moment[0] -= timedelta(seconds=5)  # the clock steps back
+        times.append(moment[0])
+        numbers = list(state.repo(OWNER, REPO).issues)
+        roll = rng.random()
+        if roll < 0.3 or not numbers:
+            past = moment[0] - timedelta(seconds=rng.randint(0, 50)) if rng.random() < 0.2 else None
+            state.create_issue(OWNER, REPO, title=f"t{step}", updated_at=past, created_at=past)
+        elif roll < 0.35:
+            state.create_pull(OWNER, REPO, title=f"p{step}", head=f"b{step}")
+        elif roll < 0.4:
+            state.delete_issue(OWNER, REPO, rng.choice(numbers))
+        else:
+            state.update_issue(OWNER, REPO, rng.choice(numbers), body=f"b{step}")
+        if step % 7 == 0:
+            since = rng.choice(times)
+            listed, _ = state.list_issues(
+                OWNER, REPO, since=since, sort="updated", direction="asc", per_page=100
+            )
+            assert [i["number"] for i in listed] == brute(since, "issues")[:100]
+            pulls, _ = state.list_pulls(OWNER, REPO, sort="created", direction="asc", per_page=100)
+            assert sorted(p["number"] for p in pulls) == brute(since, "pulls")[:100]
+    # The log is in use, not bypassed: a listing builds it and a change appends to it.
+    state.list_issues(OWNER, REPO, since=moment[0])
+    log = state.repo(OWNER, REPO).updates
+    assert log is not None
+    before = len(log)
+    moment[0] += timedelta(seconds=1)
+    state.update_issue(OWNER, REPO, next(iter(state.repo(OWNER, REPO).issues)), body="last")
+    assert len(log) == before + 1 and state.repo(OWNER, REPO).updates is log

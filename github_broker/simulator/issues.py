@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import re
@@ -24,6 +25,20 @@ DEFAULT_LABEL_COLOR = "ededed"
 #: Who label changes made through Python calls (tests acting as people) are attributed to.
 DEFAULT_ACTOR = "maintainer"
 _LISTING_CACHE_LIMIT = 64
+
+
+def _noted_update(repo: Repo, rec: Record) -> None:
+    """Log an issue's change for `since` listings; a change older than the last one logged
+    (a record created with a past updated_at) drops the log, rebuilt at the next listing.
+    Once the log holds many stale entries per issue it is rebuilt as well."""
+    log = repo.updates
+    if log is None:
+        return
+    # Ordered by time alone: bisecting with the 1-tuple (since,) needs no more.
+    if (log and rec["updated_at"] < log[-1][0]) or len(log) > 4 * len(repo.issues) + 1024:
+        repo.updates = None
+    else:
+        log.append((rec["updated_at"], rec["number"]))
 _SORT_KEYS: dict[str, Callable[[Record], tuple[Any, ...]]] = {
     "created": lambda rec: (rec["created_at"], rec["number"]),
     "updated": lambda rec: (rec["updated_at"], rec["number"]),
@@ -103,6 +118,7 @@ class IssueStore:
     def touch(self, repo: Repo, rec: Record) -> None:
         rec["updated_at"] = self.now()
         repo.version += 1
+        _noted_update(repo, rec)
         if self.observer is not None:
             self.observer(self, repo, rec)
 
@@ -116,21 +132,36 @@ class IssueStore:
         sort: str,
         descending: bool,
         keep: Callable[[Record], bool],
+        candidates: Callable[[], Iterable[Record]] | None = None,
     ) -> list[Record]:
         """Filtered, ordered records, cached per repo version so paging 10k issues stays linear.
         Only the records the filter keeps are sorted: a `since` poll after a write keeps a few
         of 100,000 issues, and sorting them all again cost the simulator tens of ms per poll.
-        The sort is stable, so ties come out as in a sort of every record."""
+        `candidates`: when the caller knows fewer records than all that `keep` could keep, a
+        function returning them (see since_candidates). Sort keys end with the number, so the
+        order is total."""
         cached = repo.listing_cache.get(key)
         if cached is not None and cached[0] == repo.version:
             return cached[1]
-        result = sorted((rec for rec in repo.issues.values() if keep(rec)), key=_SORT_KEYS[sort])
+        pool: Iterable[Record] = repo.issues.values() if candidates is None else candidates()
+        result = sorted((rec for rec in pool if keep(rec)), key=_SORT_KEYS[sort])
         if descending:
             result.reverse()
         if len(repo.listing_cache) > _LISTING_CACHE_LIMIT:
             repo.listing_cache.clear()
         repo.listing_cache[key] = (repo.version, result)
         return result
+
+    @staticmethod
+    def since_candidates(repo: Repo, since_text: str) -> list[Record]:
+        """The records changed at or after `since_text`, read from the repository's update log
+        instead of a scan of every record: a `since` poll at 100,000 issues otherwise costs
+        the simulator a full scan after every write, which GitHub's index does not."""
+        if repo.updates is None:
+            repo.updates = sorted((rec["updated_at"], n) for n, rec in repo.issues.items())
+        start = bisect.bisect_left(repo.updates, (since_text,))
+        numbers = {n for _, n in itertools.islice(repo.updates, start, None)}
+        return [repo.issues[n] for n in numbers if n in repo.issues]
 
     # ----- repositories ----------------------------------------------------------------------
 
@@ -291,6 +322,9 @@ class IssueStore:
         }
         repo.issues[number] = rec
         repo.version += 1
+        if pull is not None:
+            repo.pulls.add(number)
+        _noted_update(repo, rec)
         if self.observer is not None:
             self.observer(self, repo, rec, "opened")
         return rec
@@ -408,7 +442,14 @@ class IssueStore:
         key = ("issues", state, wanted, since_text, sort, direction, creator, assignee)
         with self.lock:
             r = self.repo(owner, repo)
-            matches = self.listing(r, key, sort, direction != "asc", keep)
+            matches = self.listing(
+                r,
+                key,
+                sort,
+                direction != "asc",
+                keep,
+                None if since_text is None else lambda: self.since_candidates(r, since_text),
+            )
             start = (max(page, 1) - 1) * per_page
             ctx = self.ctx(base_url)
             items = [render.issue(ctx, r, rec) for rec in matches[start : start + per_page]]

@@ -62,6 +62,12 @@ class Repo:
     # Bumped on every issue/pull change so cached listings know they are stale.
     version: int = 0
     listing_cache: dict[tuple[Any, ...], tuple[int, list[Record]]] = field(default_factory=dict)
+    #: (updated_at, number) of every issue change, oldest first, so a `since` listing reads
+    #: only the issues changed since instead of all of them (see IssueStore.since_candidates);
+    #: None until a `since` listing builds it, and again when a change would break its order.
+    updates: list[tuple[str, int]] | None = None
+    #: Numbers of the pull requests (a record is a pull from its creation on).
+    pulls: set[int] = field(default_factory=set)
 
     @property
     def full_name(self) -> str:

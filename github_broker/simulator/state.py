@@ -291,7 +291,15 @@ class SimState(IssueStore):
         key = ("pulls", state, head_branch, base, order, descending)
         with self.lock:
             r = self.repo(owner, repo)
-            matches = self.listing(r, key, order, descending, keep)
+            pulls = r.pulls
+            matches = self.listing(
+                r,
+                key,
+                order,
+                descending,
+                keep,
+                lambda: [r.issues[n] for n in pulls if n in r.issues],
+            )
             start = (max(page, 1) - 1) * per_page
             ctx = self.ctx(base_url)
             items = [render.pull(ctx, r, rec) for rec in matches[start : start + per_page]]
