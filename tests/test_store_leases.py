@@ -94,6 +94,31 @@ async def test_roles_filter_and_unknown_role_gets_nothing(store: Store) -> None:
     assert isinstance(none, NoTask) and none.reason == "empty"
 
 
+@pytest.mark.parametrize("roles", [None, ["BACKENDCODER"]])
+async def test_index_entries_without_their_task_are_dropped_not_an_error(
+    store: Store, roles: list[str] | None
+) -> None:
+    """The tasks hash lost alone (evicted) leaves `ready` and `ready:{role}` naming tasks with
+    no value. A claim drops those entries and takes the next task that has one, or finds
+    nothing; it never fails (it did: a Lua error, a 503 on every claim)."""
+    rstore = await load(store, *(issue(n, "P1", "BACKENDCODER") for n in (1, 2, 3)))
+    keys, client = rstore.keys, store.client
+    await client.hdel(keys.tasks, "development:1", "development:2")
+    got = await claim(rstore, "a1", roles=roles)
+    assert isinstance(got, Claimed) and got.issue.number == 3
+    await client.delete(keys.tasks)
+    await client.zadd(keys.ready, {"development:4": 1})  # more than one lost entry in a row
+    await client.zadd(keys.ready_role("BACKENDCODER"), {"development:4": 1})
+    nothing = await claim(rstore, "a2", roles=roles)
+    assert isinstance(nothing, NoTask) and nothing.reason == "empty"
+    assert await client.zcard(keys.ready) == 0
+    # A claim of any role reads `ready`, which cannot tell an entry's role once its value is
+    # gone: the role index keeps its entries until a claim by role meets them.
+    by_role = await claim(rstore, "a3", roles=["BACKENDCODER"])
+    assert isinstance(by_role, NoTask) and by_role.reason == "empty"
+    assert await client.zcard(keys.ready_role("BACKENDCODER")) == 0
+
+
 async def test_claim_writes_seed_schema_keys(store: Store) -> None:
     rstore = await load(store, issue(7, "P2", "TESTER"))
     got = await claim(rstore, "agent-x")

@@ -153,12 +153,25 @@ local function first_usable(src)
   return nil
 end
 
+-- The best usable task over the sources, with its value. An index entry whose task value is
+-- gone (the tasks hash lost alone: evicted) is dropped from the indexes, not an error, and
+-- the pick is made again: up to SCAN_PAGES times, then the claim finds nothing this time.
 local best_id, best_score, best_raw = nil, nil, nil
-for _, src in ipairs(sources) do
-  local id, score, raw = first_usable(src)
-  if id and (best_score == nil or score < best_score or (score == best_score and id < best_id)) then
-    best_id, best_score, best_raw = id, score, raw
+for _ = 1, SCAN_PAGES do
+  local best_src = nil
+  best_id, best_score, best_raw = nil, nil, nil
+  for _, src in ipairs(sources) do
+    local id, score, raw = first_usable(src)
+    if id and (best_score == nil or score < best_score or (score == best_score and id < best_id)) then
+      best_id, best_score, best_raw, best_src = id, score, raw, src
+    end
   end
+  if best_id == nil then break end
+  best_raw = best_raw or redis.call('HGET', C.K.tasks, best_id)
+  if best_raw then break end
+  redis.call('ZREM', C.K.ready, best_id)
+  redis.call('ZREM', best_src, best_id)
+  best_id = nil
 end
 
 if best_id == nil then
@@ -173,7 +186,7 @@ end
 
 local n = string.match(best_id, ':(%d+)$')
 local task_type = string.match(best_id, '^(%a+):')
-local raw = best_raw or redis.call('HGET', C.K.tasks, best_id)
+local raw = best_raw
 local _, _, _, _, _, branch = task_fields(raw)
 local expires = start_lease(C, n, agent, token, task_type, now, now)
 redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
