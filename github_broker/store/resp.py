@@ -128,9 +128,8 @@ class _Link(asyncio.Protocol):
     def _flush(self) -> None:
         outgoing, self.outgoing = self.outgoing, []
         if self.lost is not None:
-            for _, future in outgoing:
-                if not future.done():
-                    future.set_exception(self.lost)
+            self.outgoing = outgoing
+            self._fail(self.lost)
             return
         if not self.waiting:
             self.progress = time.monotonic()
@@ -154,13 +153,11 @@ class _Link(asyncio.Protocol):
     def _fail(self, error: Exception) -> None:
         if self.lost is None:
             self.lost = error
-        for future in self.waiting:
-            if not future.done():
-                future.set_exception(self.lost)
+        lost = self.lost
+        for future in [*self.waiting, *(f for _, f in self.outgoing)]:
+            if not future.done():  # an instance each: every caller raises its own
+                future.set_exception(type(lost)(*lost.args))
         self.waiting.clear()
-        for _, future in self.outgoing:
-            if not future.done():
-                future.set_exception(self.lost)
         self.outgoing.clear()
 
     def close(self) -> None:
