@@ -278,6 +278,21 @@ async def test_a_call_that_gave_up_has_its_reply_dropped_not_given_to_the_next(
 
 
 @pytest.mark.anyio
+async def test_calls_in_flight_when_the_client_closes_fail_and_do_not_reconnect(
+    redis_url: str,
+) -> None:
+    client = pipelined(redis_url)
+    store = Bounded(client)
+    await store.call("echo", "warm", 1)
+    busy = asyncio.ensure_future(store.call("busy", 200))
+    await asyncio.sleep(0.05)
+    await client.aclose()
+    with pytest.raises(StoreUnavailable, match="closed by the client"):
+        await busy
+    assert client._link is None and not client._links
+
+
+@pytest.mark.anyio
 async def test_a_call_given_up_before_it_was_written_never_runs(redis_url: str) -> None:
     client = pipelined(redis_url)
     try:

@@ -10,7 +10,8 @@ order the commands were written (Redis answers one connection in order).
 Errors are redis-py's own, so `translate_errors` maps them as before: replies through
 redis-py's `parse_error` (ResponseError and its subclasses: NoScriptError, BusyLoadingError,
 ...), a lost connection as `redis.exceptions.ConnectionError` (every call still waiting for
-its reply fails with it; the next call connects again, once, as redis-py's retry does), a
+its reply fails with it and is sent once more on a new connection, as redis-py's retry of a
+ConnectionError does; not when this side dropped the connection, below), a
 connect that takes longer than the URL's connect timeout as `redis.exceptions.TimeoutError`.
 
 A call the caller gives up on (`asyncio.timeout`) keeps its place: its reply is read and
@@ -50,6 +51,11 @@ from redis.asyncio.connection import (
 _MORE = object()
 #: Seconds a connect (TCP plus AUTH and SELECT) may take when the URL sets no timeout.
 DEFAULT_CONNECT_TIMEOUT_S = 1.0
+
+
+class _Dropped(redis.exceptions.ConnectionError):
+    """The connection was closed by this side (stalled, or the client closed): the calls in
+    flight may have run, so they are not sent again (a broken socket's are, once)."""
 
 
 class _Link(asyncio.Protocol):
@@ -160,8 +166,8 @@ class _Link(asyncio.Protocol):
         self.waiting.clear()
         self.outgoing.clear()
 
-    def close(self) -> None:
-        self._fail(redis.exceptions.ConnectionError("Connection closed by the client."))
+    def close(self, why: str = "Connection closed by the client.") -> None:
+        self._fail(_Dropped(why))
         if self.transport is not None:
             self.transport.close()
 
@@ -201,6 +207,8 @@ class Pipelined:
         packed = _pack(*args)
         try:
             return await self._send(packed)
+        except _Dropped:
+            raise
         except redis.exceptions.ConnectionError:
             return await self._send(packed)
 
@@ -214,7 +222,7 @@ class Pipelined:
             return await future
         except asyncio.CancelledError:
             if link.stalled(self.stall_s):
-                link.close()
+                link.close(f"Redis sent nothing for {self.stall_s:g}s; connection dropped")
             raise
 
     async def _connected(self, loop: asyncio.AbstractEventLoop) -> _Link:
