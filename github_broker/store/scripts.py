@@ -7,6 +7,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from github_broker.store.resp import PipelinedScript, pipelined_for
+
 
 def _load(name: str, with_lib: bool = True) -> str:
     folder = resources.files("github_broker") / "lua"
@@ -38,8 +40,10 @@ def context_prelude(context: dict[str, Any]) -> str:
 
 
 class Scripts:
-    """Lua scripts registered once per client (EVALSHA, falling back to EVAL). Repository
-    scripts are compiled per repository, with its context (see `context_prelude`)."""
+    """Lua scripts registered once per client (EVALSHA, loading the script on NOSCRIPT).
+    Repository scripts are compiled per repository, with its context (see `context_prelude`).
+    A plain Redis client's scripts run over its pipelined connection (`resp.pipelined_for`);
+    the others' (fakeredis, Cluster, TLS, Sentinel) through redis-py's `register_script`."""
 
     REPO_SCRIPTS = (
         "claim",
@@ -57,10 +61,17 @@ class Scripts:
 
     def __init__(self, client: aioredis.Redis, context: dict[str, Any] | None = None) -> None:
         prelude = context_prelude(context) if context is not None else ""
+        pipelined = pipelined_for(client)
+
+        def register(script: str) -> Any:
+            if pipelined is not None:
+                return PipelinedScript(pipelined, script)
+            return client.register_script(script)
+
         self.repo = (
-            {name: client.register_script(prelude + _load(name)) for name in self.REPO_SCRIPTS}
+            {name: register(prelude + _load(name)) for name in self.REPO_SCRIPTS}
             if context is not None
             else {}
         )
-        self.leader = client.register_script(_load("leader", with_lib=False))
-        self.webhook_enqueue = client.register_script(_load("webhook_enqueue", with_lib=False))
+        self.leader = register(_load("leader", with_lib=False))
+        self.webhook_enqueue = register(_load("webhook_enqueue", with_lib=False))

@@ -26,6 +26,7 @@ from github_broker.store.connection import (
     translate_errors,
 )
 from github_broker.store.repo import RepoStore
+from github_broker.store.resp import close_pipelined, pipelined_for
 from github_broker.store.scripts import Scripts
 from github_broker.store.timeline import events_of, xadd_event
 
@@ -64,6 +65,9 @@ class Store:
             client,
             call_timeouts(settings.redis.socket_timeout_s, settings.redis.connect_timeout_s),
         )
+        # Before any Scripts: the pipelined client gives up a connection that owed replies and
+        # got none for one call bound (see resp.py).
+        pipelined_for(client, stall_s=settings.redis.socket_timeout_s)
         self.scripts = Scripts(client)
         self.global_keys = GlobalKeys(settings.redis.key_prefix)
         self.repos = {
@@ -90,6 +94,7 @@ class Store:
     async def close(self) -> None:
         if self.pubsub_client is not self.client:
             await self.pubsub_client.aclose()
+        await close_pipelined(self.client)
         await self.client.aclose()
 
     def repo(self, full_name: str) -> RepoStore:
