@@ -17,7 +17,7 @@ import requests
 
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
-from tests.processes import BrokerProcess, broker_env
+from tests.processes import BrokerProcess, broker_env, start_all
 from tests.world import simulated
 
 pytestmark = pytest.mark.slow
@@ -72,7 +72,7 @@ def test_stalled_leaders_late_label_delete_does_not_revoke_the_live_lease(
 ) -> None:
     sim = one_issue
     env = broker_env(redis_url, sim.base_url, REPO, GITHUB_BROKER_LEASES__LEASE_TTL_S="60")
-    brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+    brokers = start_all([BrokerProcess(env, tmp_path, f"b{i}") for i in range(2)])
     client = redis.Redis.from_url(redis_url)
     stopped: BrokerProcess | None = None
     try:
@@ -123,7 +123,7 @@ def test_flushall_during_work_keeps_every_holder_and_tells_no_agent_its_lease_en
     agents = 20
     with simulated(generate_issues(40, priorities=("P1",))) as sim:
         env = broker_env(redis_url, sim.base_url, REPO, GITHUB_BROKER_POLL__INTERVAL_S="3")
-        brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+        brokers = start_all([BrokerProcess(env, tmp_path, f"b{i}") for i in range(2)])
         client = redis.Redis.from_url(redis_url)
         try:
             wait_until(lambda: client.zcard(KEYS.ready) == 40, 20, "the first sync")
@@ -402,7 +402,7 @@ def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
             REPO,
             GITHUB_BROKER_LEASES__LEASE_TTL_S=str(LEASE_TTL_S),
         )
-        brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+        brokers = start_all([BrokerProcess(env, tmp_path, f"b{i}") for i in range(2)])
         client = redis.Redis.from_url(redis_url)
         urls = [b.url for b in brokers]
         ledger = Ledger()
