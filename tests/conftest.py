@@ -21,6 +21,12 @@ from github_broker.settings import Settings, load_settings
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "issues(p0, p1): how many P0 and P1 issues a test_concurrency simulator holds"
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

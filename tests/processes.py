@@ -31,6 +31,10 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 20.0) -> BrokerProcess:
+        return self.launch().wait_started(timeout_s)
+
+    def launch(self) -> BrokerProcess:
+        """Spawn the process without waiting for it to answer (see `start_all`)."""
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
@@ -47,6 +51,11 @@ class BrokerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+        return self
+
+    def wait_started(self, timeout_s: float = 20.0) -> BrokerProcess:
+        """Wait until the launched process answers /health."""
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -97,6 +106,21 @@ class BrokerProcess:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def start_all(brokers: list[BrokerProcess], timeout_s: float = 20.0) -> list[BrokerProcess]:
+    """Start several brokers side by side (their start-ups overlap); all answer on return. If
+    one fails to start, every one is stopped before the error propagates."""
+    try:
+        for broker in brokers:
+            broker.launch()
+        for broker in brokers:
+            broker.wait_started(timeout_s)
+    except BaseException:
+        for broker in brokers:
+            broker.kill()
+        raise
+    return brokers
 
 
 def broker_env(redis_url: str, github_url: str, repositories: str, **extra: str) -> dict[str, str]:

@@ -15,19 +15,30 @@ import requests
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import sync_client
-from tests.processes import BrokerProcess, broker_env
+from tests.processes import BrokerProcess, broker_env, start_all
 
 pytestmark = pytest.mark.slow
 AGENTS = 50
 P0_COUNT, P1_COUNT = 100, 400
+#: The long-poll tests only need every P0 task held by someone: a small data set will do.
+LONG_POLL_P0, LONG_POLL_P1 = 10, 10
 KEYS = RepoKeys("gb", "acme", "widgets")
 
 
 @pytest.fixture
-def sim() -> Iterator[Simulator]:
-    issues = generate_issues(P0_COUNT, priorities=("P0",)) + generate_issues(
-        P1_COUNT,
-        start=P0_COUNT + 1,
+def counts(request: pytest.FixtureRequest) -> tuple[int, int]:
+    """How many P0 and P1 issues the simulator holds: `@pytest.mark.issues(p0, p1)`, or the
+    full data set of the hand-out race."""
+    marker = request.node.get_closest_marker("issues")
+    return (int(marker.args[0]), int(marker.args[1])) if marker else (P0_COUNT, P1_COUNT)
+
+
+@pytest.fixture
+def sim(counts: tuple[int, int]) -> Iterator[Simulator]:
+    p0, p1 = counts
+    issues = generate_issues(p0, priorities=("P0",)) + generate_issues(
+        p1,
+        start=p0 + 1,
         priorities=("P1",),
         created_from=None,
     )
@@ -57,7 +68,7 @@ def brokers(sim: Simulator, backend: str, tmp_path: Path) -> Iterator[list[Broke
         # These agents ask again at once to say "done" (the original's flow): no settle grace.
         GITHUB_BROKER_LEASES__SETTLE_GRACE_S="0",
     )
-    procs = [BrokerProcess(env, tmp_path, f"broker{i}").start() for i in range(2)]
+    procs = start_all([BrokerProcess(env, tmp_path, f"broker{i}") for i in range(2)])
     yield procs
     for p in procs:
         p.stop()
@@ -132,14 +143,15 @@ def test_every_issue_handed_out_once_respecting_strict_bucket(
     assert set(numbers2) == set(range(P0_COUNT + 1, P0_COUNT + P1_COUNT + 1))
 
 
+@pytest.mark.issues(LONG_POLL_P0, LONG_POLL_P1)
 def test_long_poll_wakes_on_release_in_another_process(
     sim: Simulator, brokers: list[BrokerProcess], backend: str
 ) -> None:
-    wait_for_ready(backend, P0_COUNT + P1_COUNT)
+    wait_for_ready(backend, LONG_POLL_P0 + LONG_POLL_P1)
     a, b = brokers
     # Take every P0 task so the next asker has to wait.
     held = []
-    for i in range(P0_COUNT):
+    for i in range(LONG_POLL_P0):
         r = requests.post(f"{a.url}/request-task", json={"agent_id": f"holder-{i}"}, timeout=10)
         held.append(r.json())
     assert (
@@ -171,14 +183,15 @@ def test_long_poll_wakes_on_release_in_another_process(
     assert elapsed < 10
 
 
+@pytest.mark.issues(LONG_POLL_P0, LONG_POLL_P1)
 def test_task_claimed_for_a_long_poll_the_agent_left_goes_back_to_the_pool(
     sim: Simulator, brokers: list[BrokerProcess], backend: str
 ) -> None:
-    wait_for_ready(backend, P0_COUNT + P1_COUNT)
+    wait_for_ready(backend, LONG_POLL_P0 + LONG_POLL_P1)
     a, b = brokers
     held = [
         requests.post(f"{a.url}/request-task", json={"agent_id": f"holder-{i}"}, timeout=10).json()
-        for i in range(P0_COUNT)
+        for i in range(LONG_POLL_P0)
     ]
     with pytest.raises(requests.exceptions.ReadTimeout):
         requests.post(
@@ -191,12 +204,22 @@ def test_task_claimed_for_a_long_poll_the_agent_left_goes_back_to_the_pool(
         timeout=10,
     )
     assert r.status_code == 200
-    time.sleep(1.0)  # the impatient agent's server-side wait wakes, claims it, sees it gone
+    # The impatient agent's server-side wait wakes, claims it, sees it gone.
     client = sync_client(backend)
     try:
-        record = client.get(KEYS.task_candidate(task["issue_id"], "impatient"))
-        assert record is not None and json.loads(record)["status"] == "abandoned"
-        assert client.get(KEYS.agent_current_task("impatient")) is None
+
+        def given_back() -> bool:
+            record = client.get(KEYS.task_candidate(task["issue_id"], "impatient"))
+            return (
+                record is not None
+                and json.loads(record)["status"] == "abandoned"
+                and client.get(KEYS.agent_current_task("impatient")) is None
+            )
+
+        deadline = time.monotonic() + 10
+        while not given_back():
+            assert time.monotonic() < deadline, "the abandoned claim was never given back"
+            time.sleep(0.05)
     finally:
         client.close()
     r = requests.post(f"{b.url}/request-task", json={"agent_id": "next"}, timeout=10)

@@ -19,7 +19,7 @@ from github_broker.errors import LeaseError
 from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
-from tests.processes import BrokerProcess, broker_env
+from tests.processes import BrokerProcess, broker_env, start_all
 from tests.world import World, running_world, simulated
 
 REPO = "acme/widgets"
@@ -117,7 +117,7 @@ def test_killed_leader_is_replaced_within_one_interval(
     sim: Simulator, redis_url: str, tmp_path: Path
 ) -> None:
     env = broker_env(redis_url, sim.base_url, REPO)
-    brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+    brokers = start_all([BrokerProcess(env, tmp_path, f"b{i}") for i in range(2)])
     client = redis.Redis.from_url(redis_url)
     try:
         deadline = time.monotonic() + 15

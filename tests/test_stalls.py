@@ -17,7 +17,7 @@ import requests
 
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
-from tests.processes import BrokerProcess, broker_env
+from tests.processes import BrokerProcess, broker_env, start_all
 from tests.world import simulated
 
 pytestmark = pytest.mark.slow
@@ -72,7 +72,7 @@ def test_stalled_leaders_late_label_delete_does_not_revoke_the_live_lease(
 ) -> None:
     sim = one_issue
     env = broker_env(redis_url, sim.base_url, REPO, GITHUB_BROKER_LEASES__LEASE_TTL_S="60")
-    brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+    brokers = start_all([BrokerProcess(env, tmp_path, f"b{i}") for i in range(2)])
     client = redis.Redis.from_url(redis_url)
     stopped: BrokerProcess | None = None
     try:
@@ -123,7 +123,7 @@ def test_flushall_during_work_keeps_every_holder_and_tells_no_agent_its_lease_en
     agents = 20
     with simulated(generate_issues(40, priorities=("P1",))) as sim:
         env = broker_env(redis_url, sim.base_url, REPO, GITHUB_BROKER_POLL__INTERVAL_S="3")
-        brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+        brokers = start_all([BrokerProcess(env, tmp_path, f"b{i}") for i in range(2)])
         client = redis.Redis.from_url(redis_url)
         try:
             wait_until(lambda: client.zcard(KEYS.ready) == 40, 20, "the first sync")
@@ -180,7 +180,12 @@ def test_ready_and_api_fail_fast_when_redis_hangs(tmp_path: Path) -> None:
     with simulated(generate_issues(2, priorities=("P1",))) as sim:
         env = broker_env(url, sim.base_url, REPO, GITHUB_BROKER_REDIS__SOCKET_TIMEOUT_S="1.5")
         broker = BrokerProcess(env, tmp_path, "b").start()
+        client = redis.Redis(port=port)
         try:
+            # The first full pass must have finished (the mirror marked rebuilt) before Redis
+            # stalls: a pass cut short by the stall leaves every hand-out refused with
+            # "the mirror is being rebuilt" until the next one, long after Redis woke up.
+            wait_until(lambda: client.exists(KEYS.mirror), 20, "the first full sync")
             assert requests.get(f"{broker.url}/ready", timeout=5).status_code == 200
             proc.send_signal(signal.SIGSTOP)
             started = time.monotonic()
@@ -227,6 +232,7 @@ def test_ready_and_api_fail_fast_when_redis_hangs(tmp_path: Path) -> None:
         finally:
             proc.send_signal(signal.SIGCONT)
             broker.stop()
+            client.close()
             proc.terminate()
             proc.wait(timeout=10)
 
@@ -402,7 +408,7 @@ def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
             REPO,
             GITHUB_BROKER_LEASES__LEASE_TTL_S=str(LEASE_TTL_S),
         )
-        brokers = [BrokerProcess(env, tmp_path, f"b{i}").start() for i in range(2)]
+        brokers = start_all([BrokerProcess(env, tmp_path, f"b{i}") for i in range(2)])
         client = redis.Redis.from_url(redis_url)
         urls = [b.url for b in brokers]
         ledger = Ledger()
@@ -570,9 +576,11 @@ def test_agent_mutex_taken_by_a_call_redis_ran_late_does_not_lock_the_agent_out(
         try:
             gadgets = RepoKeys("gb", "acme", "gadgets")
             wait_until(
-                lambda: client.zcard(KEYS.ready) == 3 and client.zcard(gadgets.ready) == 3,
+                lambda: client.exists(KEYS.mirror, gadgets.mirror) == 2
+                and client.zcard(KEYS.ready) == 3
+                and client.zcard(gadgets.ready) == 3,
                 20,
-                "the first sync of both repositories",
+                "the first full sync of both repositories",
             )
             first = post(broker.url, "/request-task", {"agent_id": "a1"}, timeout=15)
             assert first.status_code == 200, first.text
