@@ -228,7 +228,7 @@ def test_one_agent_retrying_and_racing_itself_never_gets_unfinished_work_reviewe
     rng = random.Random(9)
     deadline = time.monotonic() + 25
     with ThreadPoolExecutor(max_workers=6) as pool:
-        # At most ROUNDS rounds (fewer than ISSUES, so a fast broker never runs the pool dry).
+        # At most ROUNDS rounds: each takes at most one of the ISSUES, so the pool never runs dry.
         while time.monotonic() < deadline and rounds < ROUNDS:
             rounds += 1
             rid = f"round-{rounds}"
