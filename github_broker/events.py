@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 
+from github_broker.background import stop_task
 from github_broker.errors import BrokerError
 from github_broker.store import Store
 
@@ -45,9 +46,7 @@ class ReadyWaker:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
             self._task = None
 
     async def _listen(self, store: Store) -> None:

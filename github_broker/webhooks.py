@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import json
@@ -14,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from github_broker.background import stop_task
 from github_broker.errors import AuthError, BrokerError, InvalidRequest, NotFound
 from github_broker.gateway import GitHubGateway
 from github_broker.models import Issue
@@ -149,11 +149,7 @@ class WebhookWorker:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*(stop_task(task) for task in self._tasks))
         self._tasks = []
 
     async def _loop(self, repo: Repository, is_leader: Callable[[], bool]) -> None:

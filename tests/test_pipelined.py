@@ -221,10 +221,77 @@ async def test_redis_restarted_while_idle_costs_no_failed_call(server: Server) -
     try:
         assert await store.call("echo", "x", 1) == [b"x", 2]
         server.kill()
+        await asyncio.sleep(0.05)  # the loop sees the EOF, as a serving process would at once
         server.start()
-        # The broken connection is noticed (EOF) or retried once, as redis-py's retry did.
         assert await store.call("echo", "y", 2) == [b"y", 4]
     finally:
+        await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_call_in_flight_when_the_connection_breaks_runs_at_most_once() -> None:
+    """A server that reads a command and closes the connection without an answer: the call
+    fails and is not sent again on a new connection (the script may have run)."""
+    received: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            if data == b"*1\r\n$4\r\nPING\r\n":  # the connect's handshake
+                writer.write(b"+PONG\r\n")
+                continue
+            received.append(data)
+            break
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    client = Pipelined(port=server.sockets[0].getsockname()[1])
+    try:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            await client.execute("INCR", "k")
+        await asyncio.sleep(0.1)
+        assert received == [b"*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n"]
+    finally:
+        await client.aclose()
+        server.close()
+
+
+@pytest.mark.anyio
+async def test_calls_made_while_redis_is_stalled_are_not_run_when_it_wakes(
+    server: Server,
+) -> None:
+    """50 callers keep calling a SIGSTOP'd Redis for 2 s, each call given up after 0.2 s:
+    only the calls written before Redis was seen not answering (one per caller at most, never
+    more than MAX_IN_FLIGHT) run when it wakes, not the hundreds that failed meanwhile, and
+    no reconnect writes to a server that does not answer."""
+    client = pipelined(server.url, stall_s=0.2)
+    store = Bounded(client, call_timeout_s=0.2)
+    incr = PipelinedScript(client, "return redis.call('INCR', 'late')")
+    admin = redis.Redis(port=server.port)
+    try:
+        await incr()  # connected, the script loaded
+        admin.set("late", 0)
+        server.signal(signal.SIGSTOP)
+        failed = 0
+        until = time.monotonic() + 2.0
+
+        async def caller() -> None:
+            nonlocal failed
+            while time.monotonic() < until:
+                try:
+                    await translate_errors(lambda _: incr())(store)
+                except StoreUnavailable:
+                    failed += 1
+                    await asyncio.sleep(0.01)
+
+        await asyncio.gather(*(caller() for _ in range(50)))
+        server.signal(signal.SIGCONT)
+        await asyncio.sleep(0.5)
+        ran = int(admin.get("late") or 0)
+        assert failed >= 300
+        assert ran <= 50, f"{ran} of {failed} failed calls ran after Redis woke"
+        assert await store.call("echo", "z", 3) == [b"z", 6]
+    finally:
+        admin.close()
         await client.aclose()
 
 

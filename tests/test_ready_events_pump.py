@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -44,3 +45,42 @@ async def test_pump_survives_a_reconnect_that_times_out(error: Exception) -> Non
         assert not pump.done()
     finally:
         pump.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_background_task_that_swallows_a_cancellation_still_stops() -> None:
+    """A loop that retries on a connection error, where the library turned the cancellation
+    into one (redis-py has done so): one `cancel()` lets it go on, and an app's shutdown
+    awaiting it hung until the test's 120 s timeout. `stop_task` cancels again until it ends."""
+    from github_broker.background import stop_task
+
+    swallowed = 0
+
+    async def retrying_loop() -> None:
+        nonlocal swallowed
+        while True:
+            try:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    if swallowed == 0:  # the first cancellation comes back as another error
+                        swallowed += 1
+                        raise redis.exceptions.ConnectionError("Connection closed") from None
+                    raise
+            except redis.exceptions.ConnectionError:
+                await asyncio.sleep(0.05)
+
+    plain = asyncio.create_task(retrying_loop())
+    await asyncio.sleep(0)
+    plain.cancel()
+    done, _ = await asyncio.wait({plain}, timeout=0.3)
+    assert not done  # one cancellation is not enough
+
+    swallowed = 0
+    task = asyncio.create_task(retrying_loop())
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    await stop_task(task)
+    assert task.done() and swallowed == 1
+    assert time.monotonic() - started < 2.0
+    await stop_task(plain)

@@ -9,16 +9,20 @@ order the commands were written (Redis answers one connection in order).
 
 Errors are redis-py's own, so `translate_errors` maps them as before: replies through
 redis-py's `parse_error` (ResponseError and its subclasses: NoScriptError, BusyLoadingError,
-...), a lost connection as `redis.exceptions.ConnectionError` (every call still waiting for
-its reply fails with it and is sent once more on a new connection, as redis-py's retry of a
-ConnectionError does; not when this side dropped the connection, below), a
-connect that takes longer than the URL's connect timeout as `redis.exceptions.TimeoutError`.
+...), a lost connection as `redis.exceptions.ConnectionError`, a connect that Redis does not
+answer within the URL's connect timeout as `redis.exceptions.TimeoutError`.
+
+A call runs at most once. One still waiting for its reply when the connection breaks fails
+and is not sent again (redis-py's retry would: the script may have run, and a claim or a
+completion run twice answers its agent with a conflict); the agent's retry is what its
+request id and the SDK's maybe-delivered rule are for. The next call connects anew.
 
 A call the caller gives up on (`asyncio.timeout`) keeps its place: its reply is read and
-dropped, so later replies stay matched; one never written yet is not written at all. When a
-call gives up while Redis has sent nothing for `stall_s` although replies are owed (a
-stalled or unreachable Redis, a half-open socket), the connection is dropped instead, and
-the next call connects anew (bounded by the connect timeout).
+dropped, so later replies stay matched; one never written yet is not written at all. While
+Redis is not answering, few calls are written at all (see `_Link._flush`), and a connection
+counts as up only once Redis has answered on it. When a call gives up while Redis has sent
+nothing for `stall_s` although replies are owed (a stalled or unreachable Redis, a half-open
+socket), the connection is dropped, discarding what was not sent.
 
 Only plain redis-py clients (`redis://`, `unix://`, no TLS, no Sentinel) get one; the rest
 (fakeredis `memory://`, Redis Cluster, `rediss://`, Sentinel) keep redis-py's scripts: see
@@ -31,6 +35,7 @@ import asyncio
 import contextlib
 import hashlib
 import socket
+import struct
 import time
 import weakref
 from collections import deque
@@ -51,11 +56,10 @@ from redis.asyncio.connection import (
 _MORE = object()
 #: Seconds a connect (TCP plus AUTH and SELECT) may take when the URL sets no timeout.
 DEFAULT_CONNECT_TIMEOUT_S = 1.0
-
-
-class _Dropped(redis.exceptions.ConnectionError):
-    """The connection was closed by this side (stalled, or the client closed): the calls in
-    flight may have run, so they are not sent again (a broken socket's are, once)."""
+#: Most calls written and not answered yet, per connection (more wait their turn).
+MAX_IN_FLIGHT = 64
+#: Seconds without a reply while replies are owed after which no more calls are written.
+HOLD_S = 0.05
 
 
 class _Link(asyncio.Protocol):
@@ -71,8 +75,10 @@ class _Link(asyncio.Protocol):
         )
         #: Calls written, waiting for their replies, in the order written.
         self.waiting: deque[asyncio.Future[Any]] = deque()
-        #: Calls of this loop iteration, written together by `_flush`.
-        self.outgoing: list[tuple[bytes, asyncio.Future[Any]]] = []
+        #: Calls not written yet, in order: this loop iteration's (written together by
+        #: `_flush`), and those held back while Redis is not answering (see `_flush`).
+        self.outgoing: deque[tuple[bytes, asyncio.Future[Any]]] = deque()
+        self._flush_due = False
         #: Why the connection is gone (None while it is up).
         self.lost: Exception | None = None
         #: When Redis last answered, or when replies started to be owed (monotonic).
@@ -100,17 +106,18 @@ class _Link(asyncio.Protocol):
                 self._break(e)
                 return
             if reply is _MORE:
+                if self.outgoing and not self._flush_due:  # held calls: Redis answers again
+                    self._flush()
                 return
             if not waiting:  # a reply nobody asked for: the stream is not ours to read
                 self._break(redis.exceptions.InvalidResponse("unexpected reply from Redis"))
                 return
             future = waiting.popleft()
-            if future.done():  # its caller gave up: read and dropped
-                continue
-            if isinstance(reply, redis.exceptions.RedisError):
-                future.set_exception(reply)
-            else:
-                future.set_result(reply)
+            if not future.done():  # else its caller gave up: read and dropped
+                if isinstance(reply, redis.exceptions.RedisError):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
@@ -126,24 +133,34 @@ class _Link(asyncio.Protocol):
     def send(self, packed: bytes) -> asyncio.Future[Any]:
         """The future reply of one packed command (written with this iteration's others)."""
         future = self.loop.create_future()
-        if not self.outgoing:
+        if not self._flush_due:
+            self._flush_due = True
             self.loop.call_soon(self._flush)
         self.outgoing.append((packed, future))
         return future
 
     def _flush(self) -> None:
-        outgoing, self.outgoing = self.outgoing, []
+        """Write the calls not written yet, unless Redis is not answering: at most
+        MAX_IN_FLIGHT unanswered calls, and none while replies are owed and Redis has sent
+        nothing for HOLD_S. Held calls go out when replies come again; a call given up on
+        before it was written never is. Every call written to a stalled Redis runs when it
+        wakes, long after its caller was told it failed: this bounds how many do (a client
+        without pipelining has one call per connection in flight)."""
+        self._flush_due = False
         if self.lost is not None:
-            self.outgoing = outgoing
             self._fail(self.lost)
             return
+        now = time.monotonic()
         if not self.waiting:
-            self.progress = time.monotonic()
-        chunks = []
-        for packed, future in outgoing:
+            self.progress = now
+        elif now - self.progress >= HOLD_S:
+            return
+        outgoing, waiting, chunks = self.outgoing, self.waiting, []
+        while outgoing and len(waiting) < MAX_IN_FLIGHT:
+            packed, future = outgoing.popleft()
             if not future.done():  # given up before it was written: never written
                 chunks.append(packed)
-                self.waiting.append(future)
+                waiting.append(future)
         if chunks and self.transport is not None:
             self.transport.write(b"".join(chunks))
 
@@ -153,8 +170,20 @@ class _Link(asyncio.Protocol):
 
     def _break(self, error: Exception) -> None:
         self._fail(error)
-        if self.transport is not None:
-            self.transport.abort()
+        self._abort()
+
+    def _abort(self) -> None:
+        """Close at once, discarding what is not sent yet: asyncio's own buffer and, by a
+        reset (SO_LINGER 0), the kernel's. Calls given up on must not run later: a stalled
+        Redis would otherwise run the whole backlog when it wakes, after newer calls that
+        other connections made meanwhile (a failed write overwriting an acknowledged one)."""
+        if self.transport is None:
+            return
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
 
     def _fail(self, error: Exception) -> None:
         if self.lost is None:
@@ -167,9 +196,8 @@ class _Link(asyncio.Protocol):
         self.outgoing.clear()
 
     def close(self, why: str = "Connection closed by the client.") -> None:
-        self._fail(_Dropped(why))
-        if self.transport is not None:
-            self.transport.close()
+        self._fail(redis.exceptions.ConnectionError(why))
+        self._abort()
 
 
 class Pipelined:
@@ -202,15 +230,9 @@ class Pipelined:
         self._link: _Link | None = None
 
     async def execute(self, *args: Any) -> Any:
-        """One command's reply; a connection found broken is replaced once (as redis-py's
-        retry of one ConnectionError), a stalled one dropped when the caller gives up."""
-        packed = _pack(*args)
-        try:
-            return await self._send(packed)
-        except _Dropped:
-            raise
-        except redis.exceptions.ConnectionError:
-            return await self._send(packed)
+        """One command's reply (sent at most once); a stalled connection is dropped when the
+        caller gives up."""
+        return await self._send(_pack(*args))
 
     async def _send(self, packed: bytes) -> Any:
         loop = asyncio.get_running_loop()
@@ -243,6 +265,9 @@ class Pipelined:
                     await loop.create_unix_connection(lambda: link, self.path)
                 else:
                     await loop.create_connection(lambda: link, self.host, self.port)
+                # The link is up once Redis has answered, not when the kernel accepted the
+                # connection (it does so for a stalled Redis too): calls are never written
+                # to a server that is not answering.
                 hello: list[asyncio.Future[Any]] = []
                 if self.username or self.password:  # as redis-py's credential provider
                     password = self.password or ""
@@ -250,8 +275,11 @@ class Pipelined:
                     hello.append(link.send(_pack("AUTH", *auth)))
                 if self.db:
                     hello.append(link.send(_pack("SELECT", self.db)))
-                for answer in hello:
-                    await answer
+                hello.append(link.send(_pack("PING")))
+                answers = await asyncio.gather(*hello, return_exceptions=True)
+                failed = next((a for a in answers if isinstance(a, BaseException)), None)
+                if failed is not None:
+                    raise failed
         except TimeoutError as e:
             link.close()
             raise redis.exceptions.TimeoutError("Timeout connecting to server") from e

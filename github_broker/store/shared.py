@@ -4,7 +4,6 @@ agent mutex, quota, global timeline, ready events)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -13,6 +12,7 @@ from typing import Any
 
 import redis.exceptions
 
+from github_broker.background import stop_task
 from github_broker.errors import StoreUnavailable
 from github_broker.keys import GlobalKeys, RepoKeys
 from github_broker.models import Event, Quota
@@ -241,9 +241,7 @@ class Store:
             try:
                 yield queue
             finally:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
+                await stop_task(reader)
         finally:
             await pubsub.aclose()
 
