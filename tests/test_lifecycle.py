@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -12,6 +13,11 @@ from github_broker.models import TaskType
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from tests.world import ONE_ISSUE, World, running_world, simulated
+
+#: Wide enough that a tick on a loaded machine does not outlast the delay (1 s once did).
+REVIEW_DELAY_S = 2.0
+#: PR age for review-done: after the fix round, which follows the delay.
+REVIEW_TIMEOUT_S = 5.0
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +36,7 @@ async def world(
         sim,
         lua_redis_url,
         make_settings,
-        review={"delay_s": 1, "timeout_s": 2.5, "fix_debounce_s": 0.5},
+        review={"delay_s": REVIEW_DELAY_S, "timeout_s": REVIEW_TIMEOUT_S, "fix_debounce_s": 0.5},
     ) as w:
         yield w
 
@@ -46,6 +52,7 @@ async def test_issue_walks_development_review_fix_review_done(world: World, sim:
     assert "feature/issue-1" in sim.state.branches("acme", "widgets")
 
     # The agent opens its PR and asks again: the development task is completed.
+    pr_made = time.monotonic()
     pr = sim.state.create_pull(
         "acme",
         "widgets",
@@ -72,7 +79,7 @@ async def test_issue_walks_development_review_fix_review_done(world: World, sim:
 
     # Before the review delay nothing is handed out; after it, a review task.
     assert await world.ask("rev-1") is None
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(REVIEW_DELAY_S + 0.1)
     await world.tick()
     assert await world.ask("dev-1") is None  # the author waits while others could review
     review = await world.ask("rev-1")
@@ -123,7 +130,7 @@ async def test_issue_walks_development_review_fix_review_done(world: World, sim:
     assert await world.ask("fix-2") is None  # the same feedback never makes a second fix
 
     # The PR is older than the review timeout: review-done, once.
-    await asyncio.sleep(max(0.0, 2.6 - 1.2))
+    await asyncio.sleep(max(0.0, pr_made + REVIEW_TIMEOUT_S + 0.1 - time.monotonic()))
     await world.tick()
     pr_labels = set(sim.state.issue_labels("acme", "widgets", pr["number"]))
     assert "review-done" in pr_labels
