@@ -64,9 +64,7 @@ async def derived(world: World) -> dict[str, Any]:
         return "|".join(fields[:4] + fields[5:])
 
     return {
-        "tasks": {
-            _text(k): task(_text(v)) for k, v in (await client.hgetall(keys.tasks)).items()
-        },
+        "tasks": {_text(k): task(_text(v)) for k, v in (await client.hgetall(keys.tasks)).items()},
         "ready": await client.zrange(keys.ready, 0, -1, withscores=True),
         "ready:BACKENDCODER": await client.zrange(
             keys.ready_role("BACKENDCODER"), 0, -1, withscores=True
@@ -172,9 +170,7 @@ async def test_lost_work_index_keeps_the_strict_bucket_after_a_full_pass(
             assert await world.rstore.work_priorities() == {1: 0, 2: 1}
 
 
-async def test_lost_open_set_comes_back_after_a_full_pass(
-    world: World, sim: Simulator
-) -> None:
+async def test_lost_open_set_comes_back_after_a_full_pass(world: World, sim: Simulator) -> None:
     await world.tick()
     await world.store.client.delete(world.rstore.keys.open)
     await world.full_sync()
