@@ -265,3 +265,23 @@ async def test_unchanged_full_pass_makes_only_304_calls_and_writes_nothing(
     assert (report.written, report.readied) == (0, 0), report
     assert await derived(world) == before
     assert world.settings.repositories[0].full_name == REPO
+
+
+async def test_reindexing_from_the_cache_keeps_a_fresh_claim(world: World) -> None:
+    """a1 claims #1 and its labels are not written yet: the cache (and GitHub, 304) show #1
+    unclaimed. The full pass indexes #1 again from that cache and must keep a1's lease and keep
+    #1 out of the pool, before and after the labels land."""
+    await world.tick()
+    await world.full_sync()
+    task = await world.ask("a1")
+    assert task is not None and task.issue_id == 1
+    await world.full_sync()
+    assert await world.live_leases("a1") == [1]
+    other = await world.ask("a2")
+    assert other is not None and other.issue_id == 2
+    await world.tick()
+    await world.full_sync()
+    await world.full_sync()
+    assert await world.live_leases("a1") == [1]
+    assert "development:1" not in dict(await world.rstore.ready_tasks())
+    await world.tasks.heartbeat(REPO, 1, "a1", task.lease.token)
