@@ -8,6 +8,7 @@ GitHub call; a page one of whose issues lost its cache entry is read again in fu
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -285,3 +286,31 @@ async def test_reindexing_from_the_cache_keeps_a_fresh_claim(world: World) -> No
     assert await world.live_leases("a1") == [1]
     assert "development:1" not in dict(await world.rstore.ready_tasks())
     await world.tasks.heartbeat(REPO, 1, "a1", task.lease.token)
+
+
+async def test_an_orphan_in_progress_label_is_cleared_by_a_later_unchanged_full_pass(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """#1 carries in-progress with no agent label and no lease (an orphan): a sync notes the
+    time and removes the label once it stayed so for the lease TTL. Nothing changes on GitHub
+    meanwhile, so only a pass that indexes #1 again from the cache can see the TTL pass."""
+    issues = [
+        {"number": 1, "title": "One", "body": body(), "labels": ["P1", "BACKENDCODER"]},
+        {
+            "number": 2,
+            "title": "Two",
+            "body": body(),
+            "labels": ["P1", "BACKENDCODER", "in-progress"],
+        },
+    ]
+    with simulated(issues) as sim:
+        async with running_world(sim, redis_url, make_settings, leases={"lease_ttl_s": 1}) as world:
+            await world.tick()
+            await world.full_sync()
+            await asyncio.sleep(1.1)
+            await world.full_sync()
+            await world.tick()
+            assert world.labels(2) == {"P1", "BACKENDCODER"}
+            await world.tick()
+            got = {(await world.ask(a)).issue_id for a in ("a1", "a2")}  # type: ignore[union-attr]
+            assert got == {1, 2}
