@@ -37,6 +37,8 @@ class SyncReport:
     full: bool
     pages: int = 0
     not_modified: int = 0
+    #: Pages of a full pass read again because an issue on them lost its cache entry.
+    refetched: int = 0
     seen: int = 0
     written: int = 0
     removed: int = 0
@@ -50,7 +52,7 @@ class SyncReport:
         kind = "full" if self.full else "incremental"
         return (
             f"{self.repository}: {kind} pass, {self.pages} page(s) "
-            f"({self.not_modified} unchanged), "
+            f"({self.not_modified} unchanged, {self.refetched} re-read), "
             f"{self.seen} issue(s) seen, {self.written} written, {self.removed} removed, "
             f"{self.readied} newly claimable, {self.revoked} lease(s) revoked, "
             f"{self.adopted} re-adopted, {self.restored} label(s) restored, "
@@ -143,10 +145,24 @@ class Syncer:
                 self.gateway.issues_page, repo.full_name, params, page=page_no, etag=etag
             )
             report.pages += 1
+            cached: list[Issue] | None = None
             if page.status == 304:
-                report.not_modified += 1
                 numbers, count = json.loads(known.get(f"page:{page_no}:numbers", "[[], 0]"))
+                cached = await self._cached_page(rstore, numbers)
+                if cached is None:
+                    # An issue of this unchanged page lost its cache entry: read the page
+                    # again in full (one counted call), as if its ETag were gone.
+                    report.refetched += 1
+                    page = await asyncio.to_thread(
+                        self.gateway.issues_page, repo.full_name, params, page=page_no, etag=None
+                    )
+            if cached is not None:
+                report.not_modified += 1
                 seen.update(numbers)
+                # GitHub says nothing changed, yet keys derived from these issues may have
+                # been lost alone (eviction, a DEL, a failover): index them again from the
+                # cache, with no GitHub call.
+                await self._upsert(rstore, cached, base, report)
             else:
                 issues = [Issue.from_github(d) for d in page.items if "pull_request" not in d]
                 numbers, count = [i.number for i in issues], len(page.items)
@@ -183,6 +199,13 @@ class Syncer:
         if not state.get("since") and newest:
             # Record the incremental cursor's ETag now, so the next pass can be a 304.
             await self._incremental(repo, rstore, {**state, **cursors}, base, report)
+
+    @staticmethod
+    async def _cached_page(rstore: RepoStore, numbers: list[int]) -> list[Issue] | None:
+        """The cached issues of a page GitHub answered 304, or None when any is missing."""
+        by_number = await rstore.cached_issues(numbers)
+        issues = [i for i in by_number.values() if i is not None]
+        return issues if len(issues) == len(numbers) else None
 
     async def _incremental(
         self,

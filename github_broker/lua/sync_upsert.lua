@@ -55,9 +55,14 @@ if fenced then return fenced end
 -- An item older than the cached issue (by updated_at) is skipped: a late webhook delivery
 -- or a listing read before a newer write never rolls the mirror back.
 local items = {}
+-- The item's issue is decoded once here (it.doc); an item equal to its cache (the full pass
+-- indexing a page GitHub answered 304 from the cache) is kept without decoding the cache.
 for _, it in ipairs(cjson.decode(ARGV[2])) do
   local cached = redis.call('GET', C.issue .. tostring(it.n))
-  if not cached or cjson.decode(it.issue).updated_at >= cjson.decode(cached).updated_at then
+  it.doc = cjson.decode(it.issue)
+  if not cached or cached == it.issue or it.doc.updated_at >= cjson.decode(cached).updated_at
+  then
+    it.cached = cached
     items[#items + 1] = it
   end
 end
@@ -68,7 +73,7 @@ local suspects = {}
 for _, it in ipairs(items) do
   local n = tostring(it.n)
   local ikey = C.issue .. n
-  if redis.call('GET', ikey) ~= it.issue then
+  if it.cached ~= it.issue then
     redis.call('SET', ikey, it.issue)
     written = written + 1
   end
@@ -85,8 +90,8 @@ for _, it in ipairs(items) do
     end_lease(C, n, 'expired', now)
   end
 
-  local on_github = set_of(cjson.decode(it.issue).labels)
-  local labels = set_of(cjson.decode(it.issue).labels)
+  local on_github = set_of(it.doc.labels)
+  local labels = set_of(it.doc.labels)
   local raw_intent = redis.call('HGET', C.K.intent, n)
   if raw_intent then
     -- Wished (add) or already written (on) labels count as present, unless removed since.

@@ -118,6 +118,17 @@ class IssueMirror(RepoBase):
         return [Issue.model_validate_json(r) for r in raws if r]
 
     @translate_errors
+    async def cached_issues(self, numbers: list[int]) -> dict[int, Issue | None]:
+        """The cached issue of each number (None where `issue:{n}` is missing): one MGET."""
+        if not numbers:
+            return {}
+        raws = await self.client.mget([self.keys.issue(n) for n in numbers])
+        return {
+            n: Issue.model_validate_json(r) if r else None
+            for n, r in zip(numbers, raws, strict=True)
+        }
+
+    @translate_errors
     async def default_branch(self) -> str | None:
         raw = await awaited(self.client.hget(self.keys.sync, "default_branch"))
         return as_text(raw) if raw else None
