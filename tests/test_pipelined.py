@@ -360,6 +360,41 @@ async def test_calls_in_flight_when_the_client_closes_fail_and_do_not_reconnect(
 
 
 @pytest.mark.anyio
+async def test_a_connect_under_way_when_the_client_closes_leaves_no_connection(
+    server: Server,
+) -> None:
+    client = pipelined(server.url)
+    call = asyncio.ensure_future(client.execute("PING"))
+    await asyncio.sleep(0)  # the connect has started
+    await client.aclose()
+    with pytest.raises(redis.exceptions.ConnectionError, match="closed by the client"):
+        await call
+    assert client._link is None and not client._links
+    with redis.Redis(port=server.port) as admin:
+        assert admin.info("clients")["connected_clients"] == 1  # the admin connection alone
+
+
+@pytest.mark.anyio
+async def test_a_new_connection_waits_out_a_busy_redis_within_the_call_bound(
+    server: Server,
+) -> None:
+    """Redis busy with a 1.3 s script answers a new connection's handshake late; within the
+    call bound (2 s here) that is a slow answer, not a failed connect (the connect timeout,
+    0.5 s, bounds the TCP connect alone)."""
+    busy_client = pipelined(server.url)
+    client = pipelined(server.url, stall_s=2.0)
+    store = Bounded(client, call_timeout_s=2.0)
+    try:
+        busy = asyncio.ensure_future(Bounded(busy_client).call("busy", 1300))
+        await asyncio.sleep(0.2)
+        assert await store.call("echo", "late", 1) == [b"late", 2]
+        assert await busy == b"done"
+    finally:
+        await client.aclose()
+        await busy_client.aclose()
+
+
+@pytest.mark.anyio
 async def test_a_call_given_up_before_it_was_written_never_runs(redis_url: str) -> None:
     client = pipelined(redis_url)
     try:

@@ -228,6 +228,8 @@ class Pipelined:
         # The last loop's link, looked up without the weak dictionary (serve has one loop).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._link: _Link | None = None
+        #: Set by `aclose`: a connect still under way then closes what it made.
+        self._closed = False
 
     async def execute(self, *args: Any) -> Any:
         """One command's reply (sent at most once); a stalled connection is dropped when the
@@ -260,11 +262,15 @@ class Pipelined:
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Link:
         link = _Link(loop)
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
+            # The TCP connect within the connect timeout, Redis's answers within one call
+            # bound as well (stall_s): a Redis busy with a long script is not a dead one.
+            async with asyncio.timeout(self.connect_timeout_s + self.stall_s) as bound:
+                bound.reschedule(loop.time() + self.connect_timeout_s)
                 if self.path:
                     await loop.create_unix_connection(lambda: link, self.path)
                 else:
                     await loop.create_connection(lambda: link, self.host, self.port)
+                bound.reschedule(loop.time() + max(self.connect_timeout_s, self.stall_s))
                 # The link is up once Redis has answered, not when the kernel accepted the
                 # connection (it does so for a stalled Redis too): calls are never written
                 # to a server that is not answering.
@@ -280,6 +286,8 @@ class Pipelined:
                 failed = next((a for a in answers if isinstance(a, BaseException)), None)
                 if failed is not None:
                     raise failed
+            if self._closed:
+                raise redis.exceptions.ConnectionError("Connection closed by the client.")
         except TimeoutError as e:
             link.close()
             raise redis.exceptions.TimeoutError("Timeout connecting to server") from e
@@ -293,7 +301,9 @@ class Pipelined:
         return link
 
     async def aclose(self) -> None:
-        """Close the connections; the running loop's is waited for until it is closed."""
+        """Close the connections; the running loop's is waited for until it is closed. A
+        connect under way closes its connection when it ends."""
+        self._closed = True
         links = list(self._links.values())
         self._links.clear()
         self._loop = self._link = None
