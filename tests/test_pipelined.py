@@ -156,6 +156,31 @@ async def test_concurrent_calls_each_get_their_own_reply_over_one_connection(
 
 
 @pytest.mark.anyio
+async def test_calls_held_behind_a_slow_script_go_out_when_it_answers(redis_url: str) -> None:
+    """A 300 ms script in flight: calls made meanwhile are held (Redis has said nothing for
+    over HOLD_S), then written when its reply comes, each getting its own reply, more than
+    MAX_IN_FLIGHT of them included."""
+    from github_broker.store.resp import HOLD_S, MAX_IN_FLIGHT
+
+    client = pipelined(redis_url)
+    store = Bounded(client)
+    try:
+        await store.call("echo", "warm", 1)
+        busy = asyncio.ensure_future(store.call("busy", 300))
+        await asyncio.sleep(HOLD_S * 2)
+        started = time.monotonic()
+        held = asyncio.ensure_future(each_gets_its_own(store, MAX_IN_FLIGHT * 3))
+        await asyncio.sleep(0.05)
+        link = client._link
+        assert link is not None and len(link.outgoing) == MAX_IN_FLIGHT * 3  # none written
+        assert await busy == b"done"
+        await held
+        assert time.monotonic() - started < 2.0
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.anyio
 async def test_error_replies_map_as_redis_pys_did(redis_url: str) -> None:
     client = pipelined(redis_url)
     store = Bounded(client)

@@ -112,10 +112,8 @@ class IssueMirror(RepoBase):
 
     @translate_errors
     async def get_issues(self, numbers: list[int]) -> list[Issue]:
-        if not numbers:
-            return []
-        raws = await self.client.mget([self.keys.issue(n) for n in numbers])
-        return [Issue.model_validate_json(r) for r in raws if r]
+        """The cached issues of `numbers` that are cached (one MGET)."""
+        return [i for i in (await self.cached_issues(numbers)).values() if i is not None]
 
     @translate_errors
     async def cached_issues(self, numbers: list[int]) -> dict[int, Issue | None]:
