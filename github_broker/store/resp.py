@@ -251,7 +251,8 @@ class Pipelined:
 
     async def _connected(self, loop: asyncio.AbstractEventLoop) -> _Link:
         # One connect per loop at a time, in a task of its own: a caller that gives up does
-        # not cancel it for the others (it is bounded by the connect timeout anyway).
+        # not cancel it for the others (it is bounded by the connect timeout plus one call
+        # bound, see _connect).
         task = self._connecting.get(loop)
         if task is None:
             task = loop.create_task(self._connect(loop))
