@@ -282,6 +282,12 @@ def cost_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> No
                                   f"{o.lifecycles} lifecycles", "reproduce": rep})
 
 
+#: GitHub's real write pace (about 80 content writes a minute, the setting's default): in the
+#: throughput and latency runs serve's write queue drains as in production. Unpaced, it
+#: wrote about 150 labels a second during a single-agent run, and the sync passes mirroring
+#: those changes back (200-issue upserts of about 5 ms in Redis) set the claims' p99.
+PACED = {"GITHUB_BROKER_GITHUB__SECONDS_BETWEEN_WRITES": "0.75"}
+
 #: Single-agent latency comparisons: (server, flow), alternating like the throughput runs.
 LATENCY_VARIANTS = (
     ("baseline-fastapi", "baseline"),
@@ -301,7 +307,8 @@ def latency_figures(bench: Bench, env: dict[str, str]) -> None:
     rep = o.reproduce("latency")
     for workers in (1, 2):
         with bench.baseline(workers, "fastapi") as fastapi, \
-                bench.baseline(workers, "asgi") as asgi, bench.serve(env, workers) as serve:
+                bench.baseline(workers, "asgi") as asgi, \
+                bench.serve(env, workers, **PACED) as serve:
             servers = {"baseline-fastapi": fastapi, "baseline-asgi": asgi, "serve": serve}
             samples: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
             for r in range(o.repeats):
@@ -424,14 +431,11 @@ def _script_us(times: dict[str, list[int]], shas: dict[str, str]) -> dict[str, A
 def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
     o = bench.options
     rep = o.reproduce("throughput")
-    # GitHub's real write pace (about 80 content writes a minute): serve's write queue
-    # drains as in production instead of competing with the claims at full speed.
-    paced = {"GITHUB_BROKER_GITHUB__SECONDS_BETWEEN_WRITES": "0.75"}
-    shas = script_shas({**env, **paced})
+    shas = script_shas({**env, **PACED})
     for workers in (1, 2):
         with bench.baseline(workers, "fastapi") as fastapi, \
                 bench.baseline(workers, "asgi") as asgi, \
-                bench.serve(env, workers, **paced) as serve:
+                bench.serve(env, workers, **PACED) as serve:
             servers = {"baseline-fastapi": fastapi, "baseline-asgi": asgi, "serve": serve}
             runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
             for r in range(o.repeats):
