@@ -22,7 +22,10 @@ Added by this project (no TTL unless said):
 
 =======================  ======  ==============================================================
 ``lease:{n}``            hash    agent, token, task_id, task_type, claimed_ms, expires_ms;
-                                 deleted when the lease ends (``issue_lock_{n}`` carries the TTL)
+                                 ``contested`` (JSON ``[{n, t}]``) on a lease adopted after a
+                                 loss: other issues GitHub labels for the same agent, waiting
+                                 for its next lease call; deleted when the lease ends
+                                 (``issue_lock_{n}`` carries the TTL)
 ``leases``               zset    issue number -> lease expiry (ms): the reaper's index
 ``lease_end:{token}``    string  why the lease with this token ended (TTL 1 day)
 ``tasks``                hash    task id (``development:{n}``, ``review:{n}``, ``fix:{n}``) ->

@@ -300,6 +300,9 @@ local function start_lease(C, n, agent, token, task_type, claimed_ms, now)
   return expires
 end
 
+-- Defined after end_lease, which calls it (and it calls end_lease).
+local release_contested
+
 -- End the lease on issue n for `outcome`; returns the agent that held it, or nil.
 -- `uncounted`: a failure that is not the agent's own spends no failure budget.
 -- `h`: the lease's fields (lease_fields) when the caller has just read them; `current`:
@@ -309,6 +312,7 @@ local function end_lease(C, n, outcome, now, uncounted, h, current)
   local lease_key = C.lease .. n
   h = h or lease_fields(C, n)
   local agent, token, task_id, task_type = h[1], h[2], h[3], h[4]
+  if token == ADOPTED then release_contested(C, n, agent, now) end
   redis.call('DEL', lease_key, C.lock .. n)
   redis.call('ZREM', C.K.leases, n)
   if not agent then return nil end
@@ -363,6 +367,54 @@ local function end_lease(C, n, outcome, now, uncounted, h, current)
     end
   end
   return agent
+end
+
+-- Issues that wait on the adopted lease of issue n (its `contested` field, written by
+-- sync_upsert.lua): GitHub labels them in-progress for the same agent too, and an agent holds
+-- one task. Once the agent proves n with its token, or the lease on n ends, they return to
+-- the pool as a lease the agent moved on from does: labels removed, tasks ready, no failure
+-- budget spent. One that has a lease by now (its labels changed, a sync put it back in the
+-- pool and someone claimed it) or was closed is left alone.
+release_contested = function(C, n, agent, now)
+  local raw = redis.call('HGET', C.lease .. n, 'contested')
+  if not raw then return end
+  redis.call('HDEL', C.lease .. n, 'contested')
+  for _, e in ipairs(cjson.decode(raw)) do
+    local m = tostring(e.n)
+    if redis.call('EXISTS', C.lock .. m) == 0 and redis.call('SISMEMBER', C.K.open, m) == 1 then
+      redis.call('HDEL', C.K.skipped, m)
+      end_lease(C, m, 'expired', now, true, {agent, ADOPTED, e.t .. ':' .. m, e.t, now})
+    end
+  end
+end
+
+-- Issue n waits in the `contested` list of `agent`'s adopted lease on another issue, and the
+-- agent's own lease call on n proves n is its task: n takes the lease with the agent's token,
+-- and the other issue (and any other waiting one) returns to the pool. True if so.
+local function take_contested(C, n, agent, token, now)
+  local m = redis.call('GET', C.agent .. agent)
+  if not m or m == n or redis.call('EXISTS', C.lock .. m) == 0 then return false end
+  local raw = redis.call('HGET', C.lease .. m, 'contested')
+  if not raw or redis.call('EXISTS', C.cand .. n .. ':' .. agent) == 1 then return false end
+  local h = lease_fields(C, m)
+  if h[1] ~= agent or h[2] ~= ADOPTED then return false end
+  local rest, task_type = {}, nil
+  for _, e in ipairs(cjson.decode(raw)) do
+    if tostring(e.n) == n then task_type = e.t else rest[#rest + 1] = e end
+  end
+  if not task_type then return false end
+  if #rest > 0 then
+    redis.call('HSET', C.lease .. m, 'contested', cjson.encode(rest))
+  else
+    redis.call('HDEL', C.lease .. m, 'contested')
+  end
+  end_lease(C, m, 'expired', now, true, h)
+  start_lease(C, n, agent, token, task_type, now, now)
+  redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
+  redis.call('HDEL', C.K.skipped, n)
+  unready(C.K.tasks, C.K.ready, C.ready_role, task_type .. ':' .. n)
+  timeline(C, 'adopted', n, agent, task_type .. ', proven by its agent; #' .. m .. ' released')
+  return true
 end
 
 -- Expire leases whose lock key has timed out; bounded so a claim stays cheap.
@@ -428,6 +480,7 @@ local function lease_refusal(C, n, agent, token, now)
     local issued = rec and cjson.decode(rec).token
     if issued and issued ~= token then return 'revoked' end
     redis.call('HSET', C.lease .. n, 'token', token)
+    release_contested(C, n, agent, now)
     return nil
   end
   if h[2] == token then
@@ -441,7 +494,10 @@ local function lease_refusal(C, n, agent, token, now)
   if ended then return ended end
   if h[1] and h[1] ~= agent then return 'not_owner' end
   if h[1] == agent then return 'revoked' end
-  if not h[1] and readopt(C, n, agent, token, now) then return nil end
+  if not h[1] and (readopt(C, n, agent, token, now) or take_contested(C, n, agent, token, now))
+  then
+    return nil
+  end
   if mirror_missing(C) then return 'rebuilding' end
   return 'expired'
 end

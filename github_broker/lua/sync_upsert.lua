@@ -13,7 +13,9 @@
 -- hand-out's own token, when its task_candidate record still has it); if the agent is gone
 -- the lease simply expires and the task returns to the pool. Not when the hand-out's record
 -- survived and the holder's current-task key no longer names the issue (it asked for other
--- work since): that hand-out ends, and the issue returns to the pool.
+-- work since): that hand-out ends, and the issue returns to the pool. An agent gets one lease:
+-- if it holds a lease its token proved on another issue, this one ends the same way; if that
+-- lease is adopted too, one of them waits in the lease's `contested` list (see contest).
 -- needs-review starts the review timer (review_issue_detected_timestamp) the first time it
 -- is seen and clears it, the review state and any review/fix task when it goes.
 -- Labels the broker wrote and GitHub does not show yet (the intent) count as present,
@@ -47,6 +49,52 @@ local function moved_on(C, n, agent)
   local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
   if not raw or redis.call('GET', C.agent .. agent) == n then return nil end
   return cjson.decode(raw)
+end
+
+-- The live lease `agent` holds on an issue other than n (its current-task key names it): that
+-- issue's number and the lease's token, or nil.
+local function other_lease(C, n, agent)
+  local m = redis.call('GET', C.agent .. agent)
+  if not m or m == n or redis.call('EXISTS', C.lock .. m) == 0 then return nil end
+  local h = redis.call('HMGET', C.lease .. m, 'agent', 'token')
+  if h[1] ~= agent then return nil end
+  return m, h[2]
+end
+
+local function waiting_reason(agent, other)
+  return cjson.encode({code = 'contested', reason = 'labelled in-progress for ' .. agent
+    .. ', who is labelled in-progress on #' .. other .. ' too (an agent holds one task): '
+    .. 'waits for its next heartbeat, or for that lease to end'})
+end
+
+-- GitHub labels issue n in-progress for `agent`, which already holds an adopted lease (not
+-- proven by its token yet) on issue m: both were rebuilt from labels after Redis lost its
+-- data, and one of them is stale (a completion or release whose label write was lost with
+-- Redis). An agent holds one lease: the issue GitHub changed last (most likely the later
+-- claim) holds it and the other waits in the lease's `contested` list, out of the pool, until
+-- the agent's next lease call tells which one it works on (_lib.lua: take_contested,
+-- release_contested). Returns true when n took the lease.
+local function contest(C, n, m, agent, task_type, updated_at, now)
+  local list = cjson.decode(redis.call('HGET', C.lease .. m, 'contested') or '[]')
+  for _, e in ipairs(list) do
+    if tostring(e.n) == n then return false end
+  end
+  local cached = redis.call('GET', C.issue .. m)
+  if not cached or updated_at <= cjson.decode(cached).updated_at then
+    list[#list + 1] = {n = tonumber(n), t = task_type}
+    redis.call('HSET', C.lease .. m, 'contested', cjson.encode(list))
+    return false
+  end
+  -- n takes the lease; m waits with the others (nothing ended: nobody has worked on either
+  -- lease since the rebuild).
+  list[#list + 1] = {n = tonumber(m), t = redis.call('HGET', C.lease .. m, 'task_type')}
+  redis.call('DEL', C.lease .. m, C.lock .. m)
+  redis.call('ZREM', C.K.leases, m)
+  start_lease(C, n, agent, ADOPTED, task_type, now, now)
+  redis.call('HSET', C.lease .. n, 'contested', cjson.encode(list))
+  redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
+  redis.call('HSET', C.K.skipped, m, waiting_reason(agent, n))
+  return true
 end
 
 local C = context()
@@ -125,6 +173,8 @@ for _, it in ipairs(items) do
   end
 
   local held = redis.call('EXISTS', C.lock .. n) == 1
+  -- The issue whose adopted lease this one waits on (see contest), or nil.
+  local contested = nil
   if held then
     local reason = nil
     if it.prio < 0 then
@@ -164,6 +214,15 @@ for _, it in ipairs(items) do
     -- Not while the broker's own label writes are unconfirmed: the page may predate a
     -- removal the write queue already made (the intent no longer lists applied removals).
     local left = moved_on(C, n, it.holder)
+    local task_type = 'development'
+    if labels[C.needs_review] then task_type = 'review' end
+    local other, other_token = nil, nil
+    if not left then other, other_token = other_lease(C, n, it.holder) end
+    if other and other_token ~= ADOPTED then
+      -- The holder proved its lease on the other issue with its token (or claimed it since):
+      -- this one is not its task (an agent holds one); it ends as below.
+      left = {token = ADOPTED, task_type = task_type, claimed_ms = now}
+    end
     if left then
       -- Its lease keys alone were lost and the holder has asked for other work since: this
       -- one is not its task any more (an agent holds one). The hand-out ends as an expired
@@ -174,11 +233,13 @@ for _, it in ipairs(items) do
          left.claimed_ms})
       labels[C.in_progress] = nil
       labels[it.holder] = nil
+    elseif other and not contest(C, n, other, it.holder, task_type, it.doc.updated_at, now) then
+      contested = other
     else
-      local task_type = 'development'
-      if labels[C.needs_review] then task_type = 'review' end
-      start_lease(C, n, it.holder, ADOPTED, task_type, now, now)
-      redis.call('SET', C.agent .. it.holder, n, 'EX', C.agent_s, 'NX')
+      if not other then
+        start_lease(C, n, it.holder, ADOPTED, task_type, now, now)
+        redis.call('SET', C.agent .. it.holder, n, 'EX', C.agent_s, 'NX')
+      end
       adopted = adopted + 1
       held = true
     end
@@ -242,7 +303,7 @@ for _, it in ipairs(items) do
   -- the moment the lease ends (expired, released) it is claimable again.
   -- needs-human the broker queued itself (failure budget) counts before GitHub shows it.
   local eligible = it.task ~= '' and not labels[C.needs_review] and not labels[C.needs_human]
-    and (held or not labels[C.in_progress])
+    and (held or contested or not labels[C.in_progress])
   if eligible then
     local old = redis.call('HGET', C.K.tasks, id)
     local since = now
@@ -255,7 +316,7 @@ for _, it in ipairs(items) do
       if old then unready(C.K.tasks, C.K.ready, C.ready_role, id) end
       redis.call('HSET', C.K.tasks, id, value)
     end
-    if not held then
+    if not held and not contested then
       if redis.call('ZADD', C.K.ready, it.score, id) == 1 then readied = readied + 1 end
       redis.call('ZADD', C.ready_role .. it.role, it.score, id)
     end
@@ -270,6 +331,8 @@ for _, it in ipairs(items) do
     -- Keep the failure budget's reason while its needs-human label is on.
   elseif it.skip ~= '' then
     redis.call('HSET', C.K.skipped, n, it.skip)
+  elseif contested then
+    redis.call('HSET', C.K.skipped, n, waiting_reason(it.holder, contested))
   elseif it.task ~= '' and labels[C.in_progress] and not held then
     redis.call('HSET', C.K.skipped, n, cjson.encode({
       code = 'held_on_github',
