@@ -39,7 +39,10 @@ class TaskRequest(BaseModel):
     repositories: list[RepoName] | None = Field(
         None, max_length=MAX_LIST_ITEMS, description="owner/name list; omit for all."
     )
-    wait_seconds: float = Field(0, ge=0, le=60, description="Long-poll up to this many seconds.")
+    # strict: a number, not `false` or `"5"` read as one (what the OpenAPI declares).
+    wait_seconds: float = Field(
+        0, ge=0, le=60, strict=True, description="Long-poll up to this many seconds."
+    )
     previous: Outcome = Field(
         Outcome.COMPLETED,
         description="What happened to a task you still hold: completed, failed or abandoned.",
@@ -67,7 +70,7 @@ class FixComment(BaseModel):
     author: str = Field(min_length=1, max_length=100)
     body: str = Field(min_length=1, max_length=65536)
     path: str | None = Field(None, max_length=1000)
-    line: int | None = Field(None, ge=1, le=MAX_NUMBER)
+    line: int | None = Field(None, ge=1, le=MAX_NUMBER, strict=True)
     url: str = Field("", max_length=2000)
 
 
@@ -75,11 +78,14 @@ class FixRequest(BaseModel):
     """`POST /tasks/fix`: feedback on a PR that should become a fix task now."""
 
     repository: RepoName = Field(description="owner/name")
-    issue: int = Field(ge=1, le=MAX_NUMBER, description="the issue the PR works on")
-    pr: int = Field(ge=1, le=MAX_NUMBER, description="the pull request to fix")
+    issue: int = Field(ge=1, le=MAX_NUMBER, strict=True, description="the issue the PR works on")
+    pr: int = Field(ge=1, le=MAX_NUMBER, strict=True, description="the pull request to fix")
     pr_url: str = Field("", max_length=2000)
     branch: str | None = Field(
-        None, max_length=255, description="default: the issue's branch; git ref rules apply"
+        None,
+        min_length=1,
+        max_length=255,
+        description="default: the issue's branch; git ref rules apply",
     )
     comments: list[FixComment] = Field(min_length=1, max_length=100)
 
@@ -120,7 +126,13 @@ class Readiness(BaseModel):
     checks: dict[str, str]
 
 
-#: Declared on every route: `BodyLimit` caps the body of every request, whatever its method.
+#: A `Problem` answered as JSON, declared by hand: a `model` in `responses` would be declared
+#: in the route's own media type (text/plain for /metrics, text/html for the dashboard).
+PROBLEM_JSON: dict[str, Any] = {
+    "application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+}
+#: Declared on every route: `BodyLimit` caps the body of every request, whatever its method,
+#: and answers JSON.
 BODY_LIMIT_RESPONSE: dict[int | str, dict[str, Any]] = {
-    413: {"model": Problem, "description": "The body is larger than server.max_body_bytes."}
+    413: {"description": "The body is larger than server.max_body_bytes.", "content": PROBLEM_JSON}
 }
