@@ -470,24 +470,38 @@ def test_fix_numbers_are_numbers_and_branch_is_never_empty(
         "comments": [{"author": "maint", "body": "please fix", "line": 3}],
     }
     before = redis_calls(redis_url)
-    for odd in ({"issue": "1"}, {"pr": True}, {"comments": [{**fix["comments"][0], "line": "3"}]}):
+    for odd in (
+        {"issue": "1"},
+        {"pr": True},
+        {"issue": 1.5},
+        {"comments": [{**fix["comments"][0], "line": "3"}]},
+        {"comments": [{**fix["comments"][0], "line": False}]},
+    ):
         r = client.post("/tasks/fix", json={**fix, **odd}, headers=ADMIN)
         assert r.status_code == 422, (odd, r.text)
+        assert "valid integer" in problem(r)["detail"], odd
     assert redis_calls(redis_url) == before
     spec = client.get("/openapi.json").json()
     branch = spec["components"]["schemas"]["FixRequest"]["properties"]["branch"]["anyOf"][0]
     assert branch["minLength"] == 1  # "" is refused: say so
-    assert client.post("/tasks/fix", json=fix, headers=ADMIN).status_code == 202
+    whole = {**fix, "pr": 5.0, "comments": [{**fix["comments"][0], "line": 3.0}]}
+    assert client.post("/tasks/fix", json=whole, headers=ADMIN).status_code == 202  # integers
 
 
-def test_explain_declares_the_bounds_of_its_roles(client: TestClient) -> None:
-    """`?roles=` (an empty role) and more than MAX_LIST_ITEMS roles are refused; the OpenAPI
-    says so as it does for the body's `roles`."""
+def test_openapi_names_the_roles_and_repositories_a_request_may_name(client: TestClient) -> None:
+    """An unknown role or repository is a 422 (below), so the OpenAPI lists the valid ones
+    (this deployment's agents.yml and repositories) and the bounds of /explain's `roles`, as
+    for the body's."""
     spec = client.get("/openapi.json").json()
-    (roles,) = [p for p in spec["paths"]["/explain"]["get"]["parameters"] if p["name"] == "roles"]
-    array = roles["schema"]["anyOf"][0]
+    roles = client.app.state.services.settings.roles  # type: ignore[attr-defined]
+    body = spec["components"]["schemas"]["TaskRequest"]["properties"]
+    assert body["roles"]["anyOf"][0]["items"]["enum"] == roles
+    assert body["repositories"]["anyOf"][0]["items"]["enum"] == ["acme/widgets"]
+    (query,) = [p for p in spec["paths"]["/explain"]["get"]["parameters"] if p["name"] == "roles"]
+    array = query["schema"]["anyOf"][0]
     assert array["maxItems"] == MAX_LIST_ITEMS
     assert (array["items"]["minLength"], array["items"]["maxLength"]) == (1, 100)
+    assert array["items"]["enum"] == roles
 
 
 def test_every_422_carries_the_invalid_request_reason(client: TestClient) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from github_broker.models import Outcome
 from github_broker.rules import branch_problem
@@ -20,6 +21,18 @@ MAX_LIST_ITEMS = 64
 MAX_NUMBER = 2**53 - 1
 
 RoleName = Annotated[str, Field(min_length=1, max_length=100)]
+
+
+def _json_integer(value: Any) -> Any:
+    """What the OpenAPI's `integer` admits: a JSON number without a fraction (`2`, `2.0`),
+    never `true` or `"2"`, which pydantic's lax mode would read as one."""
+    if isinstance(value, bool | str | bytes):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+#: An integer in a request body (pydantic's strict int would refuse `2.0`, a JSON integer).
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 RepoName = Annotated[str, Field(min_length=3, max_length=201)]
 
 
@@ -70,7 +83,7 @@ class FixComment(BaseModel):
     author: str = Field(min_length=1, max_length=100)
     body: str = Field(min_length=1, max_length=65536)
     path: str | None = Field(None, max_length=1000)
-    line: int | None = Field(None, ge=1, le=MAX_NUMBER, strict=True)
+    line: JsonInt | None = Field(None, ge=1, le=MAX_NUMBER)
     url: str = Field("", max_length=2000)
 
 
@@ -78,8 +91,8 @@ class FixRequest(BaseModel):
     """`POST /tasks/fix`: feedback on a PR that should become a fix task now."""
 
     repository: RepoName = Field(description="owner/name")
-    issue: int = Field(ge=1, le=MAX_NUMBER, strict=True, description="the issue the PR works on")
-    pr: int = Field(ge=1, le=MAX_NUMBER, strict=True, description="the pull request to fix")
+    issue: JsonInt = Field(ge=1, le=MAX_NUMBER, description="the issue the PR works on")
+    pr: JsonInt = Field(ge=1, le=MAX_NUMBER, description="the pull request to fix")
     pr_url: str = Field("", max_length=2000)
     branch: str | None = Field(
         None,
