@@ -484,6 +484,8 @@ def test_fix_numbers_are_numbers_and_branch_is_never_empty(
     spec = client.get("/openapi.json").json()
     branch = spec["components"]["schemas"]["FixRequest"]["properties"]["branch"]["anyOf"][0]
     assert branch["minLength"] == 1  # "" is refused: say so
+    line = spec["components"]["schemas"]["FixComment"]["properties"]["line"]["anyOf"][0]
+    assert (line["type"], line["minimum"], line["maximum"]) == ("integer", 1, 2**53 - 1)
     whole = {**fix, "pr": 5.0, "comments": [{**fix["comments"][0], "line": 3.0}]}
     assert client.post("/tasks/fix", json=whole, headers=ADMIN).status_code == 202  # integers
 
@@ -502,6 +504,27 @@ def test_openapi_names_the_roles_and_repositories_a_request_may_name(client: Tes
     assert array["maxItems"] == MAX_LIST_ITEMS
     assert (array["items"]["minLength"], array["items"]["maxLength"]) == (1, 100)
     assert array["items"]["enum"] == roles
+
+
+def test_openapi_bounds_are_json_schema_keywords(client: TestClient) -> None:
+    """Pydantic writes a bound it cannot place as its own `ge`/`le` (a validator in the way),
+    which no client reads: every bound is `minimum`/`maximum` and friends."""
+    leaked = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            if not where.endswith(".properties"):  # there the keys are field names
+                leaked.extend(f"{where}.{k}" for k in ("ge", "le", "gt", "lt") if k in node)
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}[{i}]")
+
+    spec = client.get("/openapi.json").json()
+    walk(spec["components"]["schemas"], "schemas")
+    walk(spec["paths"], "paths")
+    assert not leaked, leaked
 
 
 def test_every_422_carries_the_invalid_request_reason(client: TestClient) -> None:

@@ -31,8 +31,10 @@ def _json_integer(value: Any) -> Any:
     return value
 
 
-#: An integer in a request body (pydantic's strict int would refuse `2.0`, a JSON integer).
-JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+#: An issue, PR or line number in a request body: 1 .. 2^53-1, a JSON integer (pydantic's
+#: strict int would refuse `2.0`). The bounds come before the validator, so that the OpenAPI
+#: declares them as `minimum` and `maximum`.
+BodyNumber = Annotated[int, Field(ge=1, le=MAX_NUMBER), BeforeValidator(_json_integer)]
 RepoName = Annotated[str, Field(min_length=3, max_length=201)]
 
 
@@ -83,7 +85,7 @@ class FixComment(BaseModel):
     author: str = Field(min_length=1, max_length=100)
     body: str = Field(min_length=1, max_length=65536)
     path: str | None = Field(None, max_length=1000)
-    line: JsonInt | None = Field(None, ge=1, le=MAX_NUMBER)
+    line: BodyNumber | None = None
     url: str = Field("", max_length=2000)
 
 
@@ -91,8 +93,8 @@ class FixRequest(BaseModel):
     """`POST /tasks/fix`: feedback on a PR that should become a fix task now."""
 
     repository: RepoName = Field(description="owner/name")
-    issue: JsonInt = Field(ge=1, le=MAX_NUMBER, description="the issue the PR works on")
-    pr: JsonInt = Field(ge=1, le=MAX_NUMBER, description="the pull request to fix")
+    issue: BodyNumber = Field(description="the issue the PR works on")
+    pr: BodyNumber = Field(description="the pull request to fix")
     pr_url: str = Field("", max_length=2000)
     branch: str | None = Field(
         None,
