@@ -349,9 +349,23 @@ def _operations(spec: dict[str, Any]) -> dict[tuple[str, str], set[int]]:
     }
 
 
-def _probe(c: TestClient, method: str, path: str) -> set[int]:
-    """What one route answers to odd and ordinary requests: no, unknown, agent and admin
-    tokens; no body, a JSON body, a broken one, a form, one over the body cap."""
+def _media_types(spec: dict[str, Any]) -> dict[tuple[str, str], set[tuple[int, str | None]]]:
+    """(status, media type) each operation declares; None where a status has no content."""
+    return {
+        (method.upper(), path): {
+            (int(code), media)
+            for code, answer in op["responses"].items()
+            for media in (answer.get("content") or {None: None})
+        }
+        for path, ops in spec["paths"].items()
+        for method, op in ops.items()
+    }
+
+
+def _answers(c: TestClient, method: str, path: str) -> set[tuple[int, str | None]]:
+    """What one route answers to odd and ordinary requests, as (status, media type; None for
+    an empty body): no, unknown, agent and admin tokens; no body, a JSON body, a broken one,
+    a form, one over the body cap."""
     url = path.format(owner="acme", repo="widgets", number=1)
     bodies: list[tuple[bytes | None, str | None]] = [
         (None, None),
@@ -362,14 +376,21 @@ def _probe(c: TestClient, method: str, path: str) -> set[int]:
     ]
     tokens = [{}, {"Authorization": "Bearer nope"}, AGENT, ADMIN]
     seen = set()
+
+    def media(r: Any) -> str | None:
+        if not r.content:
+            return None
+        return str(r.headers.get("content-type", "")).split(";")[0].strip() or None
+
     for headers in tokens:
         for content, ctype in bodies:
             h = {**headers, **({"content-type": ctype} if ctype else {})}
             r = c.request(method, url, content=content, headers=h, follow_redirects=False)
-            seen.add(r.status_code)
+            seen.add((r.status_code, media(r)))
     if method == "GET":
         odd = {"roles": "PAINTER", "repository": "x/y"}
-        seen.add(c.get(url, params=odd, headers=ADMIN, follow_redirects=False).status_code)
+        r = c.get(url, params=odd, headers=ADMIN, follow_redirects=False)
+        seen.add((r.status_code, media(r)))
     return seen
 
 
@@ -379,10 +400,12 @@ def test_openapi_declares_every_status_each_route_answers(
     sim: Simulator,
 ) -> None:
     """Every route of the app, probed with Redis up and with Redis down: each status it
-    answered is declared in the OpenAPI, and so is each known one of EXTRA_STATUSES."""
+    answered is declared in the OpenAPI, and so is each known one of EXTRA_STATUSES; each
+    answer's media type is declared for its status (none where the body is empty)."""
     with app() as c:
-        declared = _operations(c.get("/openapi.json").json())
-        answered = {op: _probe(c, *op) for op in declared}
+        spec = c.get("/openapi.json").json()
+        declared = _operations(spec)
+        kinds = {op: _answers(c, *op) for op in declared}
     dead = make_settings(
         redis={"url": f"redis://127.0.0.1:{free_port()}/0", "socket_timeout_s": 0.5},
         github={"base_url": sim.base_url},
@@ -390,7 +413,8 @@ def test_openapi_declares_every_status_each_route_answers(
     )
     with TestClient(create_app(dead)) as c:
         for op in declared:
-            answered[op] |= _probe(c, *op)
+            kinds[op] |= _answers(c, *op)
+    answered = {op: {status for status, _ in found} for op, found in kinds.items()}
     assert set(declared) == set(EXTRA_STATUSES), "a route was added or removed: list it here"
     missing = {
         f"{method} {path}": sorted(
@@ -400,6 +424,133 @@ def test_openapi_declares_every_status_each_route_answers(
     }
     assert not {op: codes for op, codes in missing.items() if codes}, missing
     assert 503 in answered[("GET", "/metrics")]
+    media = _media_types(spec)
+    undeclared = {f"{m} {p}": sorted(found - media[(m, p)]) for (m, p), found in kinds.items()}
+    assert not {op: kinds for op, kinds in undeclared.items() if kinds}, undeclared
+
+
+def test_not_allowed_names_every_method_of_the_path(client: TestClient) -> None:
+    """405's `Allow` lists each method the path takes, not only the first route's (GET and
+    POST /ui/login are two routes)."""
+    r = client.options("/ui/login")
+    assert r.status_code == 405
+    assert r.headers["allow"] == "GET, POST"
+    assert problem(r)["detail"] == "Method Not Allowed"
+    for path in ("/request-task", "/tasks/acme/widgets/1/heartbeat"):
+        r = client.get(path)
+        assert (r.status_code, r.headers["allow"]) == (405, "POST")
+
+
+@pytest.mark.parametrize("hot", [True, False], ids=["hot path", "declared route"])
+@pytest.mark.parametrize("wait", ["false", "true", '"0"', '"5"', "null"])
+def test_wait_seconds_is_a_number_not_a_boolean_or_string(
+    client: TestClient, redis_url: str, hot: bool, wait: str
+) -> None:
+    """The OpenAPI says `number`: `false` or `"5"` are refused, not read as 0 or 5."""
+    if not hot:
+        client.app.hot = None  # type: ignore[attr-defined]
+    before = redis_calls(redis_url)
+    r = client.post(
+        "/request-task",
+        content=f'{{"agent_id": "a1", "wait_seconds": {wait}}}',
+        headers={**AGENT, "content-type": "application/json"},
+    )
+    assert r.status_code == 422, r.text
+    assert "wait_seconds" in problem(r)["detail"]
+    assert redis_calls(redis_url) == before
+
+
+def test_fix_numbers_are_numbers_and_branch_is_never_empty(
+    client: TestClient, redis_url: str
+) -> None:
+    fix: dict[str, Any] = {
+        "repository": "acme/widgets",
+        "issue": 1,
+        "pr": 5,
+        "comments": [{"author": "maint", "body": "please fix", "line": 3}],
+    }
+    before = redis_calls(redis_url)
+    for odd in (
+        {"issue": "1"},
+        {"pr": True},
+        {"issue": 1.5},
+        {"comments": [{**fix["comments"][0], "line": "3"}]},
+        {"comments": [{**fix["comments"][0], "line": False}]},
+    ):
+        r = client.post("/tasks/fix", json={**fix, **odd}, headers=ADMIN)
+        assert r.status_code == 422, (odd, r.text)
+        assert "valid integer" in problem(r)["detail"], odd
+    assert redis_calls(redis_url) == before
+    spec = client.get("/openapi.json").json()
+    branch = spec["components"]["schemas"]["FixRequest"]["properties"]["branch"]["anyOf"][0]
+    assert branch["minLength"] == 1  # "" is refused: say so
+    line = spec["components"]["schemas"]["FixComment"]["properties"]["line"]["anyOf"][0]
+    assert (line["type"], line["minimum"], line["maximum"]) == ("integer", 1, 2**53 - 1)
+    whole = {**fix, "pr": 5.0, "comments": [{**fix["comments"][0], "line": 3.0}]}
+    assert client.post("/tasks/fix", json=whole, headers=ADMIN).status_code == 202  # integers
+
+
+def test_openapi_names_the_roles_and_repositories_a_request_may_name(client: TestClient) -> None:
+    """An unknown role or repository is a 422 (below), so the OpenAPI lists the valid ones
+    (this deployment's agents.yml and repositories) and the bounds of /explain's `roles`, as
+    for the body's."""
+    spec = client.get("/openapi.json").json()
+    roles = client.app.state.services.settings.roles  # type: ignore[attr-defined]
+    body = spec["components"]["schemas"]["TaskRequest"]["properties"]
+    assert body["roles"]["anyOf"][0]["items"]["enum"] == roles
+    assert body["repositories"]["anyOf"][0]["items"]["enum"] == ["acme/widgets"]
+    (query,) = [p for p in spec["paths"]["/explain"]["get"]["parameters"] if p["name"] == "roles"]
+    array = query["schema"]["anyOf"][0]
+    assert array["maxItems"] == MAX_LIST_ITEMS
+    assert (array["items"]["minLength"], array["items"]["maxLength"]) == (1, 100)
+    assert array["items"]["enum"] == roles
+
+
+def test_openapi_bounds_are_json_schema_keywords(client: TestClient) -> None:
+    """Pydantic writes a bound it cannot place as its own `ge`/`le` (a validator in the way),
+    which no client reads: every bound is `minimum`/`maximum` and friends."""
+    leaked = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            if not where.endswith(".properties"):  # there the keys are field names
+                leaked.extend(f"{where}.{k}" for k in ("ge", "le", "gt", "lt") if k in node)
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}[{i}]")
+
+    spec = client.get("/openapi.json").json()
+    walk(spec["components"]["schemas"], "schemas")
+    walk(spec["paths"], "paths")
+    assert not leaked, leaked
+
+
+def test_every_422_carries_the_invalid_request_reason(client: TestClient) -> None:
+    """Refusals found after parsing (unknown role or repository) answer like the parser's."""
+    for body in (
+        {"agent_id": "a1", "roles": ["PAINTER"]},
+        {"agent_id": "a1", "repositories": ["nobody/else"]},
+        {"agent_id": "a1", "wait_seconds": 99},
+    ):
+        r = client.post("/request-task", json=body, headers=AGENT)
+        assert (r.status_code, problem(r)["reason"]) == (422, "invalid_request"), body
+    r = client.get("/explain", params={"roles": ["PAINTER"]}, headers=ADMIN)
+    assert (r.status_code, problem(r)["reason"]) == (422, "invalid_request")
+
+
+@pytest.mark.parametrize("raw", [b'{"agent_id": ', b"   ", b'{"agent_id": "a1", "token": "t"} x'])
+def test_malformed_json_on_a_lease_call_says_where(client: TestClient, raw: bytes) -> None:
+    """Not "`3`: JSON decode error": the message names the body and what is wrong there."""
+    r = client.post(
+        "/tasks/acme/widgets/1/heartbeat",
+        content=raw,
+        headers={**AGENT, "content-type": "application/json"},
+    )
+    assert r.status_code == 422
+    detail = problem(r)["detail"]
+    assert detail.startswith("invalid request: `body`: invalid JSON at character "), detail
 
 
 #: Bodies and content types the hot path must answer exactly as the declared route does.

@@ -144,4 +144,33 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
     app.include_router(routes.router)
     app.include_router(webhooks.router)
     dashboard.install(app)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = declare_deployment(FastAPI.openapi(app), settings)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def declare_deployment(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The OpenAPI names this deployment's roles (agents.yml) and repositories where a request
+    may name them: anything else is a 422, so the schema says which values are valid."""
+    roles = list(settings.roles)
+    repositories = [r.full_name for r in settings.repositories]
+
+    def items_of(schema: dict[str, Any]) -> dict[str, Any]:
+        array = next(s for s in schema["anyOf"] if s.get("type") == "array")
+        items: dict[str, Any] = array["items"]
+        return items
+
+    request = spec["components"]["schemas"]["TaskRequest"]["properties"]
+    if roles:
+        items_of(request["roles"])["enum"] = roles
+    if repositories:
+        items_of(request["repositories"])["enum"] = repositories
+    for param in spec["paths"]["/explain"]["get"]["parameters"]:
+        if param["name"] == "roles" and roles:
+            items_of(param["schema"])["enum"] = roles
+    return spec

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from github_broker.errors import (
     AuthError,
@@ -57,6 +58,8 @@ async def broker_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, AuthError) and getattr(exc, "forbidden", False):
         status = 403
     reason = exc.reason if isinstance(exc, LeaseError) else None
+    if isinstance(exc, InvalidRequest):
+        reason = "invalid_request"  # as every other 422: a client tells refusals by reason
     if status >= 500:
         logger.warning("%s %s -> %d: %s", request.method, request.url.path, status, exc)
     return _answer(status, str(exc), reason, headers)
@@ -66,7 +69,13 @@ async def validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        where = err.get("loc", ())
+        if err.get("type") == "json_invalid" and len(where) == 2 and isinstance(where[1], int):
+            # FastAPI's (and the lease hot path's) decode error: loc ("body", offset).
+            error = (err.get("ctx") or {}).get("error", "malformed")
+            parts.append(f"`body`: invalid JSON at character {where[1]}: {error}")
+            continue
+        loc = ".".join(str(p) for p in where if p != "body") or "body"
         parts.append(f"`{loc}`: {err.get('msg', 'invalid')}")
     return _answer(422, "invalid request: " + "; ".join(parts), "invalid_request")
 
@@ -86,7 +95,25 @@ async def http_error(request: Request, exc: Exception) -> JSONResponse:
             "a few hundred levels)",
             "invalid_request",
         )
-    return _answer(exc.status_code, str(exc.detail), None, dict(exc.headers or {}) or None)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request) or headers.get("Allow", "")
+    return _answer(exc.status_code, str(exc.detail), None, headers or None)
+
+
+#: Methods a 405's `Allow` may name.
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route of this path takes: Starlette's 405 names only the first route
+    that matched the path (`GET /ui/login` hides `POST /ui/login`)."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
 
 
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:

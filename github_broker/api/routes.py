@@ -16,6 +16,7 @@ from github_broker.api.schemas import (
     BODY_LIMIT_RESPONSE,
     MAX_LIST_ITEMS,
     MAX_NUMBER,
+    PROBLEM_JSON,
     Done,
     FixAccepted,
     FixRequest,
@@ -24,6 +25,7 @@ from github_broker.api.schemas import (
     Problem,
     Readiness,
     ReleaseRequest,
+    RoleName,
     TaskRequest,
 )
 from github_broker.errors import InvalidRequest, LeaseError, NotFound
@@ -233,7 +235,9 @@ async def post_fix(body: FixRequest, request: Request, svc: Services) -> FixAcce
 @router.get(
     "/metrics",
     response_class=PlainTextResponse,
-    responses={503: {"model": Problem, "description": "Redis unavailable (deployment gauges)."}},
+    responses={
+        503: {"description": "Redis unavailable (deployment gauges).", "content": PROBLEM_JSON}
+    },
 )
 async def metrics(svc: Services) -> str:
     """Prometheus metrics: this process's counters and deployment-wide gauges."""
@@ -252,13 +256,15 @@ async def explain(
     request: Request,
     svc: Services,
     repository: Annotated[str | None, Query(description="owner/name; default: all")] = None,
-    roles: Annotated[list[str] | None, Query(description="roles the agent accepts")] = None,
+    roles: Annotated[
+        list[RoleName] | None,
+        Query(max_length=MAX_LIST_ITEMS, description="roles the agent accepts"),
+    ] = None,
 ) -> dict[str, Any]:
     """For an agent with these roles: what it would get next and why each other issue is not it."""
     svc.auth.admin(request)
-    # Bounded and known, as in POST /request-task: a 422 before any Redis work.
-    if roles is not None and len(roles) > MAX_LIST_ITEMS:
-        raise InvalidRequest(f"`roles`: at most {MAX_LIST_ITEMS} entries, got {len(roles)}")
+    # Bounded (by the query's declaration) and known, as in POST /request-task: a 422 before
+    # any Redis work.
     roles = svc.tasks.check_roles(roles)
     names = [repository] if repository else list(svc.store.repos)
     out = {}

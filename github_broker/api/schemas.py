@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from github_broker.models import Outcome
 from github_broker.rules import branch_problem
@@ -20,6 +21,20 @@ MAX_LIST_ITEMS = 64
 MAX_NUMBER = 2**53 - 1
 
 RoleName = Annotated[str, Field(min_length=1, max_length=100)]
+
+
+def _json_integer(value: Any) -> Any:
+    """What the OpenAPI's `integer` admits: a JSON number without a fraction (`2`, `2.0`),
+    never `true` or `"2"`, which pydantic's lax mode would read as one."""
+    if isinstance(value, bool | str | bytes):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+#: An issue, PR or line number in a request body: 1 .. 2^53-1, a JSON integer (pydantic's
+#: strict int would refuse `2.0`). The bounds come before the validator, so that the OpenAPI
+#: declares them as `minimum` and `maximum`.
+BodyNumber = Annotated[int, Field(ge=1, le=MAX_NUMBER), BeforeValidator(_json_integer)]
 RepoName = Annotated[str, Field(min_length=3, max_length=201)]
 
 
@@ -39,7 +54,10 @@ class TaskRequest(BaseModel):
     repositories: list[RepoName] | None = Field(
         None, max_length=MAX_LIST_ITEMS, description="owner/name list; omit for all."
     )
-    wait_seconds: float = Field(0, ge=0, le=60, description="Long-poll up to this many seconds.")
+    # strict: a number, not `false` or `"5"` read as one (what the OpenAPI declares).
+    wait_seconds: float = Field(
+        0, ge=0, le=60, strict=True, description="Long-poll up to this many seconds."
+    )
     previous: Outcome = Field(
         Outcome.COMPLETED,
         description="What happened to a task you still hold: completed, failed or abandoned.",
@@ -67,7 +85,7 @@ class FixComment(BaseModel):
     author: str = Field(min_length=1, max_length=100)
     body: str = Field(min_length=1, max_length=65536)
     path: str | None = Field(None, max_length=1000)
-    line: int | None = Field(None, ge=1, le=MAX_NUMBER)
+    line: BodyNumber | None = None
     url: str = Field("", max_length=2000)
 
 
@@ -75,11 +93,14 @@ class FixRequest(BaseModel):
     """`POST /tasks/fix`: feedback on a PR that should become a fix task now."""
 
     repository: RepoName = Field(description="owner/name")
-    issue: int = Field(ge=1, le=MAX_NUMBER, description="the issue the PR works on")
-    pr: int = Field(ge=1, le=MAX_NUMBER, description="the pull request to fix")
+    issue: BodyNumber = Field(description="the issue the PR works on")
+    pr: BodyNumber = Field(description="the pull request to fix")
     pr_url: str = Field("", max_length=2000)
     branch: str | None = Field(
-        None, max_length=255, description="default: the issue's branch; git ref rules apply"
+        None,
+        min_length=1,
+        max_length=255,
+        description="default: the issue's branch; git ref rules apply",
     )
     comments: list[FixComment] = Field(min_length=1, max_length=100)
 
@@ -120,7 +141,13 @@ class Readiness(BaseModel):
     checks: dict[str, str]
 
 
-#: Declared on every route: `BodyLimit` caps the body of every request, whatever its method.
+#: A `Problem` answered as JSON, declared by hand: a `model` in `responses` would be declared
+#: in the route's own media type (text/plain for /metrics, text/html for the dashboard).
+PROBLEM_JSON: dict[str, Any] = {
+    "application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+}
+#: Declared on every route: `BodyLimit` caps the body of every request, whatever its method,
+#: and answers JSON.
 BODY_LIMIT_RESPONSE: dict[int | str, dict[str, Any]] = {
-    413: {"model": Problem, "description": "The body is larger than server.max_body_bytes."}
+    413: {"description": "The body is larger than server.max_body_bytes.", "content": PROBLEM_JSON}
 }

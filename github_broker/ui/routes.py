@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from github_broker import overview
-from github_broker.api.schemas import BODY_LIMIT_RESPONSE
+from github_broker.api.schemas import BODY_LIMIT_RESPONSE, PROBLEM_JSON
 from github_broker.errors import BrokerError
 from github_broker.ui import session
 from github_broker.ui.pages import render
@@ -86,7 +86,11 @@ async def login_form(request: Request) -> HTMLResponse:
     responses={
         303: {"description": "Logged in: a session cookie is set, go to /ui."},
         401: {"description": "Wrong token: the form again, with the reason.", **HTML},
-        413: {"description": "Form body too large.", **HTML},
+        413: {
+            "description": "Form body too large: the form again (over 4 kB), or the API's "
+            "JSON problem (over server.max_body_bytes).",
+            "content": {"text/html": {}, **PROBLEM_JSON},
+        },
         415: {"description": "Not an application/x-www-form-urlencoded form.", **HTML},
     },
     openapi_extra={
@@ -132,7 +136,12 @@ async def login(request: Request) -> Response:
     return response
 
 
-@router.post("/ui/logout", status_code=303, responses={303: {"description": "Cookie cleared."}})
+@router.post(
+    "/ui/logout",
+    status_code=303,
+    response_class=RedirectResponse,
+    responses={303: {"description": "Cookie cleared: go to /ui/login."}},
+)
 async def logout() -> Response:
     """Forget the session cookie."""
     response = RedirectResponse("/ui/login", status_code=303)
