@@ -134,8 +134,8 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
         description="Hands GitHub issues to AI coding agents as leased tasks.",
         lifespan=lifespan,
         docs_url=None,  # served offline by the dashboard package
-        # A JSON body without a content-type is read as JSON (`curl -d` without -H works),
-        # on every route as on the hot path.
+        # A JSON body sent without a content-type header is read as JSON, on every route as
+        # on the hot path (`curl -d` sends a form content-type, so it still needs `-H`).
         strict_content_type=False,
     )
     errors.install(app)
