@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from github_broker.errors import (
+    Fenced,
     GitHubError,
     GitHubNotFound,
     GitHubUnavailable,
@@ -64,48 +65,79 @@ class OutboxDrainer:
         #: Asked right before each GitHub call: a leader that stalled and was replaced must
         #: not send a write the new leader may already have superseded.
         self.still_leader: Callable[[], Awaitable[bool]] | None = None
+        #: repository -> jobs this drainer took and has not settled yet. A Redis error in
+        #: the middle of a batch (a stall, a dropped connection) leaves them hidden for
+        #: HIDE_MS; the next drain makes them due at once instead (drains never overlap, so
+        #: none of them is in flight then).
+        self._in_hand: dict[str, list[tuple[str, str, int]]] = {}
 
     async def drain(self, repo: Repository) -> DrainReport:
         """Apply due writes, batch after batch, until none is due or the time budget is spent."""
         report = DrainReport()
         started = time.monotonic()
-        while time.monotonic() - started < DRAIN_BUDGET_S:
-            if time.time() < self.paused_until_s:
-                report.paused_until_s = self.paused_until_s
-                break
-            taken = await self._drain_batch(repo, report, started + DRAIN_BUDGET_S)
-            if taken < DRAIN_BATCH:
-                break
+        try:
+            await self._release_in_hand(repo)
+            while time.monotonic() - started < DRAIN_BUDGET_S:
+                if time.time() < self.paused_until_s:
+                    report.paused_until_s = self.paused_until_s
+                    break
+                taken = await self._drain_batch(repo, report, started + DRAIN_BUDGET_S)
+                if taken < DRAIN_BATCH:
+                    break
+        except Fenced:
+            # Deposed: the new leader retakes what this one held (outbox:taken).
+            self._in_hand.pop(repo.full_name, None)
+            raise
         return report
 
+    async def _release_in_hand(self, repo: Repository) -> None:
+        """Jobs a drain cut short by a Redis error left taken: due at once, nothing lost."""
+        left = self._in_hand.get(repo.full_name)
+        if left:
+            rstore = self.store.repo(repo.full_name)
+            await self._put_back(rstore, left, 0, hand=repo.full_name)
+        self._in_hand.pop(repo.full_name, None)
+
     async def _put_back(
-        self, rstore: RepoStore, jobs: list[tuple[str, str, int]], delay_ms: int
+        self,
+        rstore: RepoStore,
+        jobs: list[tuple[str, str, int]],
+        delay_ms: int,
+        hand: str | None = None,
     ) -> None:
-        for job, payload, _ in jobs:
+        """Make `jobs` due again in `delay_ms`; with `hand` (a repository), each job leaves
+        that repository's jobs in hand once Redis took it back."""
+        for index, (job, payload, _) in enumerate(jobs):
             await rstore.outbox_done(
                 job, payload, retry_in_ms=delay_ms, attempted=False, epoch=self.epoch
             )
+            if hand is not None:
+                self._in_hand[hand] = jobs[index + 1 :]
 
     async def _drain_batch(self, repo: Repository, report: DrainReport, deadline: float) -> int:
         rstore = self.store.repo(repo.full_name)
         due_ms = await rstore.outbox_due(DRAIN_BATCH)  # also spares an idle queue the script
         jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS, epoch=self.epoch) if due_ms else []
+        name = repo.full_name
         for index, (job, payload, attempts) in enumerate(jobs):
+            # Not settled yet: this job and the rest (a Redis error below leaves them here).
+            self._in_hand[name] = jobs[index:]
             if time.monotonic() > deadline:
                 # Out of time: the rest are due at once for the next drain, not failures.
-                await self._put_back(rstore, jobs[index:], 0)
+                await self._put_back(rstore, jobs[index:], 0, hand=name)
                 return 0
             wait_s = self.gateway.writes.wait_s()
             if wait_s > 0:
                 # Paced (GitHub's secondary limit): wait for a write token while the budget
                 # allows, else the rest are due at once for the next drain.
                 if time.monotonic() + wait_s > deadline:
-                    await self._put_back(rstore, jobs[index:], 0)
+                    await self._put_back(rstore, jobs[index:], 0, hand=name)
                     return 0
                 await asyncio.sleep(wait_s)
             if self.still_leader is not None and not await self.still_leader():
                 # Deposed: the new leader retakes these jobs at once (outbox:taken).
                 logger.warning("write queue of %s: not the leader any more", repo.full_name)
+                self._in_hand.pop(name, None)
                 return 0
             try:
                 node_id = ""
@@ -123,7 +155,7 @@ class OutboxDrainer:
                     self.paused_until_s = time.time() + backoff_ms(self._outages) / 1000
                 delay_ms = max(0, int((self.paused_until_s - time.time()) * 1000))
                 # Not the jobs' fault: none of them counts this toward being dropped.
-                await self._put_back(rstore, jobs[index:], delay_ms)
+                await self._put_back(rstore, jobs[index:], delay_ms, hand=name)
                 report.paused_until_s = self.paused_until_s
                 report.retried += len(jobs) - index
                 logger.warning(
@@ -135,6 +167,7 @@ class OutboxDrainer:
                     "dropping write %s on %s: %s", job, repo.full_name, e, extra=_fields(repo, job)
                 )
                 await rstore.outbox_done(job, payload, epoch=self.epoch)
+                self._in_hand[name] = jobs[index + 1 :]
                 await rstore.record_write("dropped", job, str(e))
                 report.dropped += 1
             except GitHubError as e:
@@ -148,11 +181,13 @@ class OutboxDrainer:
                         extra=_fields(repo, job),
                     )
                     await rstore.outbox_done(job, payload, epoch=self.epoch)
+                    self._in_hand[name] = jobs[index + 1 :]
                     await rstore.record_write("dropped", job, str(e))
                     report.dropped += 1
                 else:
                     delay_ms = backoff_ms(attempts)
                     await rstore.outbox_done(job, payload, retry_in_ms=delay_ms, epoch=self.epoch)
+                    self._in_hand[name] = jobs[index + 1 :]
                     await rstore.record_write("refused", job, str(e))
                     report.retried += 1
                     logger.warning(
@@ -165,12 +200,15 @@ class OutboxDrainer:
                         extra=_fields(repo, job),
                     )
             else:
-                if await rstore.outbox_done(job, payload, epoch=self.epoch):
+                left_queue = await rstore.outbox_done(job, payload, epoch=self.epoch)
+                self._in_hand[name] = jobs[index + 1 :]
+                if left_queue:
                     await rstore.record_write("applied", job, _describe(job, payload))
                 report.applied += 1
                 if job in due_ms:
                     observe_write_lag(due_ms[job])
                 self._outages = 0
+        self._in_hand.pop(name, None)
         return len(jobs)
 
     def _apply(self, full_name: str, job: str, payload: str, node_id: str = "") -> None:

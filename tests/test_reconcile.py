@@ -10,12 +10,13 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 import requests
 
-from github_broker.errors import LeaseError
+from github_broker.errors import LeaseError, StoreUnavailable
 from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
@@ -218,6 +219,42 @@ async def test_outages_do_not_count_toward_dropping_a_write(world: World, sim: S
         await world.daemon.drainer.drain(world.settings.repositories[0])
     attempts = await world.store.client.hgetall(world.rstore.keys.outbox_attempts)
     assert attempts == {}
+
+
+@pytest.mark.anyio
+async def test_redis_error_mid_drain_leaves_no_write_hidden_for_a_minute(
+    world: World, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Redis stall or dropped connection while a batch is in hand (settling its second job)
+    used to leave the rest of the batch taken, hidden for HIDE_MS (60 s): claims' labels
+    reached GitHub a minute late. The next drain puts them back due at once."""
+    await world.tick()
+    held = [await world.ask(f"a{i}") for i in range(3)]
+    assert all(t is not None for t in held)
+    rstore = world.rstore
+    settle = rstore.outbox_done
+    calls = 0
+
+    async def flaky(*args: Any, **kwargs: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise StoreUnavailable("Redis did not answer within 2.0s")
+        return await settle(*args, **kwargs)
+
+    monkeypatch.setattr(rstore, "outbox_done", flaky)
+    repo = world.settings.repositories[0]
+    with pytest.raises(StoreUnavailable):
+        await world.daemon.drainer.drain(repo)
+    monkeypatch.setattr(rstore, "outbox_done", settle)
+    report = await world.daemon.drainer.drain(repo)  # the next drain, well inside the minute
+    assert await rstore.outbox_size() == 0, await rstore.client.zrange(
+        rstore.keys.outbox, 0, -1, withscores=True
+    )
+    assert await rstore.client.hlen(rstore.keys.outbox_taken) == 0
+    assert report.applied >= 4  # the unsettled job is sent again: every write is idempotent
+    for i, task in enumerate(held):
+        assert task is not None and world.labels(task.issue_id) >= {"in-progress", f"a{i}"}
 
 
 def test_lease_keys_lost_alone_are_rebuilt_for_the_agent_still_at_work(

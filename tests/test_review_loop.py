@@ -338,3 +338,43 @@ async def test_two_agents_take_an_issue_through_review_fix_and_review_done(
 def created_s(sim: Simulator, pr: int) -> float:
     created = sim.state.get_pull("acme", "widgets", pr)["created_at"]
     return datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+
+
+async def test_review_pass_that_stalled_does_not_hand_out_handled_feedback_again(
+    world: World, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review upkeep is not fenced. A pass that read the review state, then stalled (a slow
+    GitHub call, a SIGSTOP'd leader) while another pass queued a fix round for the same
+    comment and an agent completed it, put that comment out as a second fix round."""
+    pr = await developed(world, sim)
+    review = await world.ask("rev-1")
+    assert review is not None and review.task_type == TaskType.REVIEW
+    await world.tasks.finish(REPO, 1, "rev-1", review.lease.token, Outcome.COMPLETED)
+    await world.tick()
+    sim.state.add_issue_comment("acme", "widgets", pr, user="alice", body="Cover empty files.")
+    # The stalled pass: it has read the state (no fix pending, nothing handled) and waits in
+    # its GitHub call for the feedback.
+    stalled = reviews.ReviewKeeper(world.settings, world.store, world.gateway)
+    entered, resume = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+    read_feedback = stalled._feedback
+
+    def slow_feedback(*args: Any) -> list[reviews.Feedback]:
+        loop.call_soon_threadsafe(entered.set)
+        asyncio.run_coroutine_threadsafe(resume.wait(), loop).result(timeout=10)
+        return read_feedback(*args)
+
+    monkeypatch.setattr(stalled, "_feedback", slow_feedback)
+    late = asyncio.create_task(stalled.run(world.settings.repositories[0]))
+    await asyncio.wait_for(entered.wait(), 10)
+    # Meanwhile the live pass queues the fix round, and an agent does it.
+    await world.tick()
+    fix = await world.ask("fix-1")
+    assert fix is not None and fix.task_type == TaskType.FIX
+    await world.tasks.finish(REPO, 1, "fix-1", fix.lease.token, Outcome.COMPLETED)
+    resume.set()
+    report = await asyncio.wait_for(late, 10)
+    assert report.fixes_offered == 0
+    assert await world.ask("fix-2") is None
+    _, state = (await world.rstore.review_states([1]))[1]
+    assert state["fix_rounds"] == "1"

@@ -10,6 +10,10 @@
 -- (not leased yet) gets the newer payload: the reviewer sees the feedback gathered by the
 -- last upkeep pass before its hand-out, not the feedback of the pass that queued it.
 -- An issue that is not work (needs-human, lost its priority or role) gets no task.
+-- A fix round naming feedback already handled (by a completed fix, or in the review's
+-- payload) is refused: it comes from a pass that read the review state before that (review
+-- upkeep is not fenced; a pass can stall in its GitHub calls), and the next pass, reading
+-- the state anew, offers only what is new.
 -- Returns 1 when the task was added, 2 when a waiting review's payload was refreshed,
 -- 0 when it existed or is not wanted.
 local C = context()
@@ -34,6 +38,16 @@ if kind == 'review' then
   if redis.call('HGET', state_key, 'reviewed') == '1' then return 0 end
   redis.call('HSET', state_key, 'payload', payload, 'pr', pr)
 else
+  if ARGV[10] ~= '1' then
+    local handled = set_of(cjson.decode(redis.call('HGET', state_key, 'handled') or '[]'))
+    local review_raw = redis.call('HGET', state_key, 'payload')
+    if review_raw and review_raw ~= '' then
+      for _, id in ipairs(cjson.decode(review_raw).feedback_ids or {}) do handled[id] = true end
+    end
+    for _, id in ipairs(cjson.decode(payload).comment_ids or {}) do
+      if handled[id] then return 0 end
+    end
+  end
   redis.call('SET', C.fix .. pr, payload, 'EX', tonumber(ARGV[9]))
   redis.call('HINCRBY', state_key, 'fix_rounds', 1)
 end
