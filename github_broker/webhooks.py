@@ -243,8 +243,9 @@ class WebhookWorker:
         """Mirror one issue from the payload, unless the mirror already has a newer state."""
         n = int(data["number"])
         if action in GONE_ACTIONS:
-            await rstore.remove_issues([n], epoch=self.syncer.epoch)
+            # The version first: a sync page landing between the two calls is refused by it.
             await rstore.set_issue_version(n, GONE, VERSION_TTL_S)
+            await rstore.remove_issues([n], epoch=self.syncer.epoch)
             return "removed"
         cached = await rstore.get_issue(n)
         known = max(await rstore.issue_version(n) or "", cached.updated_at if cached else "")
@@ -258,8 +259,8 @@ class WebhookWorker:
             # only GitHub can say which came last, so read that one issue.
             fresh = await asyncio.to_thread(self.gateway.issue, repo.full_name, n)
             if fresh is None:
-                await rstore.remove_issues([n], epoch=self.syncer.epoch)
                 await rstore.set_issue_version(n, GONE, VERSION_TTL_S)
+                await rstore.remove_issues([n], epoch=self.syncer.epoch)
                 return "removed"
             data, updated = fresh, str(fresh["updated_at"])
         if data.get("state") == "open":
@@ -268,8 +269,11 @@ class WebhookWorker:
             await self.syncer.apply_issues(rstore, [Issue.from_github(data)], base)
             outcome = "upserted"
         else:
+            # The version before the removal: sync_upsert.lua refuses a page older than it,
+            # so a sync that read the issue open just before it closed cannot bring it back.
+            await rstore.set_issue_version(n, updated, VERSION_TTL_S)
             await rstore.remove_issues([n], epoch=self.syncer.epoch)
-            outcome = "removed"
+            return "removed"
         await rstore.set_issue_version(n, updated, VERSION_TTL_S)
         return outcome
 

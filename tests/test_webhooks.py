@@ -504,3 +504,44 @@ def test_ping_proves_the_webhook_alive_and_odd_bodies_get_4xx(
     for odd in (*odd_bodies, nested, bad_number, bad_time, bad_labels):
         r = post(client, odd, sign(odd), "odd")
         assert r.status_code in (404, 422), (odd, r.status_code, r.text)
+
+
+@pytest.mark.anyio
+async def test_a_sync_page_read_before_a_delivered_close_does_not_reopen_the_issue(
+    redis_url: str, make_settings: Callable[..., Settings], capture: Capture
+) -> None:
+    """The sync reads GitHub in a worker thread while the webhook worker goes on: a page read
+    just before the issue closed lands after the close's delivery removed the issue. Without
+    a trace of the removal the stale page put the closed issue back in the pool, claimable
+    until the next incremental pass (poll.interval_with_webhooks_s while webhooks are
+    healthy)."""
+    issues = [{**unlabelled_issue()[0], "labels": ["P1", "BACKENDCODER"]}]
+    with simulated(issues) as sim:
+        async with running_world(sim, redis_url, make_settings, webhooks={"secret": SECRET}) as w:
+            at(sim, 1)
+            await w.tick()
+            hooked(sim, capture.url)
+            loop = asyncio.get_running_loop()
+            gateway = w.daemon.syncer.gateway
+            real = gateway.issues_page
+            raced: list[int] = []
+
+            def page_then_close(*args: Any, **kwargs: Any) -> Any:
+                page = real(*args, **kwargs)
+                if any(d["number"] == 1 for d in page.items):
+                    raced.append(1)
+                if len(raced) == 2:  # the pass's last request: the one it ends on
+                    at(sim, 2)
+                    sim.state.update_issue("acme", "widgets", 1, state="closed")
+                    coro = deliver(w, capture)
+                    statuses = asyncio.run_coroutine_threadsafe(coro, loop).result(10)
+                    assert statuses == ["queued", "queued"]  # the edit, the close
+                return page
+
+            gateway.issues_page = page_then_close  # type: ignore[method-assign]
+            sim.state.update_issue("acme", "widgets", 1, title="Add CSV export (v2)")
+            await w.daemon.syncer.sync(w.settings.repositories[0], full=False)
+            assert len(raced) == 2
+            assert await w.rstore.get_issue(1) is None
+            assert 1 not in await w.rstore.open_numbers()
+            assert await w.ask("agent-1") is None

@@ -32,7 +32,7 @@
 -- in-progress label removed once it stayed so for the lease TTL: it returns to the pool.
 -- Returns {issues written, tasks made ready, leases revoked, leases adopted,
 --   JSON list of suspects {n, missing labels}, labels re-applied}.
--- Items older than the cache are skipped and not counted.
+-- Items older than the cache or than issue_version:{n} are skipped and not counted.
 -- Whether `agent` held issue n before and that hand-out ended (its record is not 'assigned').
 local function handed_back(C, n, agent)
   local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
@@ -105,10 +105,15 @@ if fenced then return fenced end
 local items = {}
 -- The item's issue is decoded once here (it.doc); an item equal to its cache (the full pass
 -- indexing a page GitHub answered 304 from the cache) is kept without decoding the cache.
+-- The same holds for the newest state a webhook delivery applied (issue_version:{n}, '~' once
+-- deleted or transferred): after a delivered close removed the issue there is no cache to
+-- compare with, and a page read just before the close must not put it back in the pool.
 for _, it in ipairs(cjson.decode(ARGV[2])) do
   local cached = redis.call('GET', C.issue .. tostring(it.n))
   it.doc = cjson.decode(it.issue)
-  if not cached or cached == it.issue or it.doc.updated_at >= cjson.decode(cached).updated_at
+  local version = redis.call('GET', C.version .. tostring(it.n))
+  if (not version or it.doc.updated_at >= version) and (not cached or cached == it.issue
+      or it.doc.updated_at >= cjson.decode(cached).updated_at)
   then
     it.cached = cached
     items[#items + 1] = it

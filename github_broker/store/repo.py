@@ -61,6 +61,7 @@ class RepoStore(IssueMirror, LeaseRegistry, ReviewStore, WriteQueue, WebhookQueu
             "tomb": keys.lease_end_prefix,
             "review": keys.review_detected_prefix,
             "review_state": keys.review_state_prefix,
+            "version": keys.issue_version_prefix,
             "fix": keys.fix_prefix,
             "outbox_attempts": keys.outbox_attempts,
             "events": keys.events,
