@@ -59,6 +59,10 @@ Added by this project (no TTL unless said):
                                  write queue; scripts refuse a caller with a lower one
 ``mirror``               string  the time (ms) a complete sync pass finished: the mirror is
                                  rebuilt (gone after Redis lost its data)
+``sync:failing``         string  why the leader's sync of this repository keeps failing (404,
+                                 403, ...); set while it fails, gone after a successful pass or
+                                 the TTL. With several repositories, one whose mirror is not
+                                 rebuilt and that is marked so is left out of claims
 ``orphans``              hash    issue -> first time (ms) a sync saw it ``in-progress`` with no
                                  single agent label and no lease; cleaned after the lease TTL
 ``handout:{agent}:{rid}``  string  JSON ``{n, task_id, token}`` handed out for that request id
@@ -134,6 +138,7 @@ class RepoKeys:
         self.outbox_stats = self.base + "outbox:stats"
         self.fence = self.base + "fence"
         self.mirror = self.base + "mirror"
+        self.sync_failing = self.base + "sync:failing"
         self.orphans = self.base + "orphans"
         self.outbox_taken = self.base + "outbox:taken"
         self.task_failures = self.base + "task_failures"

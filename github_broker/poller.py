@@ -17,7 +17,7 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from github_broker.errors import BrokerError, Fenced, RateLimited
+from github_broker.errors import BrokerError, Fenced, GitHubError, RateLimited
 from github_broker.gateway import GitHubGateway
 from github_broker.logs import log_fields
 from github_broker.outbox import OutboxDrainer
@@ -58,6 +58,9 @@ class Daemon:
         self.drainer.still_leader = self.still_leader
         self._failures: dict[str, int] = {}
         self._not_before: dict[str, float] = {}
+        self._last_error: dict[str, BrokerError] = {}
+        #: Repositories this process marked sync:failing (cleared after a good pass).
+        self._marked_failing: set[str] = set()
         self._quota_published_s = 0.0
         # A loss-triggered rebuild and the scheduled pass must not run two syncs at once.
         self._sync_lock = asyncio.Lock()
@@ -112,27 +115,54 @@ class Daemon:
         interval, since agents are told to retry until the mirror is rebuilt."""
         if not self.is_leader or self._sync_lock.locked():
             return
-        for rstore in self.store.repos.values():
+        lost = []
+        for repo in self.settings.repositories:
+            if time.time() < self._not_before.get(repo.full_name, 0.0):
+                continue  # its sync is backing off: retried when the backoff ends, not now
             try:
-                lost = not await rstore.mirror_rebuilt()
+                if not await self.store.repo(repo.full_name).mirror_rebuilt():
+                    lost.append(repo)
             except BrokerError:
                 return
-            if lost:
-                logger.warning("the mirror of %s is gone: rebuilding it now", rstore.repository)
-                await self.sync_all()
-                return
+        if not lost:
+            return
+        async with self._sync_lock:
+            # Only the lost ones: a repository whose sync keeps failing must not make the
+            # others sync on every drain pass.
+            for repo in lost:
+                logger.warning("the mirror of %s is gone: rebuilding it now", repo.full_name)
+                await self._sync_repo(repo)
 
     async def _sync_all(self) -> None:
         for repo in self.settings.repositories:
             name = repo.full_name
             if await self._sync_due(repo):
-                await self._guarded(name, f"sync {name}", partial(self._sync, repo))
+                await self._sync_repo(repo)
             # Review upkeep fails on its own: a PR endpoint the token cannot read must not
             # stop the mirror from syncing.
             await self._guarded(
                 f"reviews:{name}", f"review upkeep of {name}", partial(self.reviews.run, repo)
             )
         await self._publish_quota()
+
+    async def _sync_repo(self, repo: Repository) -> None:
+        """One guarded sync pass; records in Redis whether the repository's sync keeps
+        failing (sync:failing), so that with several repositories claims in the others do
+        not wait on its mirror (tasks.py)."""
+        name = repo.full_name
+        await self._guarded(name, f"sync {name}", partial(self._sync, repo))
+        failures = self._failures.get(name, 0)
+        error = self._last_error.get(name)
+        with contextlib.suppress(BrokerError):
+            rstore = self.store.repo(name)
+            if failures == 0 and name in self._marked_failing:
+                await rstore.mark_sync_failing(None, 0)
+                self._marked_failing.discard(name)
+            elif error is not None and (failures >= 2 or isinstance(error, GitHubError)):
+                # Kept past the backoff, so it does not lapse between two failed passes.
+                ttl = self._not_before.get(name, time.time()) - time.time()
+                await rstore.mark_sync_failing(str(error), ttl + 2 * self.settings.poll.interval_s)
+                self._marked_failing.add(name)
 
     async def _sync(self, repo: Repository) -> None:
         await self.syncer.sync(repo)
@@ -162,6 +192,7 @@ class Daemon:
         try:
             await job()
             self._failures[key] = 0
+            self._last_error.pop(key, None)
         except Fenced as e:
             self._deposed(e)
         except RateLimited as e:
@@ -170,6 +201,7 @@ class Daemon:
         except BrokerError as e:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
+            self._last_error[key] = e
             delay = min(MAX_SYNC_BACKOFF_S, self.settings.poll.interval_s * 2 ** (failures - 1))
             self._not_before[key] = time.time() + delay
             logger.warning(

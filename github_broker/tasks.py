@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 from github_broker.clock import iso_from_ms
-from github_broker.errors import InvalidRequest, LeaseError, NotFound
+from github_broker.errors import InvalidRequest, LeaseError, MirrorRebuilding, NotFound
 from github_broker.events import ReadyWaker
 from github_broker.logs import log_fields
 from github_broker.models import Claimed, LeaseGrant, NoTask, Outcome, ReviewComment, Task
@@ -118,7 +119,7 @@ class TaskService:
                 return attempt.granted
             # One live task per agent across repositories: settle it wherever it is held
             # (also outside the ones asked for), learning each repository's bucket.
-            settled = await asyncio.gather(
+            settled: list[Any] = await asyncio.gather(
                 *(
                     s.claim(
                         agent_id,
@@ -130,10 +131,14 @@ class TaskService:
                         request_id=attempt.request_id,
                     )
                     for s in everywhere
-                )
+                ),
+                return_exceptions=True,
             )
+            out = await self._out_of_service(everywhere, settled)
             buckets: dict[str, int] = {}
             for s, result in zip(everywhere, settled, strict=True):
+                if isinstance(result, BaseException):
+                    continue  # out of service (above)
                 log_settled(s.repository, agent_id, result)
                 if isinstance(result, Claimed):
                     return result  # the hand-out this request (or a concurrent one) already got
@@ -142,7 +147,14 @@ class TaskService:
                     buckets[s.repository] = result.bucket if result.bucket is not None else 1 << 30
             if attempt.replayed:
                 return None
-            stores = sorted(stores, key=lambda s: buckets.get(s.repository, 1 << 30))
+            usable = [s for s in stores if s.repository not in out]
+            if not usable:
+                raise MirrorRebuilding(
+                    "the mirror of "
+                    + ", ".join(f"{s.repository} ({out[s.repository]})" for s in stores)
+                    + " is not rebuilt: its sync keeps failing; retry later"
+                )
+            stores = sorted(usable, key=lambda s: buckets.get(s.repository, 1 << 30))
         for rstore in stores:
             base = await self.base_branch(rstore)
             got = await rstore.claim(
@@ -171,6 +183,25 @@ class TaskService:
             if attempt.replayed:
                 return None
         return None
+
+    @staticmethod
+    async def _out_of_service(stores: list[RepoStore], settled: list[Any]) -> dict[str, str]:
+        """Repositories whose mirror is not rebuilt while the leader's sync of them keeps
+        failing (sync:failing: renamed, removed, no access, GitHub failing for it): left out
+        of this request, so one broken repository does not stop claims in the others. Any
+        other error of the settle pass is raised, as is a mirror being rebuilt (Redis lost its
+        data): the agent's task there is unknown until then, and the agent must retry."""
+        out: dict[str, str] = {}
+        for s, result in zip(stores, settled, strict=True):
+            if not isinstance(result, BaseException):
+                continue
+            if isinstance(result, MirrorRebuilding):
+                reason = await s.sync_failing()
+                if reason is not None:
+                    out[s.repository] = reason
+                    continue
+            raise result
+        return out
 
     async def _replayed_elsewhere(
         self,

@@ -96,6 +96,19 @@ class IssueMirror(RepoBase):
         )
 
     @translate_errors
+    async def mark_sync_failing(self, reason: str | None, ttl_s: float) -> None:
+        """The leader's sync of this repository failed (reason) or passed again (None)."""
+        if reason is None:
+            await self.client.delete(self.keys.sync_failing)
+        else:
+            await self.client.set(self.keys.sync_failing, reason[:500], ex=max(1, int(ttl_s)))
+
+    @translate_errors
+    async def sync_failing(self) -> str | None:
+        raw = await awaited(self.client.get(self.keys.sync_failing))
+        return as_text(raw) if raw else None
+
+    @translate_errors
     async def mirror_rebuilt(self) -> bool:
         """Whether a complete sync pass has rebuilt the mirror since Redis last lost it."""
         return bool(await awaited(self.client.exists(self.keys.mirror)))

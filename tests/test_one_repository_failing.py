@@ -1,0 +1,71 @@
+"""Several repositories, one of which GitHub will not serve (renamed, removed, no access):
+the others keep handing out work, and the leader does not re-sync them on every drain."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from github_broker.errors import MirrorRebuilding
+from github_broker.settings import Settings
+from github_broker.simulator import Simulator
+from tests.world import running_world, two_repositories
+
+#: acme/renamed does not exist on the simulator: every sync of it is a 404.
+REPOS = ["acme/widgets", "acme/renamed"]
+
+
+def list_calls(sim: Simulator) -> int:
+    routes = sim.stats.snapshot()["by_route"]
+    return sum(v for k, v in routes.items() if k.startswith("GET") and k.endswith("/issues"))
+
+
+@pytest.mark.anyio
+async def test_a_repository_github_refuses_does_not_stop_claims_in_the_others(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """Its mirror is never rebuilt, and claim.lua answers REBUILDING for it. The settle pass
+    of every request spans all repositories, so that error used to fail every request (503)
+    for as long as the repository stayed broken, even requests naming only acme/widgets."""
+    with two_repositories(widgets=2, gadgets=0) as sim:
+        async with running_world(sim, redis_url, make_settings, repositories=REPOS) as w:
+            await w.tick()
+            only = await w.tasks.request_task("a1", repositories=["acme/widgets"])
+            assert only is not None and only.repository == "acme/widgets"
+            anywhere = await w.tasks.request_task("a2")
+            assert anywhere is not None and anywhere.repository == "acme/widgets"
+            with pytest.raises(MirrorRebuilding, match="acme/renamed"):
+                await w.tasks.request_task("a3", repositories=["acme/renamed"])
+            assert "404" in (await w.store.repo("acme/renamed").sync_failing() or "")
+
+
+@pytest.mark.anyio
+async def test_a_mirror_being_rebuilt_still_makes_agents_retry(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """Redis lost its data and no sync failed yet: the agent's task in the repository not
+    rebuilt is unknown, so its request is answered 'retry' (503) as before."""
+    with two_repositories(widgets=2, gadgets=2) as sim:
+        repos = ["acme/widgets", "acme/gadgets"]
+        async with running_world(sim, redis_url, make_settings, repositories=repos) as w:
+            await w.tick()
+            await w.store.client.delete(w.store.repo("acme/gadgets").keys.mirror)
+            with pytest.raises(MirrorRebuilding):
+                await w.tasks.request_task("a1", repositories=["acme/widgets"])
+
+
+@pytest.mark.anyio
+async def test_a_broken_repository_does_not_make_the_others_sync_every_drain(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The drain's loss check (rebuild_if_lost) saw the broken repository's mirror missing on
+    every pass and ran a whole sync of every repository: one listing a second for the
+    healthy ones, for as long as the other stayed broken."""
+    with two_repositories(widgets=2, gadgets=0) as sim:
+        async with running_world(sim, redis_url, make_settings, repositories=REPOS) as w:
+            await w.tick()
+            before = list_calls(sim)
+            for _ in range(5):
+                await w.daemon.drain_all()
+            assert list_calls(sim) == before
