@@ -185,6 +185,11 @@ class WebhookWorker:
                 # polling covers the change meanwhile.
                 logger.warning("webhook delivery for %s not applied: %s", repo.full_name, e)
                 await asyncio.sleep(IDLE_S)
+            except Exception:
+                # A defect of ours: the same, but it must not end this repository's worker
+                # (deliveries would still mark webhooks healthy and keep polling slowed).
+                logger.exception("webhook delivery for %s failed", repo.full_name)
+                await asyncio.sleep(IDLE_S)
 
     async def drain(self, repo: Repository) -> int:
         """Apply every queued delivery now (tests, the CLI); returns how many."""

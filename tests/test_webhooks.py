@@ -26,7 +26,7 @@ from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.store import Store
-from github_broker.webhooks import WebhookReceiver, signature_ok
+from github_broker.webhooks import WebhookReceiver, WebhookWorker, signature_ok
 from tests.factories import body
 from tests.world import REPO, World, running_world, simulated
 
@@ -229,6 +229,41 @@ async def test_queue_script_dedupes_and_survives_a_crashed_worker(
         assert await rstore.requeue_inflight_webhooks() == 0
         assert await rstore.take_webhook(0) is None
     finally:
+        await store.close()
+
+
+@pytest.mark.anyio
+async def test_a_delivery_that_breaks_the_worker_does_not_stop_the_ones_after_it(
+    redis_url: str, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(redis={"url": redis_url}, webhooks={"secret": SECRET})
+    store = Store.from_settings(settings)
+    rstore = store.repo(REPO)
+    worker = WebhookWorker(settings, store, None, None, None)  # type: ignore[arg-type]
+    applied: list[str] = []
+
+    async def apply(repo: Any, rs: Any, envelope: str) -> str:
+        if envelope == '{"n":1}':
+            raise RuntimeError("a defect in applying this delivery")
+        applied.append(envelope)
+        return "applied"
+
+    monkeypatch.setattr(worker, "apply", apply)
+    try:
+        assert await rstore.enqueue_webhook("a", '{"n":1}', 60)
+        assert await rstore.enqueue_webhook("b", '{"n":2}', 60)
+        worker.start(lambda: True)
+        deadline = time.monotonic() + 10
+        while not applied and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert applied == ['{"n":2}']
+        await asyncio.sleep(0.2)  # the worker marks n:2 done right after applying it
+        await worker.stop()
+        # The broken one stays in flight, re-queued when a leader starts again.
+        assert await rstore.requeue_inflight_webhooks() == 1
+        assert await rstore.take_webhook(0) == '{"n":1}'
+    finally:
+        await worker.stop()
         await store.close()
 
 
