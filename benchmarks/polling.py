@@ -10,8 +10,11 @@ from typing import Any
 
 from benchmarks.servers import RedisServer, SimulatorProcess
 
-#: Seconds one sync pass may take (100,000 issues on a slow machine included).
+#: Seconds one sync pass may take at the least, and per issue of the data set on top: the
+#: first sync of the 800,000-issue backlog took 448 s on one machine and outlasted a flat
+#: 600 s on a slower one (the run was lost).
 SYNC_TIMEOUT_S = 600.0
+SYNC_TIMEOUT_PER_ISSUE_S = 0.003
 
 
 def _children_cpu_s() -> float:
@@ -20,7 +23,7 @@ def _children_cpu_s() -> float:
 
 
 def sync_pass(redis_server: RedisServer, sim: SimulatorProcess, env: dict[str, str],
-              *, full: bool) -> dict[str, Any]:
+              *, full: bool, issues: int = 0) -> dict[str, Any]:
     """One `github-broker sync [--full]` subprocess; its CPU comes from RUSAGE_CHILDREN."""
     argv = [sys.executable, "-m", "github_broker", "--log-level", "WARNING", "sync"]
     if full:
@@ -29,7 +32,8 @@ def sync_pass(redis_server: RedisServer, sim: SimulatorProcess, env: dict[str, s
     redis_cpu, sim_cpu = redis_server.cpu_s(), sim.cpu_s()
     cpu = _children_cpu_s()
     started = time.monotonic()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=SYNC_TIMEOUT_S)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True,
+                          timeout=SYNC_TIMEOUT_S + issues * SYNC_TIMEOUT_PER_ISSUE_S)
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"sync failed ({done.returncode}):\n{done.stderr[-3000:]}")

@@ -103,7 +103,7 @@ class Bench:
         sim = SimulatorProcess(self.workdir, issues).start()
         try:
             env = broker_env(self.redis.url, sim.base_url, self.workdir / "no-config")
-            first = polling.sync_pass(self.redis, sim, env, full=True)
+            first = polling.sync_pass(self.redis, sim, env, full=True, issues=issues)
             wait_for_ready(self.redis.client(), issues, timeout_s=30)
             first["issues"] = issues
             yield sim, env, first
