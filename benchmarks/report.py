@@ -151,7 +151,8 @@ def _backlog(figs: dict[str, Any]) -> list[str]:
         "",
         f"`claim-abandon` flow (asking again gives the held task back, so the backlog stays "
         f"the same size), {rows[0]['agents']} agents, serve with 1 worker, with its poller "
-        "(sync, write queue, review upkeep) and without; medians of the repetitions.",
+        "(sync, write queue, review upkeep) and without; medians of the repetitions. The "
+        "smallest and the largest backlog run side by side, their runs alternating.",
         "",
         "| serve's poller | open issues | in review | claims/s | claim p50 / p99 ms "
         "| server CPU | Lua µs/call | reproduce |",

@@ -67,16 +67,17 @@ def measure(bench: Bench) -> None:
             if "latency" in only:
                 scenarios.latency_figures(bench, env)
     if "backlog" in only:
-        logger.info("data set: %d issues", o.small_backlog)
-        with bench.dataset(o.small_backlog) as (sim, env, _):
-            scenarios.backlog_figure(bench, sim, env, o.small_backlog)
-    if "backlog" in only:
-        logger.info("data set: %d issues", o.big_backlog)
-        with bench.dataset(o.big_backlog) as (sim, env, first):
+        # The smallest and the largest backlog side by side, each on a Redis of its own, so
+        # that their runs alternate.
+        logger.info("data sets: %d and %d issues", o.small_backlog, o.big_backlog)
+        with bench.companion() as other, \
+                bench.dataset(o.small_backlog) as (small_sim, small_env, _), \
+                other.dataset(o.big_backlog) as (big_sim, big_env, first):
             rep = o.reproduce("backlog")
             bench.add("sync", {"figure": f"first sync, {o.big_backlog:,} issues (`sync --full`)",
                                **first, "reproduce": rep})
-            scenarios.backlog_figure(bench, sim, env, o.big_backlog)
+            scenarios.backlog_comparison([(bench, small_sim, small_env, o.small_backlog),
+                                          (other, big_sim, big_env, o.big_backlog)])
     if "throughput" in only or o.profile:
         # The completing flows retire an issue per claim, over every repetition: a backlog
         # large enough that no run drains it.

@@ -6,7 +6,7 @@ import os
 import statistics
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,18 @@ class Bench:
             yield sim, env, first
         finally:
             sim.stop()
+
+    @contextmanager
+    def companion(self) -> Iterator[Bench]:
+        """A second bench with a Redis of its own (its own log directory), adding to the same
+        figures: a data set that runs beside this one's."""
+        workdir = self.workdir / f"companion-{time.monotonic_ns()}"
+        workdir.mkdir()
+        redis_server = RedisServer(workdir).start()
+        try:
+            yield Bench(self.options, workdir, redis_server, self.figures)
+        finally:
+            redis_server.stop()
 
     @contextmanager
     def server(self, name: str, argv: list[str], env: dict[str, str]) -> Iterator[HTTPServer]:
@@ -342,19 +354,41 @@ def _put_in_review(bench: Bench, server: HTTPServer, count: int) -> int:
 
 def backlog_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str],
                    issues: int) -> None:
+    """Claim rate on one data set, with and without serve's poller (see backlog_comparison
+    for the two data sets the issue compares)."""
+    backlog_comparison([(bench, sim, env, issues)])
+
+
+def backlog_comparison(stacks: list[tuple[Bench, SimulatorProcess, dict[str, str], int]]
+                       ) -> None:
+    """Claim rate against the backlog, one row per data set and poller setting. Each stack
+    (its own Redis, simulator and data set) gets a serve of its own, all running at once, and
+    their load runs alternate, the order rotating each repetition: the machine's drift hits
+    every data set alike (run one after the other, the first data set ran on a quieter
+    machine than the last)."""
     # With and without serve's poller: the claim script's cost and the upkeep sharing
     # the machine grow differently with the backlog.
-    in_review = 0
     for poller in ("on", "off"):
-        with bench.serve(env, 1, GITHUB_BROKER_SERVER__RUN_POLLER=str(poller == "on").lower()
-                         ) as server:
-            if poller == "on":
-                in_review = _put_in_review(bench, server, IN_REVIEW)
-            runs = [bench.load(server, sim, "claim-abandon")
-                    for _ in range(bench.options.repeats)]
-        bench.add("backlog", {**aggregate(runs), "open_issues": issues, "poller": poller,
-                              "in_review": in_review,
-                              "reproduce": bench.options.reproduce("backlog")})
+        with ExitStack() as started:
+            servers = [
+                started.enter_context(bench.serve(
+                    env, 1, GITHUB_BROKER_SERVER__RUN_POLLER=str(poller == "on").lower()))
+                for bench, _, env, _ in stacks
+            ]
+            in_review = [
+                _put_in_review(bench, server, IN_REVIEW) if poller == "on" else 0
+                for (bench, *_), server in zip(stacks, servers, strict=True)
+            ]
+            runs: list[list[dict[str, Any]]] = [[] for _ in stacks]
+            order = list(range(len(stacks)))
+            for repeat in range(stacks[0][0].options.repeats):
+                for i in rotated(order, repeat):
+                    bench, sim, _, _ = stacks[i]
+                    runs[i].append(bench.load(servers[i], sim, "claim-abandon"))
+        for (bench, _, _, issues), rows, review in zip(stacks, runs, in_review, strict=True):
+            bench.add("backlog", {**aggregate(rows), "open_issues": issues, "poller": poller,
+                                  "in_review": review,
+                                  "reproduce": bench.options.reproduce("backlog")})
 
 
 # --- the big data set: throughput, the largest backlog, the profile -----------------------

@@ -37,7 +37,7 @@ if rid ~= '' then handout_key = C.handout .. agent .. ':' .. rid end
 local function granted(n, task_id, tok, expires, settled_n, raw)
   if handout_key then
     redis.call('SET', handout_key, cjson.encode({n = tonumber(n), task_id = task_id, token = tok}),
-      'PX', C.lease_ms)
+      'PX', C.lease_ms_arg)
   end
   raw = raw or redis.call('HGET', C.K.tasks, task_id)
   local role, pr, branch = '', '', ''
@@ -189,16 +189,16 @@ local task_type = string.match(best_id, '^(%a+):')
 local raw = best_raw
 local _, _, _, _, _, branch = task_fields(raw)
 local expires = start_lease(C, n, agent, token, task_type, now, now)
-redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
+redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s_arg)
 redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
   issue = tonumber(n), agent_id = agent, task_type = task_type, status = 'assigned',
-  claimed_ms = now, token = token}), 'EX', C.cand_s)
+  claimed_ms = now, token = token}), 'EX', C.cand_s_arg)
 unready(C.K.tasks, C.K.ready, C.ready_role, best_id, raw)
 want_labels(C.K.intent, C.K.outbox, n, {C.in_progress, agent}, {}, now)
 timeline(C, 'claim', n, agent, best_id)
 if task_type == 'development' and branch ~= '' then
   local job = 'branch:' .. n
   redis.call('HSET', C.K.outbox_data, job, cjson.encode({branch = branch, base = base_branch}))
-  redis.call('ZADD', C.K.outbox, now, job)
+  redis.call('ZADD', C.K.outbox, arg(now), job)
 end
 return granted(n, best_id, token, expires, settled_n, raw)

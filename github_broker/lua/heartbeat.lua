@@ -8,8 +8,9 @@ local now = now_ms()
 local refusal = lease_refusal(C, n, agent, token, now)
 if refusal then return {0, refusal} end
 local expires = now + C.lease_ms
-redis.call('PEXPIRE', C.lock .. n, C.lease_ms)
-redis.call('HSET', C.lease .. n, 'expires_ms', expires)
-redis.call('ZADD', C.K.leases, expires, n)
-redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s)
+local expires_arg = arg(expires)
+redis.call('PEXPIRE', C.lock .. n, C.lease_ms_arg)
+redis.call('HSET', C.lease .. n, 'expires_ms', expires_arg)
+redis.call('ZADD', C.K.leases, expires_arg, n)
+redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s_arg)
 return {1, expires}

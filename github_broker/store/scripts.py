@@ -35,8 +35,15 @@ def _lua_literal(value: Any) -> str:
 def context_prelude(context: dict[str, Any]) -> str:
     """Lua source defining `base_context()`: the repository's constant context (key
     prefixes, label names, times), compiled into its scripts instead of sent with each call."""
-    fields = ", ".join(f"{name} = {_lua_literal(v)}" for name, v in context.items())
-    return f"local function base_context() return {{{fields}}} end\n"
+    fields = [f"{name} = {_lua_literal(v)}" for name, v in context.items()]
+    # An integer also as the text a command takes (`<name>_arg`): Redis formats a number
+    # argument of redis.call with "%.17g" on every call, about 0.8 µs each.
+    fields += [
+        f"{name}_arg = {_lua_literal(str(v))}"
+        for name, v in context.items()
+        if isinstance(v, int) and not isinstance(v, bool)
+    ]
+    return f"local function base_context() return {{{', '.join(fields)}}} end\n"
 
 
 class Scripts:
