@@ -62,6 +62,8 @@ class Daemon:
         #: Repositories this process marked sync:failing (cleared after a good pass).
         self._marked_failing: set[str] = set()
         self._quota_published_s = 0.0
+        #: The redis-server whose data this process last checked (see _forget_stale_data).
+        self._server_id: str | None = None
         # A loss-triggered rebuild and the scheduled pass must not run two syncs at once.
         self._sync_lock = asyncio.Lock()
         self.scheduler: AsyncIOScheduler | None = None
@@ -115,6 +117,8 @@ class Daemon:
         interval, since agents are told to retry until the mirror is rebuilt."""
         if not self.is_leader or self._sync_lock.locked():
             return
+        async with self._sync_lock:
+            await self._forget_stale_data()
         lost = []
         for repo in self.settings.repositories:
             if time.time() < self._not_before.get(repo.full_name, 0.0):
@@ -134,6 +138,7 @@ class Daemon:
                 await self._sync_repo(repo)
 
     async def _sync_all(self) -> None:
+        await self._forget_stale_data()
         for repo in self.settings.repositories:
             name = repo.full_name
             if await self._sync_due(repo):
@@ -144,6 +149,40 @@ class Daemon:
                 f"reviews:{name}", f"review upkeep of {name}", partial(self.reviews.run, repo)
             )
         await self._publish_quota()
+
+    async def _forget_stale_data(self) -> None:
+        """Redis restarted with data (loaded from its persistence file) or failed over to a
+        replica: that data may be older than GitHub (leases ended since look live, label
+        writes applied since are queued again), so each repository's is dropped and the
+        mirror rebuilt from GitHub, as after a total loss (`redis.rebuild_after_restart`).
+        Run before a sync or a drain touches the data; one INFO call while the server is
+        the one last checked."""
+        if not self.settings.redis.rebuild_after_restart:
+            return
+        try:
+            run_id = await self.store.server_id()
+            if run_id is None or run_id == self._server_id:
+                return
+            for repo in self.settings.repositories:
+                if await self.store.repo(repo.full_name).check_server(run_id):
+                    logger.warning(
+                        "Redis restarted with earlier data (a persistence file, a replica): "
+                        "the mirror of %s may be older than GitHub; dropped, rebuilding it "
+                        "from GitHub",
+                        repo.full_name,
+                    )
+            self._server_id = run_id
+        except BrokerError as e:
+            logger.warning("could not check which Redis server holds the data: %s", e)
+
+    async def _server_changed(self) -> bool:
+        """Whether Redis restarted (or failed over) since _forget_stale_data last checked."""
+        if not self.settings.redis.rebuild_after_restart or self._server_id is None:
+            return False
+        try:
+            return await self.store.server_id() not in (None, self._server_id)
+        except BrokerError:
+            return False  # the drain meets the same error and says so
 
     async def _sync_repo(self, repo: Repository) -> None:
         """One guarded sync pass; records in Redis whether the repository's sync keeps
@@ -212,6 +251,8 @@ class Daemon:
         if not self.is_leader:
             return
         await self.rebuild_if_lost()
+        if await self._server_changed():
+            return  # a sync holds the data: it checks it first, and no write leaves before
         for repo in self.settings.repositories:
             try:
                 await self.drainer.drain(repo)

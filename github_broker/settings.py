@@ -145,6 +145,12 @@ class RedisSettings(_Section):
     socket_timeout_s: float = Field(2.0, gt=0)
     #: Seconds to open a connection to Redis.
     connect_timeout_s: float = Field(1.0, gt=0)
+    #: After Redis restarted with data (loaded from its RDB or AOF file) or failed over to a
+    #: replica, that data may be older than GitHub: leases ended since look live, queued
+    #: label writes since applied come back. With this on, the poller's leader drops each
+    #: repository's data and rebuilds it from GitHub, as after a total loss. Turn it off only
+    #: with `appendfsync always` and no failover.
+    rebuild_after_restart: bool = True
 
 
 class PollSettings(_Section):

@@ -475,9 +475,29 @@ local function readopt(C, n, agent, token, now)
   return true
 end
 
+-- Redis restarted with data from before (its persistence file, a replica) and the leader has
+-- not checked it yet (store/mirror.py check_server drops it and rebuilds from GitHub): a lease
+-- that data does not know may well be live on GitHub. Only asked on the way to a refusal:
+-- INFO is not cheap. False where INFO is not served (fakeredis) or nothing was recorded.
+local function server_changed(C)
+  local recorded = redis.call('GET', C.server)
+  if not recorded then return false end
+  local info = redis.pcall('INFO', 'server')
+  if type(info) ~= 'string' then return false end
+  local run_id = string.match(info, 'run_id:(%x+)')
+  return run_id ~= nil and run_id ~= recorded
+end
+
 -- Check that `token` is the live lease of `agent` on issue n.
 -- Returns nil when it is, else the reason the caller gets with its 409.
+local lease_refusal_of
 local function lease_refusal(C, n, agent, token, now)
+  local reason = lease_refusal_of(C, n, agent, token, now)
+  if reason and reason ~= 'rebuilding' and server_changed(C) then return 'rebuilding' end
+  return reason
+end
+
+lease_refusal_of = function(C, n, agent, token, now)
   local h = redis.call('HMGET', C.lease .. n, 'agent', 'token')
   local ended = redis.call('GET', C.tomb .. token)
   if h[2] == ADOPTED and h[1] == agent and not ended and redis.call('EXISTS', C.lock .. n) == 1 then

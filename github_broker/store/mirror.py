@@ -113,6 +113,52 @@ class IssueMirror(RepoBase):
         """Whether a complete sync pass has rebuilt the mirror since Redis last lost it."""
         return bool(await awaited(self.client.exists(self.keys.mirror)))
 
+    async def check_server(self, run_id: str) -> bool:
+        """Record that this repository's data lives on the redis-server `run_id`. If it was
+        last checked on another server (Redis restarted and loaded a persistence file, or
+        failed over to a replica), the data may be older than GitHub: all of it is dropped,
+        the mirror marker first (claims answer 'rebuilding' from then on), so that the leader
+        rebuilds it from GitHub as after a total loss. The old server's id stays until every
+        other key is gone: a drop cut short is taken up again by the next check. True if
+        dropped."""
+        recorded = await self._recorded_server()
+        if recorded == run_id:
+            return False
+        if recorded is not None:
+            await self._forget_mirror()
+            cursor = 0
+            while True:  # one bounded call per page: a large mirror outlasts one call's bound
+                cursor = await self._drop_page(cursor)
+                if cursor == 0:
+                    break
+        await self._record_server(run_id)
+        return recorded is not None
+
+    @translate_errors
+    async def _recorded_server(self) -> str | None:
+        raw = await awaited(self.client.get(self.keys.server))
+        return as_text(raw) if raw is not None else None
+
+    @translate_errors
+    async def _record_server(self, run_id: str) -> None:
+        await self.client.set(self.keys.server, run_id)
+
+    @translate_errors
+    async def _forget_mirror(self) -> None:
+        await self.client.delete(self.keys.mirror)
+
+    @translate_errors
+    async def _drop_page(self, cursor: int) -> int:
+        """Delete one SCAN page of this repository's keys (they share its prefix), all but
+        the server id; returns the next cursor (0: done)."""
+        pattern = _glob_escape(self.keys.base) + "*"
+        cursor, keys = await self.client.scan(cursor, match=pattern, count=1000)
+        server = self.keys.server.encode()
+        doomed = [k for k in keys if (k if isinstance(k, bytes) else k.encode()) != server]
+        if doomed:
+            await self.client.unlink(*doomed)
+        return int(cursor)
+
     @translate_errors
     async def sync_pages(self) -> dict[str, str]:
         raw = await awaited(self.client.hgetall(self.keys.sync_pages))
@@ -160,3 +206,8 @@ class IssueMirror(RepoBase):
     async def skipped(self) -> dict[int, SkipReason]:
         raw = await awaited(self.client.hgetall(self.keys.skipped))
         return {int(k): SkipReason.model_validate_json(v) for k, v in raw.items()}
+
+
+def _glob_escape(text: str) -> str:
+    """`text` matched literally by a Redis SCAN MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -85,6 +85,7 @@ class RepoStore(IssueMirror, LeaseRegistry, ReviewStore, WriteQueue, WebhookQueu
             "cooldown_s": settings.failures.cooldown_s,
             "fence": keys.fence,
             "mirror": keys.mirror,
+            "server": keys.server,
             "orphans": keys.orphans,
             "outbox_taken": keys.outbox_taken,
             "sync": keys.sync,

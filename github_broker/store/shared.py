@@ -111,6 +111,17 @@ class Store:
             raise StoreUnavailable(f"Redis unavailable: {e}") from e
 
     @translate_errors
+    async def server_id(self) -> str | None:
+        """The run_id of the redis-server answering (a new one after every restart), or None
+        where INFO does not tell one (fakeredis; Redis Cluster, whose nodes each have one)."""
+        try:
+            info = await self.client.info("server")
+        except redis.exceptions.ResponseError:
+            return None
+        run_id = info.get("run_id") if isinstance(info, dict) else None
+        return str(run_id) if isinstance(run_id, str) and run_id else None
+
+    @translate_errors
     async def leader(self, candidate: str, ttl_ms: int, *, release: bool = False) -> int:
         """acquire: the caller's leader epoch (> 0) while it leads, else 0; release: 1 when
         the caller held the lease and gave it up."""
