@@ -59,10 +59,11 @@ Added by this project (no TTL unless said):
                                  write queue; scripts refuse a caller with a lower one
 ``mirror``               string  the time (ms) a complete sync pass finished: the mirror is
                                  rebuilt (gone after Redis lost its data)
-``server``               string  run_id of the redis-server that this repository's data was
-                                 last checked on: another one (a restart that loaded a
-                                 persistence file, a failover) means the data may be older
-                                 than GitHub, and the leader rebuilds it from GitHub
+``server``               string  "<run_id> <mark>": the redis-server this repository's data
+                                 was last checked on, and the mark the leader wrote then.
+                                 Another server (a restart that loaded a persistence file, a
+                                 failover) and not the leader's last mark: the data may be
+                                 older than GitHub, and the leader rebuilds it from GitHub
 ``sync:failing``         string  why the leader's sync of this repository keeps failing (404,
                                  403, ...); set while it fails, gone after a successful pass or
                                  the TTL. With several repositories, one whose mirror is not

@@ -62,8 +62,10 @@ class Daemon:
         #: Repositories this process marked sync:failing (cleared after a good pass).
         self._marked_failing: set[str] = set()
         self._quota_published_s = 0.0
-        #: The redis-server whose data this process last checked (see _forget_stale_data).
+        #: The redis-server whose data this process last checked, and the mark it wrote per
+        #: repository then (see _forget_stale_data).
         self._server_id: str | None = None
+        self._marks: dict[str, str] = {}
         # A loss-triggered rebuild and the scheduled pass must not run two syncs at once.
         self._sync_lock = asyncio.Lock()
         self.scheduler: AsyncIOScheduler | None = None
@@ -155,22 +157,29 @@ class Daemon:
         replica: that data may be older than GitHub (leases ended since look live, label
         writes applied since are queued again), so each repository's is dropped and the
         mirror rebuilt from GitHub, as after a total loss (`redis.rebuild_after_restart`).
-        Run before a sync or a drain touches the data; one INFO call while the server is
-        the one last checked."""
+        Kept when it holds the mark this process wrote at its last check (a graceful
+        restart's save under a running leader). Run before a sync or a drain touches the
+        data: one INFO call, and one mark written per repository."""
         if not self.settings.redis.rebuild_after_restart:
             return
         try:
             run_id = await self.store.server_id()
-            if run_id is None or run_id == self._server_id:
+            if run_id is None:
                 return
             for repo in self.settings.repositories:
-                if await self.store.repo(repo.full_name).check_server(run_id):
+                name = repo.full_name
+                mark = f"{self.id}:{time.time_ns()}"
+                last = self._marks.get(name)
+                if await self.store.repo(name).check_server(run_id, mark, last):
                     logger.warning(
                         "Redis restarted with earlier data (a persistence file, a replica): "
                         "the mirror of %s may be older than GitHub; dropped, rebuilding it "
                         "from GitHub",
-                        repo.full_name,
+                        name,
                     )
+                elif self._server_id not in (None, run_id):
+                    logger.info("Redis restarted with the data of %s up to date: kept", name)
+                self._marks[name] = mark
             self._server_id = run_id
         except BrokerError as e:
             logger.warning("could not check which Redis server holds the data: %s", e)

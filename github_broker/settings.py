@@ -148,7 +148,8 @@ class RedisSettings(_Section):
     #: After Redis restarted with data (loaded from its RDB or AOF file) or failed over to a
     #: replica, that data may be older than GitHub: leases ended since look live, queued
     #: label writes since applied come back. With this on, the poller's leader drops each
-    #: repository's data and rebuilds it from GitHub, as after a total loss. Turn it off only
+    #: repository's data and rebuilds it from GitHub, as after a total loss, unless the data
+    #: holds the mark that leader wrote last (a graceful restart's save). Turn it off only
     #: with `appendfsync always` and no failover.
     rebuild_after_restart: bool = True
 

@@ -12,6 +12,7 @@ a total loss: the agent keeps the task GitHub says it holds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -149,12 +150,54 @@ def test_restart_from_an_older_snapshot_rebuilds_from_github_and_keeps_the_agent
             broker.stop()
 
 
+@pytest.mark.slow
+def test_graceful_restart_under_a_running_leader_keeps_the_data(
+    persistent_redis: PersistentRedis, tmp_path: Path
+) -> None:
+    """SHUTDOWN SAVE, then a restart: the file holds the leader's last mark, so the data is
+    current and kept (no rebuild, the lease and its agent's token stay valid)."""
+    with simulated(generate_issues(4, priorities=("P1",))) as sim:
+        env = broker_env(persistent_redis.url, sim.base_url, REPO)
+        broker = BrokerProcess(env, tmp_path, "b0").start()
+        client = redis.Redis.from_url(persistent_redis.url)
+        try:
+            wait_for(lambda: client.zcard(KEYS.ready) == 4, 20, "the first sync")
+            task = post(broker.url, "/request-task", {"agent_id": "a1"}).json()
+            wait_for(lambda: client.get(KEYS.server) is not None, 10, "the leader's check")
+            time.sleep(1)  # a few checks: the mark moves on
+            first_event = client.xrange(KEYS.timeline, count=1)[0][0]
+            with contextlib.suppress(redis.ConnectionError):
+                client.shutdown(save=True)
+            assert persistent_redis.proc is not None
+            persistent_redis.proc.wait(timeout=10)
+            client.close()
+            persistent_redis.start()
+            client = redis.Redis.from_url(persistent_redis.url)
+            heartbeat = {"agent_id": "a1", "token": task["lease"]["token"]}
+            path = f"/tasks/acme/widgets/{task['issue_id']}/heartbeat"
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:  # several of the leader's checks
+                assert client.exists(KEYS.mirror) == 1, "the data was dropped"
+                answer = post(broker.url, path, heartbeat)
+                assert answer.status_code in (200, 503), answer.text
+                time.sleep(0.2)
+            assert post(broker.url, path, heartbeat).status_code == 200
+            assert [int(n) for n in client.zrange(KEYS.leases, 0, -1)] == [task["issue_id"]]
+            # The data from before the restart is still there (a rebuild starts anew).
+            assert client.xrange(KEYS.timeline, count=1)[0][0] == first_event
+            assert "up to date: kept" in broker.log_path.read_text()
+        finally:
+            client.close()
+            broker.stop()
+
+
 @pytest.mark.anyio
 async def test_data_checked_on_another_server_is_dropped_for_that_repository_only(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
     """check_server: the first check records the server; the same server keeps everything;
-    another one drops every key of the repository (and only of it), then records the new
+    another one keeps it too when the data holds the checker's last mark (saved after it),
+    and otherwise drops every key of the repository (and only of it), then records the new
     server. A repository with nothing recorded yet (data from before this check existed)
     keeps its data."""
     settings = make_settings(redis={"url": redis_url}, repositories=["acme/widgets", "acme/other"])
@@ -167,15 +210,20 @@ async def test_data_checked_on_another_server_is_dropped_for_that_repository_onl
         await client.zadd(widgets.keys.leases, {"1": 1})
         await client.set(other.keys.mirror, "1")
         assert await store.server_id() is not None
-        assert not await widgets.check_server("server-a")  # recorded, nothing dropped
-        assert not await widgets.check_server("server-a")
+        assert not await widgets.check_server("aaaa", "m1", None)  # recorded, nothing dropped
+        assert not await widgets.check_server("aaaa", "m2", "m1")
+        # Another server, but the data holds the last mark: saved after it, kept.
+        assert not await widgets.check_server("bbbb", "m3", "m2")
         assert await client.exists(widgets.keys.mirror, widgets.keys.leases) == 2
-        assert await widgets.check_server("server-b")
+        # Another server and an older mark (or no memory of one): dropped.
+        assert await widgets.check_server("cccc", "m4", "m9")
         left = [k async for k in client.scan_iter(match=widgets.keys.base + "*")]
         assert left == [widgets.keys.server.encode()]
-        assert await client.get(widgets.keys.server) == b"server-b"
+        assert await client.get(widgets.keys.server) == b"cccc m4"
         assert await client.exists(other.keys.mirror) == 1  # another repository's data stays
-        assert not await other.check_server("server-b")  # nothing recorded: kept, recorded
+        assert not await other.check_server("cccc", "m5", None)  # nothing recorded: kept
         assert await client.exists(other.keys.mirror) == 1
+        await client.set(other.keys.server, "dddd m5")
+        assert await other.check_server("cccc", "m6", None)
     finally:
         await store.close()

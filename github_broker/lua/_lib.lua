@@ -485,7 +485,7 @@ local function server_changed(C)
   local info = redis.pcall('INFO', 'server')
   if type(info) ~= 'string' then return false end
   local run_id = string.match(info, 'run_id:(%x+)')
-  return run_id ~= nil and run_id ~= recorded
+  return run_id ~= nil and run_id ~= string.match(recorded, '^(%x+)')
 end
 
 -- Check that `token` is the live lease of `agent` on issue n.

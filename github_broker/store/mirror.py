@@ -113,35 +113,43 @@ class IssueMirror(RepoBase):
         """Whether a complete sync pass has rebuilt the mirror since Redis last lost it."""
         return bool(await awaited(self.client.exists(self.keys.mirror)))
 
-    async def check_server(self, run_id: str) -> bool:
-        """Record that this repository's data lives on the redis-server `run_id`. If it was
-        last checked on another server (Redis restarted and loaded a persistence file, or
-        failed over to a replica), the data may be older than GitHub: all of it is dropped,
-        the mirror marker first (claims answer 'rebuilding' from then on), so that the leader
-        rebuilds it from GitHub as after a total loss. The old server's id stays until every
-        other key is gone: a drop cut short is taken up again by the next check. True if
-        dropped."""
+    async def check_server(self, run_id: str, mark: str, last_mark: str | None) -> bool:
+        """Record that this repository's data lives on the redis-server `run_id`, with a new
+        `mark`. If it was last checked on another server (Redis restarted and loaded a
+        persistence file, or failed over to a replica), the data may be older than GitHub,
+        unless it holds `last_mark`, the mark this process wrote at its last check: then the
+        file was written after it (a shutdown's save, `appendfsync always`) and the data is
+        kept. Otherwise all of it is dropped, the mirror marker first (claims answer
+        'rebuilding' from then on), so that the leader rebuilds it from GitHub as after a
+        total loss. The old record stays until every other key is gone: a drop cut short is
+        taken up again by the next check. True if dropped."""
         recorded = await self._recorded_server()
-        if recorded == run_id:
-            return False
-        if recorded is not None:
+        stale = (
+            recorded is not None
+            and recorded[0] != run_id
+            and (last_mark is None or recorded[1] != last_mark)
+        )
+        if stale:
             await self._forget_mirror()
             cursor = 0
             while True:  # one bounded call per page: a large mirror outlasts one call's bound
                 cursor = await self._drop_page(cursor)
                 if cursor == 0:
                     break
-        await self._record_server(run_id)
-        return recorded is not None
+        await self._record_server(run_id, mark)
+        return stale
 
     @translate_errors
-    async def _recorded_server(self) -> str | None:
+    async def _recorded_server(self) -> tuple[str, str] | None:
         raw = await awaited(self.client.get(self.keys.server))
-        return as_text(raw) if raw is not None else None
+        if raw is None:
+            return None
+        run_id, _, mark = as_text(raw).partition(" ")
+        return run_id, mark
 
     @translate_errors
-    async def _record_server(self, run_id: str) -> None:
-        await self.client.set(self.keys.server, run_id)
+    async def _record_server(self, run_id: str, mark: str) -> None:
+        await self.client.set(self.keys.server, f"{run_id} {mark}")
 
     @translate_errors
     async def _forget_mirror(self) -> None:
