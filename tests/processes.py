@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import redis
 import requests
@@ -137,6 +138,11 @@ def broker_env(redis_url: str, github_url: str, repositories: str, **extra: str)
     }
     env.update(extra)
     return env
+
+
+def post(url: str, path: str, body: dict[str, Any]) -> requests.Response:
+    """POST `body` as JSON to `path` of the broker at `url`."""
+    return requests.post(f"{url}{path}", json=body, timeout=10)
 
 
 def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -14,17 +14,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
-import requests
 
 from github_broker.keys import RepoKeys
 from github_broker.models import Outcome, Task
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
-from tests.processes import BrokerProcess, broker_env, start_all, wait_for
+from tests.processes import BrokerProcess, broker_env, post, start_all, wait_for
 from tests.world import World, running_world, simulated
 
 REPO = "acme/widgets"
@@ -201,10 +199,6 @@ def leases_by_agent(client: redis.Redis) -> dict[str, list[int]]:
         if agent is not None and locked:
             held.setdefault(agent.decode(), []).append(n)
     return held
-
-
-def post(url: str, path: str, body: dict[str, Any]) -> requests.Response:
-    return requests.post(f"{url}{path}", json=body, timeout=10)
 
 
 @pytest.mark.slow

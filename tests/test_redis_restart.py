@@ -19,18 +19,16 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
-import requests
 
 from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
 from github_broker.simulator import generate_issues
 from github_broker.store import Store
 from tests.conftest import _redis_exe, free_port
-from tests.processes import BrokerProcess, broker_env, wait_for
+from tests.processes import BrokerProcess, broker_env, post, wait_for
 from tests.world import simulated
 
 REPO = "acme/widgets"
@@ -81,10 +79,6 @@ def persistent_redis(tmp_path: Path) -> Iterator[PersistentRedis]:
     if server.proc is not None and server.proc.poll() is None:
         server.proc.terminate()
         server.proc.wait(timeout=10)
-
-
-def post(url: str, path: str, body: dict[str, Any]) -> requests.Response:
-    return requests.post(f"{url}{path}", json=body, timeout=10)
 
 
 @pytest.mark.slow
