@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class TaskType(StrEnum):
@@ -183,3 +185,19 @@ class Event(BaseModel):
     issue: int | None = None
     agent: str = ""
     detail: str = ""
+
+
+def constructed(cls: type[M], fields: dict[str, Any]) -> M:
+    """`cls.model_construct(**fields)` for values that are already valid and name every
+    field: what `model_construct` leaves behind (the values as `__dict__`, every field set, no
+    extra or private values) without its per-field loop, about a quarter of its time. For
+    models without aliases, private attributes or `model_post_init` (checked in the tests)."""
+    model = cls.__new__(cls)
+    _setattr(model, "__dict__", fields)
+    _setattr(model, "__pydantic_fields_set__", set(fields))
+    _setattr(model, "__pydantic_extra__", None)
+    _setattr(model, "__pydantic_private__", None)
+    return model
+
+
+_setattr = object.__setattr__

@@ -11,7 +11,15 @@ from github_broker.clock import iso_from_ms
 from github_broker.errors import InvalidRequest, LeaseError, MirrorRebuilding, NotFound
 from github_broker.events import ReadyWaker
 from github_broker.logs import log_fields
-from github_broker.models import Claimed, LeaseGrant, NoTask, Outcome, ReviewComment, Task
+from github_broker.models import (
+    Claimed,
+    LeaseGrant,
+    NoTask,
+    Outcome,
+    ReviewComment,
+    Task,
+    constructed,
+)
 from github_broker.prompts import Prompts
 from github_broker.rules import Rules
 from github_broker.settings import Settings
@@ -61,6 +69,8 @@ class TaskService:
         self.prompts = prompts
         self.waker = waker
         self.role_descriptions = {a.role: a.description for a in settings.agents}
+        #: repository -> its configured base branch ("" or absent: the default branch).
+        self._configured_base = {r.full_name: r.base_branch for r in settings.repositories}
         self._base_branches: dict[str, tuple[str, float]] = {}
         self._base_branch_locks: dict[str, asyncio.Lock] = {}
         self.rules = Rules(settings)
@@ -277,25 +287,32 @@ class TaskService:
         }
         # Every field comes from already-validated models: construct, don't re-validate
         # (this runs once per claim, on the hot path).
-        return Task.model_construct(
-            issue_id=issue.number,
-            issue_url=issue.html_url,
-            title=issue.title,
-            body=issue.body,
-            labels=issue.labels,
-            branch_name=claimed.branch,
-            prompt=self.prompts.render(claimed.task_type, values),
-            required_role=claimed.role,
-            task_type=claimed.task_type,
-            repository=claimed.repository,
-            base_branch=base,
-            pr_url=payload.get("pr_url") or None,
-            review_comments=comments,
-            lease=LeaseGrant.model_construct(
-                token=claimed.token,
-                expires_at=iso_from_ms(claimed.expires_ms),
-                heartbeat_interval_s=self.heartbeat_interval_s,
-            ),
+        lease = constructed(
+            LeaseGrant,
+            {
+                "token": claimed.token,
+                "expires_at": iso_from_ms(claimed.expires_ms),
+                "heartbeat_interval_s": self.heartbeat_interval_s,
+            },
+        )
+        return constructed(
+            Task,
+            {
+                "issue_id": issue.number,
+                "issue_url": issue.html_url,
+                "title": issue.title,
+                "body": issue.body,
+                "labels": issue.labels,
+                "branch_name": claimed.branch,
+                "prompt": self.prompts.render(claimed.task_type, values),
+                "required_role": claimed.role,
+                "task_type": claimed.task_type,
+                "repository": claimed.repository,
+                "base_branch": base,
+                "pr_url": payload.get("pr_url") or None,
+                "review_comments": comments,
+                "lease": lease,
+            },
         )
 
     @property
@@ -304,10 +321,10 @@ class TaskService:
         return max(1, self.settings.leases.lease_ttl_s // 3)
 
     async def base_branch(self, rstore: RepoStore) -> str:
-        repo = self.settings.repository(rstore.repository)
-        if repo is not None and repo.base_branch:
-            return repo.base_branch
         name = rstore.repository
+        configured = self._configured_base.get(name)
+        if configured:
+            return configured
         cached = self._base_branches.get(name)
         if cached and cached[1] > time.monotonic():
             return cached[0]

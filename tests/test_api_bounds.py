@@ -582,6 +582,11 @@ def test_hot_path_answers_status_as_the_declared_route(
         c.app.hot = None  # type: ignore[attr-defined]
         declared = c.post("/request-task", content=body, headers=headers)
     assert hot.status_code == declared.status_code, (case, hot.text, declared.text)
+    # The same headers (a 204 has no body and no length; a 200 its JSON type and length).
+    assert sorted(hot.headers) == sorted(declared.headers), (case, hot.headers, declared.headers)
+    if hot.status_code == 200:
+        assert hot.headers["content-type"] == declared.headers["content-type"]
+        assert int(hot.headers["content-length"]) == len(hot.content)
     if hot.status_code >= 400:
         assert hot.json()["detail"] and declared.json()["detail"]
         assert hot.headers["content-type"] == declared.headers["content-type"]

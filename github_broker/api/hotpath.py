@@ -84,16 +84,18 @@ class HotPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
-            response = await self._answer(request, scope["app"].state.services)
-        except BrokerError as e:
-            response = await errors.broker_error(request, e)
-        except RequestValidationError as e:
-            response = await errors.validation_error(request, e)
-        except Exception as e:  # the same last resort as FastAPI's handler: logged, a 500
-            response = await errors.unexpected_error(request, e)
-        await response(scope, receive, send)
+            content = await self._answer(request, scope["app"].state.services)
+        except Exception as e:
+            response = await _error_response(request, e)
+            await response(scope, receive, send)
+            return
+        if content is None:  # as Starlette's Response(status_code=204): no body, no length
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+        else:
+            await _send_json(send, content)
 
-    async def _answer(self, request: Request, svc: Any) -> Any:
+    async def _answer(self, request: Request, svc: Any) -> bytes | None:
         if not _json_content(request):
             message = "send the body as JSON (content-type: application/json)"
             raise RequestValidationError([{"loc": ("body",), "msg": message}])
@@ -124,10 +126,12 @@ def _json_content(request: Request) -> bool:
     """FastAPI's rule with `strict_content_type=False` (as `create_app` sets it): no
     content-type, or `application/json` or `application/<anything>+json` (the type read as
     `email.message` reads it: up to the first `;`, one `/`, case-insensitive)."""
-    value = request.headers.get("content-type")
-    if not value:
+    # The raw ASGI headers (names arrive lowercased), not Starlette's `Headers` mapping:
+    # building that costs more than this whole check, once per request.
+    raw = next((v for k, v in request.scope["headers"] if k == b"content-type"), None)
+    if not raw:
         return True
-    media = value.split(";", 1)[0].strip().lower()
+    media = raw.decode("latin-1").split(";", 1)[0].strip().lower()
     if media.count("/") != 1:
         return False  # email.message reads it as text/plain
     main, subtype = media.split("/")
@@ -156,22 +160,11 @@ class LeasePath:
         request = Request(scope, receive)
         try:
             payload = await self._answer(request, scope)
-            status, content = 200, payload.model_dump_json().encode()
         except Exception as e:
             response = await _error_response(request, e)
             await response(scope, receive, send)
             return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-length", str(len(content)).encode()),
-                    (b"content-type", b"application/json"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": content})
+        await _send_json(send, payload.model_dump_json().encode())
 
     async def _answer(self, request: Request, scope: Scope) -> BaseModel:
         params = scope["path_params"]
@@ -224,6 +217,21 @@ class LeasePath:
 
 
 _MISSING = object()
+
+
+async def _send_json(send: Send, content: bytes) -> None:
+    """A 200 with a JSON body, the headers as Starlette's `Response` writes them."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-length", str(len(content)).encode()),
+                (b"content-type", b"application/json"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": content})
 
 
 async def _error_response(request: Request, exc: Exception) -> Any:

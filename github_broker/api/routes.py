@@ -96,11 +96,15 @@ async def ready(svc: Services) -> JSONResponse:
 async def request_task(body: TaskRequest, request: Request, svc: Services) -> Any:
     """The next task for an agent (200), or none (204); a held task is settled first."""
     # Served by api/hotpath.py, which calls the same function; this route describes it.
-    return await answer_request_task(body, request, svc)
+    content = await answer_request_task(body, request, svc)
+    if content is None:
+        return Response(status_code=204)
+    return Response(content, media_type="application/json")
 
 
-async def answer_request_task(body: TaskRequest, request: Request, svc: Any) -> Response:
-    """Everything `POST /request-task` does once its body is parsed."""
+async def answer_request_task(body: TaskRequest, request: Request, svc: Any) -> bytes | None:
+    """Everything `POST /request-task` does once its body is parsed: the task's JSON (200),
+    or None (204)."""
     svc.auth.agent(request, body.agent_id)
     wait = min(body.wait_seconds, svc.settings.server.max_wait_s)
     task = await svc.tasks.request_task(
@@ -131,9 +135,9 @@ async def answer_request_task(body: TaskRequest, request: Request, svc: Any) -> 
         task = None
     svc.metrics.task_requests["none" if task is None else "task"] += 1
     if task is None:
-        return Response(status_code=204)
+        return None
     # Already a validated Task: serialise it once, skipping FastAPI's re-validation.
-    return Response(task.model_dump_json(), media_type="application/json")
+    return task.model_dump_json().encode()
 
 
 @router.post(

@@ -8,7 +8,15 @@ import secrets
 from typing import Any
 
 from github_broker.errors import MirrorRebuilding
-from github_broker.models import Claimed, Issue, LeaseInfo, LeaseRefusal, NoTask, TaskType
+from github_broker.models import (
+    Claimed,
+    Issue,
+    LeaseInfo,
+    LeaseRefusal,
+    NoTask,
+    TaskType,
+    constructed,
+)
 from github_broker.store.base import RepoBase
 from github_broker.store.connection import as_text, awaited, translate_errors
 
@@ -65,18 +73,24 @@ class LeaseRegistry(RepoBase):
                 settled_outcome=as_text(outcome) if as_text(settled) else None,
             )
         _, task_id, _n, tok, expires, issue, role, branch, settled, outcome, payload = res
-        return Claimed(
-            repository=self.repository,
-            task_id=as_text(task_id),
-            task_type=TaskType(as_text(task_id).split(":")[0]),
-            issue=Issue.model_validate_json(issue),
-            role=as_text(role),
-            branch=as_text(branch),
-            token=as_text(tok),
-            expires_ms=int(expires),
-            settled_issue=int(settled) if as_text(settled) else None,
-            settled_outcome=as_text(outcome) if as_text(settled) else None,
-            payload=json.loads(payload) if payload else None,
+        task_id = as_text(task_id)
+        # Every value is typed here (the issue validated from its JSON): no second validation
+        # of the whole (once per claim, on the hot path).
+        return constructed(
+            Claimed,
+            {
+                "repository": self.repository,
+                "task_id": task_id,
+                "task_type": TaskType(task_id.split(":")[0]),
+                "issue": Issue.model_validate_json(issue),
+                "role": as_text(role),
+                "branch": as_text(branch),
+                "token": as_text(tok),
+                "expires_ms": int(expires),
+                "settled_issue": int(settled) if as_text(settled) else None,
+                "settled_outcome": as_text(outcome) if as_text(settled) else None,
+                "payload": json.loads(payload) if payload else None,
+            },
         )
 
     @translate_errors
