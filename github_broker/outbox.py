@@ -75,13 +75,20 @@ class OutboxDrainer:
         """Apply due writes, batch after batch, until none is due or the time budget is spent."""
         report = DrainReport()
         started = time.monotonic()
+        # The epoch this drain started under, for every take and settle of it: the daemon
+        # sets self.epoch to 0 when it loses the lead, and a take without an epoch is not
+        # fenced and not noted for the next leader (a drain cut by a lost lead hid its jobs
+        # from the new leader for HIDE_MS).
+        epoch = self.epoch
+        if epoch <= 0 and self.still_leader is not None:
+            return report  # the daemon's drainer and not the leader (any more): not its turn
         try:
-            await self._release_in_hand(repo)
+            await self._release_in_hand(repo, epoch)
             while time.monotonic() - started < DRAIN_BUDGET_S:
                 if time.time() < self.paused_until_s:
                     report.paused_until_s = self.paused_until_s
                     break
-                taken = await self._drain_batch(repo, report, started + DRAIN_BUDGET_S)
+                taken = await self._drain_batch(repo, report, started + DRAIN_BUDGET_S, epoch)
                 if taken < DRAIN_BATCH:
                     break
         except Fenced:
@@ -90,12 +97,12 @@ class OutboxDrainer:
             raise
         return report
 
-    async def _release_in_hand(self, repo: Repository) -> None:
+    async def _release_in_hand(self, repo: Repository, epoch: int) -> None:
         """Jobs a drain cut short by a Redis error left taken: due at once, nothing lost."""
         left = self._in_hand.get(repo.full_name)
         if left:
             rstore = self.store.repo(repo.full_name)
-            await self._put_back(rstore, left, 0, hand=repo.full_name)
+            await self._put_back(rstore, left, 0, epoch, hand=repo.full_name)
         self._in_hand.pop(repo.full_name, None)
 
     async def _put_back(
@@ -103,35 +110,38 @@ class OutboxDrainer:
         rstore: RepoStore,
         jobs: list[tuple[str, str, int]],
         delay_ms: int,
+        epoch: int,
         hand: str | None = None,
     ) -> None:
         """Make `jobs` due again in `delay_ms`; with `hand` (a repository), each job leaves
         that repository's jobs in hand once Redis took it back."""
         for index, (job, payload, _) in enumerate(jobs):
             await rstore.outbox_done(
-                job, payload, retry_in_ms=delay_ms, attempted=False, epoch=self.epoch
+                job, payload, retry_in_ms=delay_ms, attempted=False, epoch=epoch
             )
             if hand is not None:
                 self._in_hand[hand] = jobs[index + 1 :]
 
-    async def _drain_batch(self, repo: Repository, report: DrainReport, deadline: float) -> int:
+    async def _drain_batch(
+        self, repo: Repository, report: DrainReport, deadline: float, epoch: int
+    ) -> int:
         rstore = self.store.repo(repo.full_name)
         due_ms = await rstore.outbox_due(DRAIN_BATCH)  # also spares an idle queue the script
-        jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS, epoch=self.epoch) if due_ms else []
+        jobs = await rstore.outbox_take(DRAIN_BATCH, HIDE_MS, epoch=epoch) if due_ms else []
         name = repo.full_name
         for index, (job, payload, attempts) in enumerate(jobs):
             # Not settled yet: this job and the rest (a Redis error below leaves them here).
             self._in_hand[name] = jobs[index:]
             if time.monotonic() > deadline:
                 # Out of time: the rest are due at once for the next drain, not failures.
-                await self._put_back(rstore, jobs[index:], 0, hand=name)
+                await self._put_back(rstore, jobs[index:], 0, epoch, hand=name)
                 return 0
             wait_s = self.gateway.writes.wait_s()
             if wait_s > 0:
                 # Paced (GitHub's secondary limit): wait for a write token while the budget
                 # allows, else the rest are due at once for the next drain.
                 if time.monotonic() + wait_s > deadline:
-                    await self._put_back(rstore, jobs[index:], 0, hand=name)
+                    await self._put_back(rstore, jobs[index:], 0, epoch, hand=name)
                     return 0
                 await asyncio.sleep(wait_s)
             if self.still_leader is not None and not await self.still_leader():
@@ -155,7 +165,7 @@ class OutboxDrainer:
                     self.paused_until_s = time.time() + backoff_ms(self._outages) / 1000
                 delay_ms = max(0, int((self.paused_until_s - time.time()) * 1000))
                 # Not the jobs' fault: none of them counts this toward being dropped.
-                await self._put_back(rstore, jobs[index:], delay_ms, hand=name)
+                await self._put_back(rstore, jobs[index:], delay_ms, epoch, hand=name)
                 report.paused_until_s = self.paused_until_s
                 report.retried += len(jobs) - index
                 logger.warning(
@@ -166,7 +176,7 @@ class OutboxDrainer:
                 logger.warning(
                     "dropping write %s on %s: %s", job, repo.full_name, e, extra=_fields(repo, job)
                 )
-                await rstore.outbox_done(job, payload, epoch=self.epoch)
+                await rstore.outbox_done(job, payload, epoch=epoch)
                 self._in_hand[name] = jobs[index + 1 :]
                 await rstore.record_write("dropped", job, str(e))
                 report.dropped += 1
@@ -180,13 +190,13 @@ class OutboxDrainer:
                         e,
                         extra=_fields(repo, job),
                     )
-                    await rstore.outbox_done(job, payload, epoch=self.epoch)
+                    await rstore.outbox_done(job, payload, epoch=epoch)
                     self._in_hand[name] = jobs[index + 1 :]
                     await rstore.record_write("dropped", job, str(e))
                     report.dropped += 1
                 else:
                     delay_ms = backoff_ms(attempts)
-                    await rstore.outbox_done(job, payload, retry_in_ms=delay_ms, epoch=self.epoch)
+                    await rstore.outbox_done(job, payload, retry_in_ms=delay_ms, epoch=epoch)
                     self._in_hand[name] = jobs[index + 1 :]
                     await rstore.record_write("refused", job, str(e))
                     report.retried += 1
@@ -200,7 +210,7 @@ class OutboxDrainer:
                         extra=_fields(repo, job),
                     )
             else:
-                left_queue = await rstore.outbox_done(job, payload, epoch=self.epoch)
+                left_queue = await rstore.outbox_done(job, payload, epoch=epoch)
                 self._in_hand[name] = jobs[index + 1 :]
                 if left_queue:
                     await rstore.record_write("applied", job, _describe(job, payload))
