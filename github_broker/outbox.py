@@ -75,13 +75,13 @@ class OutboxDrainer:
         """Apply due writes, batch after batch, until none is due or the time budget is spent."""
         report = DrainReport()
         started = time.monotonic()
-        # The epoch this drain started under, for every take and settle of it: the daemon
-        # sets self.epoch to 0 when it loses the lead, and a take without an epoch is not
-        # fenced and not noted for the next leader (a drain cut by a lost lead hid its jobs
-        # from the new leader for HIDE_MS).
+        # The epoch this drain started under, for every take and settle of it. A take
+        # without an epoch is neither fenced nor noted for the next leader: the daemon's
+        # drainer (still_leader set) never drains without one (a drain that did, after the
+        # lead was lost, hid its jobs from the new leader for HIDE_MS).
         epoch = self.epoch
         if epoch <= 0 and self.still_leader is not None:
-            return report  # the daemon's drainer and not the leader (any more): not its turn
+            return report
         try:
             await self._release_in_hand(repo, epoch)
             while time.monotonic() - started < DRAIN_BUDGET_S:

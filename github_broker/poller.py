@@ -97,8 +97,13 @@ class Daemon:
     def _set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self.is_leader = epoch > 0
-        self.syncer.epoch = epoch
-        self.drainer.epoch = epoch
+        if epoch > 0:
+            # Losing the lead leaves the last epoch with the syncer and the drainer: a pass
+            # still under way goes on fenced (refused once a newer leader raised the fence).
+            # Epoch 0 means unfenced (a one-off CLI sync): a sync page or a take written with
+            # it after the lead was lost would land whoever leads now.
+            self.syncer.epoch = epoch
+            self.drainer.epoch = epoch
 
     def _deposed(self, e: Fenced) -> None:
         logger.warning("%s is not the leader any more, its write was refused: %s", self.id, e)
@@ -281,11 +286,12 @@ class Daemon:
                 self._quota_published_s = quota.seen_s
 
     async def reap_all(self) -> None:
+        epoch = self.epoch  # kept for the whole sweep, as the syncer and drainer keep theirs
         if not self.is_leader:
             return
         for rstore in self.store.repos.values():
             try:
-                expired = await rstore.reap(epoch=self.epoch)
+                expired = await rstore.reap(epoch=epoch)
             except Fenced as e:
                 self._deposed(e)
                 return

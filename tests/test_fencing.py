@@ -11,6 +11,7 @@ from github_broker.errors import Fenced, LeaseError, MirrorRebuilding
 from github_broker.gateway import GitHubGateway
 from github_broker.models import Claimed, Outcome
 from github_broker.outbox import OutboxDrainer
+from github_broker.poller import Daemon
 from github_broker.rules import Rules
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
@@ -103,7 +104,7 @@ async def test_a_drain_after_the_lead_is_lost_hides_nothing_from_the_next_leader
     drainer.epoch = old
 
     async def deposed() -> bool:
-        drainer.epoch = 0  # as the daemon's hold_leadership does on losing the lead
+        drainer.epoch = 0  # as the daemon's hold_leadership did on losing the lead
         return False
 
     drainer.still_leader = deposed
@@ -121,6 +122,35 @@ async def test_a_drain_after_the_lead_is_lost_hides_nothing_from_the_next_leader
     retaken = await rstore.outbox_take(10, 60_000, epoch=new)
     assert {job for job, _, _ in retaken} == {"labels:1", "branch:1"}
     gateway.close()
+
+
+@pytest.mark.anyio
+async def test_a_deposed_daemon_keeps_its_epoch_so_work_under_way_stays_fenced(
+    store: Store,
+) -> None:
+    """A leader that finds out it lost the lead while a sync pass or a drain is under way:
+    that work must go on fenced. With epoch 0 (unfenced) its next page or take landed
+    whoever leads now."""
+    rstore = await seeded(store)
+    gateway = GitHubGateway(store.settings.github)
+    daemon = Daemon(store.settings, store, gateway)
+    try:
+        assert await daemon.hold_leadership()
+        old = daemon.epoch
+        await store.client.delete(store.global_keys.leader)  # it stalled past its TTL
+        new = await store.leader("other", 10_000)
+        await rstore.reap(epoch=new)  # the new leader's first sweep raises the fence
+        assert not await daemon.hold_leadership()
+        assert not daemon.is_leader
+        stale = [index_item(Rules(store.settings), issue(1, "P2"), "main")]
+        with pytest.raises(Fenced):  # the pass under way writes its next page
+            await rstore.sync_issues(stale, epoch=daemon.syncer.epoch)
+        with pytest.raises(Fenced):  # the drain under way takes its next batch
+            await rstore.outbox_take(10, 60_000, epoch=daemon.drainer.epoch)
+        assert old < new
+    finally:
+        await daemon.stop()
+        gateway.close()
 
 
 @pytest.mark.anyio
