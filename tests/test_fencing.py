@@ -92,9 +92,10 @@ async def test_a_deposed_leader_can_neither_sync_nor_settle_writes(store: Store)
 async def test_a_drain_after_the_lead_is_lost_hides_nothing_from_the_next_leader(
     store: Store,
 ) -> None:
-    """The daemon sets its drainer's epoch to 0 when it loses the lead, possibly while a drain
-    is starting. A take without an epoch is neither fenced nor noted for the next leader: the
-    jobs it hid stayed out of the new leader's sight for HIDE_MS (a flaky FLUSHALL test)."""
+    """The daemon used to set its drainer's epoch to 0 when it lost the lead, possibly while a
+    drain was starting. A take without an epoch is neither fenced nor noted for the next
+    leader: the jobs it hid stayed out of the new leader's sight for HIDE_MS (a flaky FLUSHALL
+    test). The drainer itself must refuse that, whoever sets its epoch."""
     rstore = await seeded(store)
     old = await store.leader("old", 10_000)
     claimed = await rstore.claim("a1", **CLAIM)  # queues the claim's labels and branch
@@ -109,19 +110,21 @@ async def test_a_drain_after_the_lead_is_lost_hides_nothing_from_the_next_leader
 
     drainer.still_leader = deposed
     repo = store.settings.repositories[0]
-    # The lead was lost just before the drain began (drain_all checked is_leader, then
-    # awaited Redis while hold_leadership ran): nothing may be taken without the epoch.
-    drainer.epoch = 0
-    await drainer.drain(repo)
-    # The lead is lost while a drain runs: its take carries the epoch it started under.
-    drainer.epoch = old
-    await drainer.drain(repo)
+    try:
+        # The lead was lost just before the drain began (drain_all checked is_leader, then
+        # awaited Redis while hold_leadership ran): nothing may be taken without the epoch.
+        drainer.epoch = 0
+        await drainer.drain(repo)
+        # The lead is lost while a drain runs: its take carries the epoch it started under.
+        drainer.epoch = old
+        await drainer.drain(repo)
+    finally:
+        gateway.close()
     await store.client.delete(store.global_keys.leader)
     new = await store.leader("new", 10_000)
     await rstore.reap(epoch=new)  # the new leader's first sweep raises the fence
     retaken = await rstore.outbox_take(10, 60_000, epoch=new)
     assert {job for job, _, _ in retaken} == {"labels:1", "branch:1"}
-    gateway.close()
 
 
 @pytest.mark.anyio
