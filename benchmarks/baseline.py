@@ -123,7 +123,8 @@ def main() -> None:
     """Serve a baseline exactly as `github-broker serve` serves the broker."""
     import argparse
 
-    from github_broker.api.workers import ServeSpec, Supervisor
+    from github_broker.processes.api_worker import ServeSpec
+    from github_broker.processes.supervisor import Supervisor
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)

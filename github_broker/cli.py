@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import atexit
 import json
 import logging
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,85 +103,26 @@ async def _expected_issues(store: Store, gateway: GitHubGateway, full_name: str)
 
 def cmd_poll(args: argparse.Namespace) -> int:
     """The polling daemon (sync, write queue, lease reaping) until SIGINT/SIGTERM."""
-    from github_broker.gateway import GitHubGateway
-    from github_broker.poller import Daemon
-    from github_broker.store import Store
+    from github_broker.processes.poller import run_poller
 
-    settings = _settings(args)
-    if args.metrics_port is not None:
-        from github_broker.metrics import serve_process_metrics
-
-        serve_process_metrics(settings.server.host, args.metrics_port)
-
-    async def run() -> None:
-        store = Store.from_settings(settings)
-        gateway = GitHubGateway(settings.github)
-        try:
-            await Daemon(settings, store, gateway).run_forever()
-        finally:
-            await store.close()
-            await asyncio.to_thread(gateway.close)
-
-    asyncio.run(run())
+    run_poller(_settings(args), metrics_port=args.metrics_port)
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """The HTTP API (and, unless disabled, the polling daemon) under uvicorn."""
-    import os
+    from github_broker.processes.serve import serve
 
-    settings = _settings(args)  # fail fast, before workers start
-    host = args.host or settings.server.host
-    port = args.port if args.port is not None else settings.server.port
-    if args.config:
-        os.environ["GITHUB_BROKER_CONFIG_DIR"] = str(args.config)
-    if host != settings.server.host:
-        os.environ["GITHUB_BROKER_SERVER__HOST"] = host
-        # the loopback-without-auth rule applies to --host too
-        load_settings(args.config, flags={f"{ENV_PREFIX}SERVER__HOST": "--host"})
-    from github_broker.api.workers import ServeSpec, Supervisor, run_api_worker
-
-    prepare_metrics_dir()
-    os.environ[logs.FORMAT_ENV] = args.log_format  # the poller child logs alike
-    spec = ServeSpec(
-        app="github_broker.api.app:create_app",
-        host=host,
-        port=port,
+    return serve(
+        args.config,
+        host=args.host,
+        port=args.port,
         workers=args.workers,
-        log_config=logs.uvicorn_config(args.log_level, args.log_format),
-        log_level=args.log_level.lower(),
+        log_level=args.log_level,
+        log_format=args.log_format,
         access_log=args.access_log,
-        # The poller runs beside the API workers, never inside them.
-        env={} if args.single_process else {"GITHUB_BROKER_SERVER__RUN_POLLER": "false"},
+        single_process=args.single_process,
     )
-    if args.single_process:
-        # One process: the API, and the poller inside it unless server.run_poller is false.
-        run_api_worker(spec)
-        return 0
-    return Supervisor(spec, poller=settings.server.run_poller).run()
-
-
-#: prometheus-client's multiprocess directory (read when prometheus-client is imported).
-METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-
-def prepare_metrics_dir() -> Path:
-    """An empty multiprocess metrics directory for `serve` and the workers uvicorn starts.
-
-    Must run before anything imports prometheus-client (github_broker.metrics does). An
-    operator's directory is emptied (files of an earlier run would add up), otherwise a
-    fresh temporary one is made and removed at exit."""
-    given = os.environ.get(METRICS_DIR_ENV)
-    if given:
-        path = Path(given)
-        path.mkdir(parents=True, exist_ok=True)
-        for old in path.glob("*.db"):
-            old.unlink()
-        return path
-    path = Path(tempfile.mkdtemp(prefix="github-broker-metrics-"))
-    os.environ[METRICS_DIR_ENV] = str(path)
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
-    return path
 
 
 def _print(data: Any) -> None:

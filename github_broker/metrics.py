@@ -1,8 +1,8 @@
 """Prometheus metrics: counters and histograms of every process, gauges read from Redis.
 
 `serve` runs prometheus-client in multiprocess mode (`PROMETHEUS_MULTIPROC_DIR`, set by
-the CLI's `prepare_metrics_dir()` before anything imports this module): each worker writes its
-values to files there and whichever worker answers `/metrics` adds them all up. Queue
+`processes/serve.py` before anything imports this module): each worker writes its values
+to files there and whichever worker answers `/metrics` adds them all up. Queue
 sizes, leases, write-queue lag and the GitHub quota are read from Redis at scrape time, so
 they are the same whichever process answers.
 """

@@ -25,7 +25,7 @@ from github_broker.reviews import ReviewKeeper
 from github_broker.settings import Repository, Settings
 from github_broker.store import Store
 from github_broker.sync import Syncer
-from github_broker.webhooks import WebhookWorker
+from github_broker.webhooks.worker import WebhookWorker
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,8 @@ from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.store import Store
-from github_broker.webhooks import WebhookReceiver, WebhookWorker, signature_ok
+from github_broker.webhooks.receiver import WebhookReceiver, signature_ok
+from github_broker.webhooks.worker import WebhookWorker
 from tests.factories import body
 from tests.world import REPO, World, running_world, simulated
 

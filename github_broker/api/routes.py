@@ -13,16 +13,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from github_broker import reviews
 from github_broker import status as status_view
 from github_broker.api.schemas import (
-    BODY_LIMIT_RESPONSE,
     MAX_LIST_ITEMS,
     MAX_NUMBER,
-    PROBLEM_JSON,
     Done,
     FixAccepted,
     FixRequest,
     HeartbeatResponse,
     LeaseRequest,
-    Problem,
     Readiness,
     ReleaseRequest,
     RoleName,
@@ -30,6 +27,7 @@ from github_broker.api.schemas import (
 )
 from github_broker.errors import InvalidRequest, LeaseError, NotFound
 from github_broker.models import Outcome, ReviewComment, Task
+from github_broker.problems import BODY_LIMIT_RESPONSE, PROBLEM_JSON, Problem
 from github_broker.rules import branch_problem
 
 logger = logging.getLogger(__name__)

@@ -127,27 +127,8 @@ class Done(BaseModel):
     status: str
 
 
-class Problem(BaseModel):
-    """Every error answer."""
-
-    detail: str
-    reason: str | None = None
-
-
 class Readiness(BaseModel):
     """`GET /ready`, with 200 and with 503: each dependency's check."""
 
     ready: bool
     checks: dict[str, str]
-
-
-#: A `Problem` answered as JSON, declared by hand: a `model` in `responses` would be declared
-#: in the route's own media type (text/plain for /metrics, text/html for the dashboard).
-PROBLEM_JSON: dict[str, Any] = {
-    "application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}
-}
-#: Declared on every route: `BodyLimit` caps the body of every request, whatever its method,
-#: and answers JSON.
-BODY_LIMIT_RESPONSE: dict[int | str, dict[str, Any]] = {
-    413: {"description": "The body is larger than server.max_body_bytes.", "content": PROBLEM_JSON}
-}

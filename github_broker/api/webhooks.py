@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from github_broker.api.routes import Services
-from github_broker.api.schemas import BODY_LIMIT_RESPONSE, Problem
-from github_broker.webhooks import WebhookReceiver
+from github_broker.problems import BODY_LIMIT_RESPONSE, Problem
+from github_broker.webhooks.receiver import WebhookReceiver
 
 logger = logging.getLogger(__name__)
 router = APIRouter(responses=BODY_LIMIT_RESPONSE)

@@ -12,8 +12,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from github_broker import overview
-from github_broker.api.schemas import BODY_LIMIT_RESPONSE, PROBLEM_JSON
 from github_broker.errors import BrokerError
+from github_broker.problems import BODY_LIMIT_RESPONSE, PROBLEM_JSON
 from github_broker.ui import session
 from github_broker.ui.pages import render
 

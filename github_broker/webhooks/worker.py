@@ -1,39 +1,26 @@
-"""GitHub webhooks: verify and queue deliveries, and the leader's worker that applies them."""
+"""The leader's webhook worker: applies queued deliveries, one targeted update per event."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from github_broker.background import stop_task
-from github_broker.errors import AuthError, BrokerError, InvalidRequest, NotFound
+from github_broker.errors import BrokerError
 from github_broker.gateway import GitHubGateway
 from github_broker.models import Issue
 from github_broker.reviews import ReviewKeeper
 from github_broker.settings import Repository, Settings
 from github_broker.store import RepoStore, Store
 from github_broker.sync import Syncer
+from github_broker.webhooks.payloads import EVENTS
 
 logger = logging.getLogger(__name__)
 
-#: Events the broker reads; any other event is answered "ignored".
-EVENTS = frozenset(
-    {
-        "issues",
-        "issue_comment",
-        "pull_request",
-        "pull_request_review",
-        "pull_request_review_comment",
-    }
-)
 #: Issue actions after which the issue is gone from the repository for good.
 GONE_ACTIONS = frozenset({"deleted", "transferred"})
 #: Marks a deleted or transferred issue in issue_version: sorts after every timestamp.
@@ -46,78 +33,6 @@ TAKE_TIMEOUT_S = 1.0
 NON_BLOCKING_POLL_S = 0.05
 #: Pause after a failed delivery or while not leading, in seconds.
 IDLE_S = 0.5
-
-
-def signature_ok(secret: bytes, body: bytes, header: str | None) -> bool:
-    """`X-Hub-Signature-256: sha256=<hex>` is the HMAC-SHA256 of the raw body."""
-    if not header or not header.startswith("sha256="):
-        return False
-    expected = b"sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
-    return hmac.compare_digest(expected, header.encode("ascii", "replace"))
-
-
-@dataclass(frozen=True)
-class Receipt:
-    status: str  # queued | duplicate | ignored | pong
-    reason: str
-
-
-class WebhookReceiver:
-    """The endpoint's use case: refuse what is not GitHub's or not ours, queue the rest."""
-
-    def __init__(self, settings: Settings, store: Store) -> None:
-        self.settings = settings
-        self.store = store
-
-    def verify(self, body: bytes, signature: str | None) -> None:
-        secret = self.settings.webhooks.resolved_secret()
-        if secret is None:
-            raise NotFound("webhooks are not configured: set webhooks.secret")
-        if not signature:
-            raise AuthError("unsigned delivery: X-Hub-Signature-256 is missing")
-        if not signature_ok(secret, body, signature):
-            raise AuthError("X-Hub-Signature-256 does not match the body and the webhook secret")
-
-    async def accept(self, event: str, delivery: str, body: bytes) -> Receipt:
-        """Called with a verified body; refuses repositories not served before touching Redis."""
-        if not event or not delivery or len(delivery) > 100:
-            raise InvalidRequest("X-GitHub-Event and X-GitHub-Delivery (<= 100 chars) are needed")
-        try:
-            text = body.decode("utf-8")
-            payload = json.loads(text)
-        except ValueError as e:  # UnicodeDecodeError included
-            raise InvalidRequest(f"the delivery body is not UTF-8 JSON: {e}") from e
-        except RecursionError as e:
-            raise InvalidRequest("the delivery body is JSON nested too deep") from e
-        if not isinstance(payload, dict):
-            raise InvalidRequest("the delivery body must be a JSON object")
-        repository = payload.get("repository")
-        full_name = str(repository.get("full_name") or "") if isinstance(repository, dict) else ""
-        if event == "ping" and not full_name:
-            return Receipt("pong", "ping from a GitHub App webhook")
-        repo = self.settings.repository(full_name) or next(
-            (r for r in self.settings.repositories if r.full_name.lower() == full_name.lower()),
-            None,
-        )
-        if repo is None:
-            raise NotFound(f"repository {full_name or '(none)'} is not served by this broker")
-        rstore = self.store.repo(repo.full_name)
-        if event == "ping":
-            await rstore.mark_webhooks_seen()
-            return Receipt("pong", "webhook reachable")
-        if event not in EVENTS:
-            return Receipt("ignored", f"event {event!r} is not used by the broker")
-        _check_shape(event, payload)
-        envelope = json.dumps(
-            {"event": event, "delivery": delivery, "received_ms": int(time.time() * 1000)}
-        )
-        # The raw body follows the envelope line untouched: no re-encoding on the hot path.
-        queued = await rstore.enqueue_webhook(
-            delivery, envelope + "\n" + text, self.settings.webhooks.delivery_ttl_s
-        )
-        if not queued:
-            return Receipt("duplicate", f"delivery {delivery} was handled already")
-        return Receipt("queued", f"{event} queued")
 
 
 class WebhookWorker:
@@ -292,27 +207,3 @@ class WebhookWorker:
             return "ignored (pull request not open)"
         report = await self.reviews.run(repo, pulls=[pull])
         return f"review upkeep: {report.reviews_offered} review(s), {report.fixes_offered} fix(es)"
-
-
-#: GitHub's timestamps: `2026-11-23T10:00:00Z` (compared as strings by the mirror).
-_ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
-
-
-def _check_shape(event: str, payload: dict[str, Any]) -> None:
-    """The fields the worker reads, checked before anything is queued."""
-    key = "pull_request" if event.startswith("pull_request") else "issue"
-    item = payload.get(key)
-    number = item.get("number") if isinstance(item, dict) else None
-    if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number < 2**53:
-        raise InvalidRequest(f"{event} delivery without a valid `{key}.number`")
-    if key != "issue":
-        return
-    assert isinstance(item, dict)
-    updated = item.get("updated_at")
-    if not isinstance(updated, str) or not _ISO_UTC.match(updated):
-        raise InvalidRequest(f"{event} delivery without `issue.updated_at` (ISO 8601 UTC)")
-    labels = item.get("labels", [])
-    if not isinstance(labels, list) or not all(
-        isinstance(lab, dict) and isinstance(lab.get("name"), str) for lab in labels
-    ):
-        raise InvalidRequest(f"{event} delivery with `issue.labels` that are not label objects")

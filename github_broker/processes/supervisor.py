@@ -1,4 +1,4 @@
-"""serve's processes: N API workers, each on its own SO_REUSEPORT socket, and the poller.
+"""serve's supervisor: N API workers, each on its own SO_REUSEPORT socket, and the poller.
 
 uvicorn's own `--workers` binds one socket in the parent and lets the workers race to
 accept on it; with kept-alive connections the busiest worker wins nearly every accept
@@ -19,11 +19,11 @@ import logging
 import multiprocessing
 import os
 import signal
-import socket
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+from github_broker.processes.api_worker import ServeSpec, bind, run_api_worker
 
 logger = logging.getLogger(__name__)
 
@@ -32,22 +32,6 @@ STOP_GRACE_S = 10.0
 #: Seconds between two checks that every child is still alive.
 WATCH_INTERVAL_S = 0.5
 _PR_SET_PDEATHSIG = 1
-
-
-@dataclass(frozen=True)
-class ServeSpec:
-    """What each API worker runs: an ASGI app factory under uvicorn."""
-
-    app: str
-    host: str
-    port: int
-    workers: int = 1
-    log_config: dict[str, Any] | None = None
-    log_level: str = "info"
-    access_log: bool = False
-    #: Seconds uvicorn gives open requests after SIGTERM before closing them.
-    graceful_s: int = 5
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -60,39 +44,6 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def bind(host: str, port: int, *, reuse_port: bool) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
-
-
-def run_api_worker(spec: ServeSpec, sock: socket.socket | None = None) -> None:
-    """One uvicorn server for `spec.app` on `sock` (or its own SO_REUSEPORT socket)."""
-    import uvicorn
-
-    from github_broker.api.protocol import NoDelayH11Protocol
-
-    os.environ.update(spec.env)
-    config = uvicorn.Config(
-        spec.app,
-        factory=True,
-        http=NoDelayH11Protocol,
-        log_config=spec.log_config,
-        log_level=spec.log_level,
-        access_log=spec.access_log,
-        timeout_graceful_shutdown=spec.graceful_s,
-    )
-    server = uvicorn.Server(config)
-    if sock is None:
-        sock = bind(spec.host, spec.port, reuse_port=True)
-    server.run(sockets=[sock])
-
-
 def _child_api(spec: ServeSpec, parent_pid: int) -> None:
     die_with_parent(parent_pid)
     run_api_worker(spec)
@@ -101,9 +52,19 @@ def _child_api(spec: ServeSpec, parent_pid: int) -> None:
 def _child_poller(env: dict[str, str], log_level: str, parent_pid: int) -> None:
     die_with_parent(parent_pid)
     os.environ.update(env)
-    from github_broker.cli import main
+    from github_broker import logs
+    from github_broker.errors import ConfigError
+    from github_broker.processes.poller import run_poller
+    from github_broker.settings import load_settings
 
-    sys.exit(main(["--log-level", log_level, "poll"]))
+    logs.configure(log_level, logs.default_format())
+    try:
+        run_poller(load_settings(None))
+    except ConfigError as e:
+        print(f"github-broker poller: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 class Supervisor:

@@ -1,0 +1,44 @@
+"""Webhook deliveries as the receiver accepts them: the events the broker reads and the
+fields its worker needs, checked before anything is queued."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from github_broker.errors import InvalidRequest
+
+#: Events the broker reads; any other event is answered "ignored".
+EVENTS = frozenset(
+    {
+        "issues",
+        "issue_comment",
+        "pull_request",
+        "pull_request_review",
+        "pull_request_review_comment",
+    }
+)
+
+
+#: GitHub's timestamps: `2026-11-23T10:00:00Z` (compared as strings by the mirror).
+_ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+def check_shape(event: str, payload: dict[str, Any]) -> None:
+    """The fields the worker reads, checked before anything is queued."""
+    key = "pull_request" if event.startswith("pull_request") else "issue"
+    item = payload.get(key)
+    number = item.get("number") if isinstance(item, dict) else None
+    if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number < 2**53:
+        raise InvalidRequest(f"{event} delivery without a valid `{key}.number`")
+    if key != "issue":
+        return
+    assert isinstance(item, dict)
+    updated = item.get("updated_at")
+    if not isinstance(updated, str) or not _ISO_UTC.match(updated):
+        raise InvalidRequest(f"{event} delivery without `issue.updated_at` (ISO 8601 UTC)")
+    labels = item.get("labels", [])
+    if not isinstance(labels, list) or not all(
+        isinstance(lab, dict) and isinstance(lab.get("name"), str) for lab in labels
+    ):
+        raise InvalidRequest(f"{event} delivery with `issue.labels` that are not label objects")
