@@ -61,6 +61,12 @@ class LeaseError(BrokerError):
         self.reason = reason
 
 
+class AgentPaused(BrokerError):
+    """The agent is paused (by a maintainer or the circuit breaker): no new task for it."""
+
+    reason = "agent_paused"
+
+
 class NotFound(BrokerError):
     """The addressed repository or task is unknown to the broker."""
 

@@ -21,7 +21,13 @@ key                                     type         content                    
 Added by this project (no TTL unless said):
 
 =======================  ======  ==============================================================
-``lease:{n}``            hash    agent, token, task_id, task_type, claimed_ms, expires_ms;
+``lease:{n}``            hash    agent, token, task_id, task_type, claimed_ms, expires_ms,
+                                 beats (heartbeats), note + note_ms (the agent's progress note),
+                                 progress + progress_ms (the last progress and when), stalled
+                                 (evidence), paused (a budget reached: JSON), notes
+                                 (maintainers' notes not delivered yet), used_tokens + used_cost
+                                 (this attempt's reported usage), continues (JSON: the
+                                 reassignment it continues);
                                  ``contested`` (JSON ``[{n, t}]``) on a lease adopted after a
                                  loss: other issues GitHub labels for the same agent, waiting
                                  for its next lease call; deleted when the lease ends
@@ -72,11 +78,33 @@ Added by this project (no TTL unless said):
                                  single agent label and no lease; cleaned after the lease TTL
 ``handout:{agent}:{rid}``  string  JSON ``{n, task_id, token}`` handed out for that request id
                                  (TTL: the lease TTL): a repeated request gets the same lease
-``task_failures``        hash    issue number -> failures (failed, abandoned, expired) so far;
-                                 cleared by a completion or when the issue gets needs-human
-``cooldown:{n}:{agent}`` string  the outcome of the agent's last failure on issue n; while it
-                                 lives (``failures.cooldown_s``) the issue is not handed back
+``task_failures``        hash    issue number -> failures charged so far (the first failure of
+                                 each agent's streak); cleared by a completion or when the issue
+                                 gets needs-human
+``cooldowns:{agent}``    zset    issue number -> until (ms): the agent's cool-down on the issues
+                                 it failed, abandoned or let expire (``failures.cooldown_s``)
 ``agent_streaks``        hash    agent id -> consecutive failures, cleared by a completion
+``streak_first``         hash    agent id -> the issue its streak's one charged failure went to
+                                 (given back if the circuit breaker trips)
+``instant_failures``     hash    agent id -> failures in a row reported inside the settle grace
+``trips``                list    agents the circuit breaker paused here since the poller's last
+                                 sweep (it pauses them in every repository)
+``paused_agents``        hash    agent id -> JSON ``{kind: pause|stop|breaker, by, reason,
+                                 at_ms}``: this repository's copy of the deployment's paused
+                                 agents (the claim reads it atomically)
+``control``              hash    ``repo`` / ``broker`` -> JSON pause (maintenance): nothing new
+                                 is handed out here while either is set
+``waiting``              hash    issue number -> JSON ``{code, since_ms, detail, prio}``: work
+                                 that waits on a person (awaiting_feedback, needs_human, budget,
+                                 held); out of the strict bucket unless
+                                 ``bucket_holds_for_people``
+``reserved:{agent}``     string  JSON ``{task_id, n, from, by, reason, note, progress, at_ms}``:
+                                 a task a maintainer reassigned to the agent (TTL: lease TTL)
+``reservations``         zset    issue number -> until (ms) a reservation waits; then its task
+                                 returns to the pool
+``usage``                hash    issue number -> JSON ``{tokens, cost}`` its attempts reported
+``audit``                stream  actions by maintainers and the broker (actor, action, n, agent,
+                                 reason, outcome); capped ``MAXLEN ~ audit.max_entries``
 ``webhooks``             list    verified GitHub deliveries waiting for the leader's worker
 ``webhooks:inflight``    list    deliveries the worker took and has not finished (re-queued
                                  when a worker starts, so a crash loses none)
@@ -92,7 +120,11 @@ as the leader key; never expires), ``{key_prefix}:quota`` (the last GitHub rate-
 headers seen) and ``{key_prefix}:timeline`` (stream of deployment-wide events such as leader
 changes, capped like the repositories' ones) and ``{key_prefix}:agent_busy:{agent}`` (a
 short mutex, 10 s at most, held while one request of that agent settles and claims across
-several repositories, so concurrent requests of one agent never claim in two of them).
+several repositories, so concurrent requests of one agent never claim in two of them),
+``{key_prefix}:agents`` (hash: agent id -> JSON pause, the deployment's record that each
+repository's ``paused_agents`` copies), ``{key_prefix}:control`` (hash: ``broker`` -> JSON
+pause of the whole broker) and ``{key_prefix}:audit`` (stream: deployment-wide actions such as
+pausing an agent or the broker, and leader changes).
 """
 
 from __future__ import annotations
@@ -123,7 +155,8 @@ class RepoKeys:
         self.lease_end_prefix = self.base + "lease_end:"
         self.review_state_prefix = self.base + "review_state:"
         self.handout_prefix = self.base + "handout:"
-        self.cooldown_prefix = self.base + "cooldown:"
+        self.cooldowns_prefix = self.base + "cooldowns:"
+        self.reserved_prefix = self.base + "reserved:"
         # Fixed keys.
         self.leases = self.base + "leases"
         self.tasks = self.base + "tasks"
@@ -149,6 +182,15 @@ class RepoKeys:
         self.outbox_taken = self.base + "outbox:taken"
         self.task_failures = self.base + "task_failures"
         self.agent_streaks = self.base + "agent_streaks"
+        self.streak_first = self.base + "streak_first"
+        self.instant_failures = self.base + "instant_failures"
+        self.trips = self.base + "trips"
+        self.paused_agents = self.base + "paused_agents"
+        self.control = self.base + "control"
+        self.waiting = self.base + "waiting"
+        self.reservations = self.base + "reservations"
+        self.usage = self.base + "usage"
+        self.audit = self.base + "audit"
         self.webhooks = self.base + "webhooks"
         self.webhooks_inflight = self.base + "webhooks:inflight"
         self.webhooks_seen = self.base + "webhooks:seen_ms"
@@ -185,8 +227,11 @@ class RepoKeys:
     def handout(self, agent_id: str, request_id: str) -> str:
         return f"{self.handout_prefix}{agent_id}:{request_id}"
 
-    def cooldown(self, number: int, agent_id: str) -> str:
-        return f"{self.cooldown_prefix}{number}:{agent_id}"
+    def cooldowns(self, agent_id: str) -> str:
+        return f"{self.cooldowns_prefix}{agent_id}"
+
+    def reserved(self, agent_id: str) -> str:
+        return f"{self.reserved_prefix}{agent_id}"
 
     def webhook_delivery(self, delivery_id: str) -> str:
         return f"{self.webhook_delivery_prefix}{delivery_id}"
@@ -206,6 +251,9 @@ class GlobalKeys:
         self.events = f"{key_prefix}:events"
         self.timeline = f"{key_prefix}:timeline"
         self.agent_busy_prefix = f"{key_prefix}:agent_busy:"
+        self.agents = f"{key_prefix}:agents"
+        self.control = f"{key_prefix}:control"
+        self.audit = f"{key_prefix}:audit"
 
     def agent_busy(self, agent_id: str) -> str:
         """Held while one request of `agent_id` settles and claims across repositories."""

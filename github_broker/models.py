@@ -31,6 +31,36 @@ class Outcome(StrEnum):
     ABANDONED = "abandoned"
 
 
+class TaskState(StrEnum):
+    """A task's state, named as GitHub's agent-task API names them (see docs/architecture.md
+    for how labels and lease fields map to each)."""
+
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    WAITING_FOR_USER = "waiting_for_user"
+    IDLE = "idle"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+#: States of a task that has ended.
+TERMINAL_STATES = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.TIMED_OUT, TaskState.CANCELLED}
+)
+#: The state each way a lease ends leaves its task in.
+ENDED_STATE: dict[str, TaskState] = {
+    "completed": TaskState.COMPLETED,
+    "failed": TaskState.FAILED,
+    "abandoned": TaskState.FAILED,
+    "expired": TaskState.TIMED_OUT,
+    "revoked": TaskState.CANCELLED,
+    "issue_closed": TaskState.CANCELLED,
+    "label_removed": TaskState.CANCELLED,
+}
+
+
 class LeaseRefusal(StrEnum):
     """Why a heartbeat, completion or release was refused (the 409 `reason`); the Lua
     scripts return these names."""
@@ -43,6 +73,8 @@ class LeaseRefusal(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     ABANDONED = "abandoned"
+    #: No hand-out of this issue to this agent is known: it never held it.
+    NOT_LEASED = "not_leased"
 
 
 class Issue(BaseModel):
@@ -106,6 +138,8 @@ class Claimed(BaseModel):
     settled_outcome: str | None = None
     #: Review and fix tasks: the PR and the feedback (see reviews.py).
     payload: dict[str, Any] | None = None
+    #: A task a maintainer reassigned: whose work it continues (see Continuation).
+    continues: dict[str, Any] | None = None
 
 
 class NoTask(BaseModel):
@@ -115,6 +149,44 @@ class NoTask(BaseModel):
     bucket: int | None = None
     settled_issue: int | None = None
     settled_outcome: str | None = None
+    #: agent_paused / repo_paused: the pause as recorded (JSON); settle-only: "1" when a
+    #: reassigned task waits for the agent in this repository.
+    detail: str = ""
+
+
+class AgentPause(BaseModel):
+    """An agent paused by a maintainer (pause, stop) or by the circuit breaker."""
+
+    kind: str  # pause | stop | breaker
+    by: str
+    reason: str = ""
+    at: str
+
+
+class TaskPause(BaseModel):
+    """A task set aside for a person (its budget reached): the lease lives on."""
+
+    code: str
+    detail: str
+    at: str
+
+
+class Note(BaseModel):
+    """A maintainer's message to the agent holding a task."""
+
+    by: str
+    text: str
+    at: str
+
+
+class Beat(BaseModel):
+    """What a heartbeat learns: the new expiry, the task's state and what happened since."""
+
+    expires_ms: int
+    state: TaskState
+    notes: list[Note] = []
+    paused: TaskPause | None = None
+    agent_paused: AgentPause | None = None
 
 
 class LeaseInfo(BaseModel):
@@ -124,6 +196,30 @@ class LeaseInfo(BaseModel):
     task_type: str
     claimed_ms: int
     expires_ms: int
+    #: Heartbeats so far.
+    beats: int = 0
+    #: The agent's last progress note, and when it changed.
+    note: str = ""
+    note_ms: int | None = None
+    #: The last progress (push, PR, review reply, a new note) and when.
+    progress: str = ""
+    progress_ms: int | None = None
+    #: Why it is flagged stalled (evidence), if it is.
+    stalled: str = ""
+    #: A budget reached: the task waits for a person (TaskPause as JSON).
+    paused: str = ""
+    #: Usage this attempt reported.
+    used_tokens: int = 0
+    used_cost: float = 0.0
+    #: The reassignment it continues (JSON), if any.
+    continues: str = ""
+    token: str = ""
+
+    @property
+    def state(self) -> TaskState:
+        if self.paused:
+            return TaskState.WAITING_FOR_USER
+        return TaskState.IDLE if self.stalled else TaskState.IN_PROGRESS
 
 
 class Quota(BaseModel):
@@ -133,6 +229,16 @@ class Quota(BaseModel):
     remaining: int | None = None
     reset_s: float | None = None
     seen_s: float = Field(default=0.0)
+
+
+class Continuation(BaseModel):
+    """A reassigned task: whose work it continues (their branch and PR stay)."""
+
+    from_agent: str
+    by: str
+    reason: str = ""
+    note: str = ""
+    progress: str = ""
 
 
 class LeaseGrant(BaseModel):
@@ -172,6 +278,8 @@ class Task(BaseModel):
     pr_url: str | None = None
     review_comments: list[ReviewComment] = []
     lease: LeaseGrant
+    #: A task a maintainer reassigned to you: continue that agent's work on this branch/PR.
+    continues: Continuation | None = None
 
 
 class Event(BaseModel):
@@ -185,6 +293,41 @@ class Event(BaseModel):
     issue: int | None = None
     agent: str = ""
     detail: str = ""
+
+
+class AuditEntry(BaseModel):
+    """One action in the audit log: who did what to which issue or agent, why, and what
+    actually happened."""
+
+    at_ms: int
+    id: str = ""
+    actor: str
+    action: str
+    repository: str | None = None
+    issue: int | None = None
+    agent: str = ""
+    reason: str = ""
+    outcome: str = ""
+
+
+class Waiting(BaseModel):
+    """Work that waits on a person: why, since when."""
+
+    issue: int
+    code: str  # awaiting_feedback | needs_human | budget | held
+    since_ms: int
+    detail: str = ""
+    priority: int | None = None
+
+
+class ControlOutcome(BaseModel):
+    """What a maintainer's action did in one repository."""
+
+    outcome: str
+    agent: str = ""
+    #: The issue's tasks must be indexed again from its cache (a retry after the failure
+    #: budget dropped them).
+    reindex: bool = False
 
 
 def constructed(cls: type[M], fields: dict[str, Any]) -> M:

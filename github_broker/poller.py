@@ -291,7 +291,9 @@ class Daemon:
             return
         for rstore in self.store.repos.values():
             try:
-                expired = await rstore.reap(epoch=epoch)
+                expired, trips = await rstore.sweep(epoch=epoch)
+                if trips:
+                    await self._spread_trips(rstore.repository, trips)
             except Fenced as e:
                 self._deposed(e)
                 return
@@ -305,6 +307,18 @@ class Daemon:
                     rstore.repository,
                     extra=log_fields(rstore.repository),
                 )
+
+    async def _spread_trips(self, repository: str, agents: list[str]) -> None:
+        """The circuit breaker paused these agents in one repository: every repository."""
+        for agent in await self.store.spread_trips(repository, agents):
+            logger.warning(
+                "circuit breaker: agent %s paused after repeated failures in %s; a maintainer "
+                "resumes it with `github-broker resume %s`",
+                agent,
+                repository,
+                agent,
+                extra=log_fields(repository, None, agent),
+            )
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -216,8 +216,56 @@ class FailureSettings(_Section):
 
     #: Seconds a task an agent failed, abandoned or let expire is not handed back to it.
     cooldown_s: int = Field(1800, ge=0)
-    #: Failures of one issue's tasks (whoever failed them) before it is labelled needs-human.
+    #: Failures of one issue's tasks, each by an agent that proved healthy since (it completed
+    #: a task after failing this one), before the issue is labelled needs-human.
     max_failures: int = Field(3, ge=1)
+    #: Consecutive failures of one agent, on different issues, after which the circuit
+    #: breaker pauses the agent (a maintainer resumes it) and those failures are not charged
+    #: to the issues; 0 turns the breaker off.
+    breaker_streak: int = Field(3, ge=0)
+    #: Failures an agent reports inside the settle grace (it cannot have worked on the task)
+    #: in a row before they count like any other failure (a runner that fails every task at
+    #: once must not ping-pong between issues for ever).
+    instant_failures_allowed: int = Field(2, ge=0)
+
+
+class ProgressSettings(_Section):
+    """After the hand-out: progress read from GitHub, stalls, tasks completed without a PR."""
+
+    #: A live lease with no progress (push to its branch, PR opened or updated, review reply,
+    #: or the agent's own progress note) for this many seconds is flagged stalled, once;
+    #: 0 never flags.
+    stall_after_s: float = Field(1800.0, ge=0)
+    #: Revoke a stalled lease once it has shown no progress for this many seconds (the task
+    #: returns to the pool, no failure budget spent); 0 (the default) never does: restarting
+    #: a slow but healthy agent destroys work.
+    revoke_stalled_after_s: float = Field(0.0, ge=0)
+    #: Seconds between two conditional reads of a held task's branch (a free 304 while it
+    #: does not move); only while webhooks are not healthy, which report pushes themselves.
+    branch_check_interval_s: float = Field(300.0, gt=0)
+    #: A development task completed with no PR for its branch or issue, and no commit on
+    #: its branch, after this many seconds goes back to the pool as a failed attempt.
+    no_pr_grace_s: float = Field(600.0, ge=0)
+
+
+class BudgetSettings(_Section):
+    """Optional limits per task; a task that reaches one waits for a person (not killed)."""
+
+    #: Seconds a task may be held (0: no limit).
+    wall_clock_s: float = Field(0.0, ge=0)
+    #: Tokens an issue's attempts may report in all (heartbeat `usage.tokens`; 0: no limit).
+    tokens: int = Field(0, ge=0)
+    #: Cost an issue's attempts may report in all (heartbeat `usage.cost`; 0: no limit).
+    cost: float = Field(0.0, ge=0)
+
+
+class AuditSettings(_Section):
+    """The audit log of actions by maintainers and by the broker itself."""
+
+    #: Entries kept per repository (and for the deployment) in Redis, approximately.
+    max_entries: int = Field(10000, ge=100)
+    #: Append every entry to this JSONL file as well (written by the poller leader).
+    file: Path | None = None
 
 
 class LabelNames(_Section):
@@ -352,11 +400,19 @@ class Settings(BaseSettings):
     #: Whether issues skipped for their body (no branch, no deliverables, bad branch) hold
     #: the strict bucket at their priority; by default only work someone can take does.
     bucket_counts_unassignable: bool = False
+    #: Whether issues that wait on a person (reviewed and awaiting merge or new feedback,
+    #: needs-human, a budget reached, held by a maintainer) still hold the strict bucket at
+    #: their priority: the stricter rule, nothing lower until the PR is merged. By default
+    #: they do not, so agents never idle because a person is slow.
+    bucket_holds_for_people: bool = False
     github: GitHubSettings = GitHubSettings()
     redis: RedisSettings = RedisSettings()
     poll: PollSettings = PollSettings()
     leases: LeaseSettings = LeaseSettings()
     failures: FailureSettings = FailureSettings()
+    progress: ProgressSettings = ProgressSettings()
+    budgets: BudgetSettings = BudgetSettings()
+    audit: AuditSettings = AuditSettings()
     labels: LabelNames = LabelNames()
     review: ReviewSettings = ReviewSettings()
     body: BodyPatterns = BodyPatterns()

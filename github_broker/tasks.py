@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
 
 from github_broker.clock import iso_from_ms
-from github_broker.errors import InvalidRequest, LeaseError, MirrorRebuilding, NotFound
+from github_broker.errors import (
+    AgentPaused,
+    InvalidRequest,
+    LeaseError,
+    MirrorRebuilding,
+    NotFound,
+)
 from github_broker.events import ReadyWaker
 from github_broker.logs import log_fields
 from github_broker.models import (
+    Beat,
     Claimed,
+    Continuation,
     LeaseGrant,
     NoTask,
     Outcome,
@@ -33,6 +42,66 @@ BASE_BRANCH_CACHE_S = 60.0
 FALLBACK_BASE_BRANCH = "main"
 #: Agent ids remembered as checked against the labels before the memory starts again.
 KNOWN_AGENTS_MAX = 10_000
+#: Where a repository with nothing to say comes in the claim order.
+LAST = (1, 1 << 30)
+
+
+def claim_order(settled: NoTask) -> tuple[int, int]:
+    """Where a repository comes in a multi-repository claim, from its settle pass: a task a
+    maintainer reassigned to the agent there first, then by the most urgent bucket."""
+    bucket = settled.bucket if settled.bucket is not None else 1 << 30
+    return (0 if settled.detail == "1" else 1, bucket)
+
+
+def agent_paused(agent_id: str, detail: str) -> AgentPaused:
+    """The refusal a paused agent's request-task gets: who paused it, why, how to resume."""
+    try:
+        pause = json.loads(detail)
+    except ValueError:
+        pause = {}
+    who = "the circuit breaker" if pause.get("kind") == "breaker" else pause.get("by", "?")
+    why = f": {pause['reason']}" if pause.get("reason") else ""
+    return AgentPaused(
+        f"agent {agent_id} is paused by {who}{why}. A maintainer resumes it with "
+        f"`github-broker resume {agent_id}` or POST /admin/agents/{agent_id}/resume"
+    )
+
+
+def refusal_message(repository: str, number: int, what: str, refusal: str) -> str:
+    text = f"lease on {repository}#{number} {what}: {refusal}"
+    if refusal == "not_leased":
+        text += " (this agent holds no lease on it: ask for a task first)"
+    detail = getattr(refusal, "detail", "")
+    return text + (f" ({detail})" if detail else "")
+
+
+def continuation(data: dict[str, Any] | None) -> Continuation | None:
+    if not data:
+        return None
+    return Continuation(
+        from_agent=str(data.get("from") or ""),
+        by=str(data.get("by") or ""),
+        reason=str(data.get("reason") or ""),
+        note=str(data.get("note") or ""),
+        progress=str(data.get("progress") or ""),
+    )
+
+
+def render_continuation(c: Continuation, branch: str, payload: dict[str, Any]) -> str:
+    """What the prompt adds for a reassigned task: whose work it continues, and where."""
+    why = f" ({c.reason})" if c.reason else ""
+    lines = [f"This task was reassigned to you by {c.by}{why}."]
+    if c.from_agent:
+        lines.append(
+            f"Continue the work of {c.from_agent}: its commits are on branch `{branch}`"
+            + (f", its PR is {payload['pr_url']}" if payload.get("pr_url") else "")
+            + "; build on them, do not start over."
+        )
+    if c.note:
+        lines.append(f"Its last progress note: {c.note}")
+    if c.progress:
+        lines.append(f"Its last progress seen on GitHub: {c.progress}")
+    return "\n".join(lines)
 
 
 class _Attempt:
@@ -145,7 +214,7 @@ class TaskService:
                 return_exceptions=True,
             )
             out = await self._out_of_service(everywhere, settled)
-            buckets: dict[str, int] = {}
+            order: dict[str, tuple[int, int]] = {}
             for s, result in zip(everywhere, settled, strict=True):
                 if isinstance(result, BaseException):
                     continue  # out of service (above)
@@ -154,7 +223,7 @@ class TaskService:
                     return result  # the hand-out this request (or a concurrent one) already got
                 if isinstance(result, NoTask):
                     attempt.note(s.repository, result)
-                    buckets[s.repository] = result.bucket if result.bucket is not None else 1 << 30
+                    order[s.repository] = claim_order(result)
             if attempt.replayed:
                 return None
             usable = [s for s in stores if s.repository not in out]
@@ -164,7 +233,7 @@ class TaskService:
                     + ", ".join(f"{s.repository} ({out[s.repository]})" for s in stores)
                     + " is not rebuilt: its sync keeps failing; retry later"
                 )
-            stores = sorted(usable, key=lambda s: buckets.get(s.repository, 1 << 30))
+            stores = sorted(usable, key=lambda s: order.get(s.repository, LAST))
         for rstore in stores:
             base = await self.base_branch(rstore)
             got = await rstore.claim(
@@ -190,6 +259,8 @@ class TaskService:
                 )
                 return got
             attempt.note(rstore.repository, got)
+            if got.reason == "agent_paused":
+                raise agent_paused(agent_id, got.detail)
             if attempt.replayed:
                 return None
         return None
@@ -265,6 +336,7 @@ class TaskService:
         return False  # the agent holds nothing: the repeat may claim, settling nothing
 
     async def _task(self, claimed: Claimed) -> Task:
+        continues = continuation(claimed.continues)
         rstore = self.store.repo(claimed.repository)
         base = await self.base_branch(rstore)
         issue = claimed.issue
@@ -285,6 +357,9 @@ class TaskService:
             "pr_url": payload.get("pr_url", ""),
             "feedback": render_feedback(comments),
         }
+        prompt = self.prompts.render(claimed.task_type, values)
+        if continues is not None:
+            prompt += "\n\n" + render_continuation(continues, claimed.branch, payload)
         # Every field comes from already-validated models: construct, don't re-validate
         # (this runs once per claim, on the hot path).
         lease = constructed(
@@ -304,7 +379,7 @@ class TaskService:
                 "body": issue.body,
                 "labels": issue.labels,
                 "branch_name": claimed.branch,
-                "prompt": self.prompts.render(claimed.task_type, values),
+                "prompt": prompt,
                 "required_role": claimed.role,
                 "task_type": claimed.task_type,
                 "repository": claimed.repository,
@@ -312,6 +387,7 @@ class TaskService:
                 "pr_url": payload.get("pr_url") or None,
                 "review_comments": comments,
                 "lease": lease,
+                "continues": continues,
             },
         )
 
@@ -341,13 +417,26 @@ class TaskService:
 
     # --- lease operations ---------------------------------------------------------------
 
-    async def heartbeat(self, repository: str, number: int, agent_id: str, token: str) -> str:
-        """Extend the lease; returns the new expiry (ISO 8601)."""
+    async def heartbeat(
+        self,
+        repository: str,
+        number: int,
+        agent_id: str,
+        token: str,
+        *,
+        note: str = "",
+        tokens: int | None = None,
+        cost: float | None = None,
+    ) -> Beat:
+        """Extend the lease, record what the agent reports; returns what it must know now
+        (new expiry, state, maintainers' notes, a pause)."""
         self._check_agent(agent_id)
-        ok, value = await self._repo(repository).heartbeat(number, agent_id, token)
-        if not ok:
-            raise LeaseError(str(value), f"lease on {repository}#{number} not extended: {value}")
-        return iso_from_ms(int(value))
+        _, got = await self._repo(repository).heartbeat(
+            number, agent_id, token, note=note, tokens=tokens, cost=cost
+        )
+        if not isinstance(got, Beat):
+            raise LeaseError(got, refusal_message(repository, number, "not extended", got))
+        return got
 
     async def finish(
         self,
@@ -366,7 +455,9 @@ class TaskService:
             number, agent_id, token, outcome.value, counted=counted
         )
         if not ok:
-            raise LeaseError(value, f"{repository}#{number} not {outcome.value}: {value}")
+            raise LeaseError(
+                value, refusal_message(repository, number, f"not {outcome.value}", value)
+            )
         # A completion is routine, one per task like a claim (DEBUG); a failure or an
         # abandoned task is what an operator looks for (INFO).
         logger.log(

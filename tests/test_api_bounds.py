@@ -684,7 +684,14 @@ def test_lease_hot_path_answers_a_live_lease_as_the_declared_route(
     declared = client.post(f"{base}/heartbeat", json=lease, headers=AGENT)
     assert hot.status_code == declared.status_code == 200
     assert hot.headers.keys() == declared.headers.keys()
-    assert set(hot.json()) == set(declared.json()) == {"expires_at"}
+    assert set(hot.json()) == set(declared.json()) == {
+        "expires_at",
+        "state",
+        "notes",
+        "paused",
+        "agent_paused",
+    }
+    assert hot.json()["state"] == "in_progress"
     client.app.take_request_task(1 << 20)  # type: ignore[attr-defined]
     done = client.post(f"{base}/complete", json=lease, headers=AGENT)
     assert (done.status_code, done.content) == (200, b'{"status":"completed"}')

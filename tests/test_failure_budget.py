@@ -171,9 +171,22 @@ async def test_repeated_failures_put_needs_human_on_github_and_a_sync_keeps_it_o
     assert (await world.rstore.skipped())[1].code == "too_many_failures"
 
 
-async def test_cool_downs_do_not_hide_the_rest_of_the_queue(store: Store) -> None:
-    rstore = await load(store, *range(1, 23))
-    for n in range(1, 21):  # more cool-downs than one scan page (16) holds
-        assert await fail(rstore, "a1") == n
-    got = await claim(rstore, "a1")
-    assert isinstance(got, Claimed) and got.issue.number == 21
+async def test_an_agent_with_100_cooled_down_tasks_at_the_head_still_gets_claimable_work(
+    lua_redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    # The claim used to look 65 entries deep (5 pages of 16): an agent with more cool-downs
+    # at the head of the queue got 204 while tasks were claimable.
+    settings = make_settings(
+        redis={"url": lua_redis_url},
+        leases={"settle_grace_s": 0},
+        failures={"cooldown_s": 600, "max_failures": 1000, "breaker_streak": 0},
+    )
+    store = Store.from_settings(settings)
+    try:
+        rstore = await load(store, *range(1, 103))
+        for n in range(1, 101):
+            assert await fail(rstore, "a1") == n
+        got = await claim(rstore, "a1")
+        assert isinstance(got, Claimed) and got.issue.number == 101
+    finally:
+        await store.close()

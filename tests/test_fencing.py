@@ -170,7 +170,8 @@ async def test_lease_calls_answer_retry_until_the_mirror_is_rebuilt(store: Store
         await rstore.claim("a1", **CLAIM)
     await rstore.save_sync_state({}, rebuilt=True)
     ok, why = await rstore.heartbeat(1, "a1", claimed.token)
-    assert (ok, why) == (False, "expired")  # rebuilt, and GitHub did not show it held
+    # Rebuilt, GitHub did not show it held, and no record of the hand-out survived.
+    assert (ok, why) == (False, "not_leased")
 
 
 # --- scenarios on the simulator ---------------------------------------------------------

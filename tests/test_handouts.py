@@ -196,6 +196,8 @@ def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerPro
         GITHUB_BROKER_LEASES__SETTLE_GRACE_S="15",
         GITHUB_BROKER_FAILURES__COOLDOWN_S="0",
         GITHUB_BROKER_FAILURES__MAX_FAILURES="1000",
+        # Its releases are the point here, not a broken agent.
+        GITHUB_BROKER_FAILURES__BREAKER_STREAK="0",
     )
     proc = BrokerProcess(env, tmp_path, "broker").start()
     client = redis.Redis.from_url(redis_url)

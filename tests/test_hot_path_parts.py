@@ -49,6 +49,7 @@ def _task_fields() -> dict[str, object]:
             ReviewComment(id=3, kind="inline", author="rev", body="rename it", path="a.py")
         ],
         "lease": constructed(LeaseGrant, dict(LEASE)),
+        "continues": None,
     }
 
 
@@ -71,6 +72,7 @@ def _task_fields() -> dict[str, object]:
                 "settled_issue": None,
                 "settled_outcome": None,
                 "payload": None,
+                "continues": None,
             },
         ),
     ],

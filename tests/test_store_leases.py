@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from github_broker.models import Claimed, NoTask
+from github_broker.models import Beat, Claimed, NoTask
 from github_broker.rules import Rules
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
@@ -142,8 +142,8 @@ async def test_heartbeat_extends_and_stale_token_is_refused(store: Store) -> Non
     rstore = await load(store, issue(1, "P0", "BACKENDCODER"))
     got = await claim(rstore, "a1")
     assert isinstance(got, Claimed)
-    ok, expires = await rstore.heartbeat(1, "a1", got.token)
-    assert ok and isinstance(expires, int) and expires >= got.expires_ms
+    ok, beat = await rstore.heartbeat(1, "a1", got.token)
+    assert ok and isinstance(beat, Beat) and beat.expires_ms >= got.expires_ms
     assert await rstore.heartbeat(1, "a1", "forged") == (False, "revoked")
     assert await rstore.heartbeat(1, "a2", got.token) == (False, "not_owner")
     assert await rstore.finish(1, "a2", got.token, "completed") == (False, "not_owner")

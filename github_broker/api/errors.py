@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from github_broker.errors import (
+    AgentPaused,
     AuthError,
     BrokerError,
     Conflict,
@@ -33,6 +34,7 @@ STATUS: dict[type[BrokerError], int] = {
     InvalidRequest: 422,
     NotFound: 404,
     LeaseError: 409,
+    AgentPaused: 409,
     Conflict: 409,
     AuthError: 401,
     StoreUnavailable: 503,
@@ -57,7 +59,7 @@ async def broker_error(request: Request, exc: Exception) -> JSONResponse:
         headers = {"Retry-After": str(UNAVAILABLE_RETRY_S)}
     if isinstance(exc, AuthError) and getattr(exc, "forbidden", False):
         status = 403
-    reason = exc.reason if isinstance(exc, LeaseError) else None
+    reason = exc.reason if isinstance(exc, LeaseError | AgentPaused) else None
     if isinstance(exc, InvalidRequest):
         reason = "invalid_request"  # as every other 422: a client tells refusals by reason
     if status >= 500:

@@ -35,7 +35,13 @@ from github_broker.api.routes import (
     answer_release,
     answer_request_task,
 )
-from github_broker.api.schemas import MAX_NUMBER, LeaseRequest, ReleaseRequest, TaskRequest
+from github_broker.api.schemas import (
+    MAX_NUMBER,
+    HeartbeatRequest,
+    LeaseRequest,
+    ReleaseRequest,
+    TaskRequest,
+)
 from github_broker.errors import BrokerError
 from github_broker.metrics import RequestTaskTimer
 
@@ -142,7 +148,7 @@ def _json_content(request: Request) -> bool:
 _NUMBER = TypeAdapter(Annotated[int, Field(ge=1, le=MAX_NUMBER)])
 #: action -> (body model, the route's function).
 _LEASE_ACTIONS: dict[str, tuple[type[BaseModel], Any]] = {
-    "heartbeat": (LeaseRequest, answer_heartbeat),
+    "heartbeat": (HeartbeatRequest, answer_heartbeat),
     "complete": (LeaseRequest, answer_complete),
     "release": (ReleaseRequest, answer_release),
 }

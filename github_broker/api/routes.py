@@ -18,6 +18,7 @@ from github_broker.api.schemas import (
     Done,
     FixAccepted,
     FixRequest,
+    HeartbeatRequest,
     HeartbeatResponse,
     LeaseRequest,
     Readiness,
@@ -25,6 +26,7 @@ from github_broker.api.schemas import (
     RoleName,
     TaskRequest,
 )
+from github_broker.clock import iso_from_ms
 from github_broker.errors import InvalidRequest, LeaseError, NotFound
 from github_broker.models import Outcome, ReviewComment, Task
 from github_broker.problems import BODY_LIMIT_RESPONSE, PROBLEM_JSON, Problem
@@ -142,7 +144,12 @@ async def answer_request_task(body: TaskRequest, request: Request, svc: Any) -> 
     "/tasks/{owner}/{repo}/{number}/heartbeat", response_model=HeartbeatResponse, responses=ERRORS
 )
 async def heartbeat(
-    owner: str, repo: str, number: IssueNumber, body: LeaseRequest, request: Request, svc: Services
+    owner: str,
+    repo: str,
+    number: IssueNumber,
+    body: HeartbeatRequest,
+    request: Request,
+    svc: Services,
 ) -> HeartbeatResponse:
     """Extend the lease (and the agent's current-task key)."""
     # The lease calls are served by api/hotpath.py, which calls the same answer_* functions;
@@ -172,13 +179,28 @@ async def release(
 
 
 async def answer_heartbeat(
-    repository: str, number: int, body: LeaseRequest, request: Request, svc: Any
+    repository: str, number: int, body: HeartbeatRequest, request: Request, svc: Any
 ) -> HeartbeatResponse:
     """Everything `POST .../heartbeat` does once its path and body are parsed."""
     svc.auth.agent(request, body.agent_id)
+    usage = body.usage
     async with counting_refusals(svc):
-        expires = await svc.tasks.heartbeat(repository, number, body.agent_id, body.token)
-    return HeartbeatResponse(expires_at=expires)
+        beat = await svc.tasks.heartbeat(
+            repository,
+            number,
+            body.agent_id,
+            body.token,
+            note=(body.note or "").strip(),
+            tokens=usage.tokens if usage else None,
+            cost=usage.cost if usage else None,
+        )
+    return HeartbeatResponse(
+        expires_at=iso_from_ms(beat.expires_ms),
+        state=beat.state,
+        notes=beat.notes,
+        paused=beat.paused,
+        agent_paused=beat.agent_paused,
+    )
 
 
 async def answer_complete(

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from github_broker.models import Outcome
+from github_broker.models import AgentPause, Note, Outcome, TaskPause, TaskState
 from github_broker.rules import branch_problem
 
 #: Agent ids become GitHub label names (max 50 characters) and key parts.
@@ -77,6 +77,32 @@ class LeaseRequest(BaseModel):
     token: str = Field(min_length=1, max_length=200)
 
 
+#: Longest progress note a heartbeat may carry (characters).
+MAX_NOTE_CHARS = 500
+
+
+class Usage(BaseModel):
+    """What the agent has spent on this task so far (cumulative: a retried report counts
+    once)."""
+
+    tokens: Annotated[int, Field(ge=0, le=MAX_NUMBER), BeforeValidator(_json_integer)] | None = (
+        None
+    )
+    cost: float | None = Field(None, ge=0, le=1e12, strict=True)
+
+
+class HeartbeatRequest(LeaseRequest):
+    """Heartbeat body: the lease, and optionally a progress note and the usage so far."""
+
+    note: str | None = Field(
+        None,
+        max_length=MAX_NOTE_CHARS,
+        description="What you are doing now, in a line; shown to maintainers. A changed note "
+        "counts as progress beside what GitHub shows.",
+    )
+    usage: Usage | None = None
+
+
 class ReleaseRequest(LeaseRequest):
     reason: Literal["failed", "abandoned"] = "abandoned"
 
@@ -120,7 +146,15 @@ class FixAccepted(BaseModel):
 
 
 class HeartbeatResponse(BaseModel):
+    """The new expiry and what the agent must know now: the task's state, maintainers'
+    notes (delivered once), a budget pause of the task, a pause of the agent (finish this
+    task; no new one is handed out)."""
+
     expires_at: str
+    state: TaskState
+    notes: list[Note] = []
+    paused: TaskPause | None = None
+    agent_paused: AgentPause | None = None
 
 
 class Done(BaseModel):

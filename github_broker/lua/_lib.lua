@@ -161,9 +161,12 @@ end
 --   channel, the timeline stream and its cap (timeline, timeline_max), label names
 --   (in_progress, needs_review) and times (lease_ms, agent_s, cand_s, tomb_s,
 --   author_fallback_ms), and priority_unit (a task score divided by it, rounded down, is the
---   task's priority); request ids and the failure budget: handout and cooldown prefixes, the
---   task_failures and agent_streaks hashes, needs_human, settle_grace_ms, max_failures,
---   cooldown_s.
+--   task's priority); request ids and the failure budget: handout and cooldowns prefixes, the
+--   task_failures, agent_streaks, streak_first and instant_failures hashes, needs_human,
+--   settle_grace_ms, max_failures, cooldown_s, breaker_streak, instant_failures_allowed,
+--   trips; steering: paused_agents, control, reserved (prefix), reservations, waiting,
+--   people_hold (bucket_holds_for_people), usage, budget_tokens, budget_cost, audit and
+--   audit_max (see keys.py for every key).
 local function context()
   local C = base_context()
   C.K = {tasks = KEYS[1], ready = KEYS[2], work = KEYS[3], leases = KEYS[4], intent = KEYS[5],
@@ -234,8 +237,72 @@ local function drop_task(C, task_id)
   redis.call('HDEL', C.K.tasks, task_id)
 end
 
+-- Append an action to the repository's audit log: who (a maintainer's name, `broker` for
+-- the broker's own decisions), what, on which issue and agent, why, and what really happened.
+local function audit(C, actor, action, n, agent, reason, outcome)
+  redis.call('XADD', C.audit, 'MAXLEN', '~', C.audit_max_arg, '*', 'actor', actor,
+    'action', action, 'n', tostring(n or ''), 'agent', agent or '', 'reason', reason or '',
+    'outcome', outcome or '')
+end
+
+-- Issue n waits on a person (code: awaiting_feedback | needs_human | budget | held): it leaves
+-- the strict bucket (agents never idle because a person is slow) unless people_hold says
+-- such issues hold it too. The entry keeps the issue's priority to restore it, and its age
+-- while the code stays the same.
+local function wait_for_person(C, n, code, detail, now)
+  local prio = tonumber(redis.call('ZSCORE', C.K.work, n))
+  local since = now
+  local raw = redis.call('HGET', C.waiting, n)
+  if raw then
+    local cur = cjson.decode(raw)
+    if cur.code == code then since = cur.since_ms end
+    if prio == nil then prio = tonumber(cur.prio) end
+  end
+  redis.call('HSET', C.waiting, n, cjson.encode({code = code, since_ms = since, detail = detail,
+    prio = prio or -1}))
+  if not C.people_hold then redis.call('ZREM', C.K.work, n) end
+end
+
+-- Issue n has agent work again (a fix round, a review, a retry): it holds the bucket at its
+-- priority again. Returns the code it waited for, or nil.
+local function end_wait(C, n)
+  local raw = redis.call('HGET', C.waiting, n)
+  if not raw then return nil end
+  redis.call('HDEL', C.waiting, n)
+  local cur = cjson.decode(raw)
+  local prio = tonumber(cur.prio) or -1
+  if prio >= 0 and redis.call('SISMEMBER', C.K.open, n) == 1 then
+    redis.call('ZADD', C.K.work, arg(prio), n)
+  end
+  return cur.code
+end
+
+-- The waiting entry's code of issue n, or nil.
+local function waiting_code(C, n)
+  local raw = redis.call('HGET', C.waiting, n)
+  return raw and cjson.decode(raw).code or nil
+end
+
+-- Waiting codes under which no task of the issue is handed out: a maintainer held it, or a
+-- budget was reached (until a maintainer retries it).
+local PARKED = {held = true, budget = true}
+
+-- The circuit breaker's or a maintainer's pause of `agent` in this repository, as JSON, or
+-- nil. Every repository holds a copy (store/control.py writes them all).
+local function agent_pause(C, agent)
+  local raw = redis.call('HGET', C.paused_agents, agent)
+  if raw then return raw end
+  return nil
+end
+
+-- The maintenance pause of this repository (or of the whole broker), as JSON, or nil.
+local function repo_pause(C)
+  local h = redis.call('HMGET', C.control, 'repo', 'broker')
+  return h[1] or h[2] or nil
+end
+
 -- What completing each task type means for the issue's review state.
-local function record_completion(C, n, agent, task_id, task_type)
+local function record_completion(C, n, agent, task_id, task_type, now)
   local state_key = C.review_state .. n
   if task_type == 'development' then
     redis.call('HSET', state_key, 'dev_agent', agent)
@@ -260,6 +327,12 @@ local function record_completion(C, n, agent, task_id, task_type)
     end
   end
   drop_task(C, task_id)
+  -- Reviewed (or fixed) and no new feedback yet: the PR waits for a maintainer to merge it
+  -- or to ask for changes (which makes a fix round and ends the wait).
+  if task_type ~= 'development' and redis.call('HEXISTS', C.K.tasks, 'fix:' .. n) == 0 then
+    wait_for_person(C, n, 'awaiting_feedback',
+      'reviewed; waits for a maintainer to merge the PR or to ask for changes', now)
+  end
 end
 
 -- Append an event to the repository's timeline stream (the dashboard's "recent events").
@@ -269,23 +342,61 @@ local function timeline(C, kind, n, agent, detail)
              'n', tostring(n or ''), 'agent', agent or '', 'detail', detail or '')
 end
 
--- Spend one unit of the failure budget: the agent's streak, a cool-down before the agent
--- sees issue n again, and the issue's count. Returns true when the count reached
--- max_failures: the issue then gets needs-human (the caller queues the label), its tasks
--- leave the pool and `skipped` says why; the count starts again for the next round.
-local function count_failure(C, n, agent, outcome)
-  redis.call('HINCRBY', C.agent_streaks, agent, '1')
+-- The circuit breaker: `agent` failed breaker_streak tasks in a row here. It is paused (a
+-- maintainer resumes it); the trip is queued for the poller, which pauses it in every other
+-- repository too (reap.lua returns the trips).
+local function trip_breaker(C, agent, n, streak, now)
+  if redis.call('HEXISTS', C.paused_agents, agent) == 1 then return end
+  local reason = streak .. ' failed tasks in a row (last #' .. n .. ')'
+  redis.call('HSET', C.paused_agents, agent, cjson.encode({kind = 'breaker', by = 'broker',
+    reason = reason, at_ms = now}))
+  redis.call('RPUSH', C.trips, agent)
+  audit(C, 'broker', 'circuit_breaker', n, agent, reason, 'agent paused')
+end
+
+-- Spend one unit of the failure budget for `agent`'s failure of issue n: a cool-down before
+-- the agent sees n again and the agent's streak, always; the issue's count only for the
+-- first failure of a streak. An agent that fails task after task is the common factor, not
+-- the issues: its later failures are not charged, and when the breaker trips its one
+-- charged failure is given back. Returns true when the issue's count reached max_failures:
+-- the issue then gets needs-human (the caller queues the label), its tasks leave the pool
+-- and `skipped` says why; the count starts again for the next round.
+local function count_failure(C, n, agent, outcome, now)
   if C.cooldown_s > 0 then
-    redis.call('SET', C.cooldown .. n .. ':' .. agent, outcome, 'EX', C.cooldown_s_arg)
+    local key = C.cooldowns .. agent
+    redis.call('ZADD', key, arg(now + C.cooldown_s * 1000), n)
+    redis.call('PEXPIRE', key, arg(C.cooldown_s * 1000))
   end
+  local streak = redis.call('HINCRBY', C.agent_streaks, agent, 1)
+  local charged = streak == 1
+  if charged then redis.call('HSET', C.streak_first, agent, n) end
+  if C.breaker_streak > 0 and streak >= C.breaker_streak then
+    trip_breaker(C, agent, n, streak, now)
+    local first = redis.call('HGET', C.streak_first, agent)
+    redis.call('HDEL', C.streak_first, agent)
+    if charged then return false end
+    if first and redis.call('HINCRBY', C.task_failures, first, -1) <= 0 then
+      redis.call('HDEL', C.task_failures, first)
+    end
+  end
+  if not charged then return false end
   local count = redis.call('HINCRBY', C.task_failures, n, 1)
   if count < C.max_failures then return false end
   redis.call('HDEL', C.task_failures, n)
   for _, kind in ipairs({'development', 'review', 'fix'}) do drop_task(C, kind .. ':' .. n) end
-  redis.call('HSET', C.K.skipped, n, cjson.encode({code = 'too_many_failures',
-    reason = count .. ' failed attempts (last: ' .. agent .. ', ' .. outcome .. '); labelled '
-      .. C.needs_human}))
+  local reason = count .. ' failed attempts (last: ' .. agent .. ', ' .. outcome
+    .. '); labelled ' .. C.needs_human
+  redis.call('HSET', C.K.skipped, n, cjson.encode({code = 'too_many_failures', reason = reason}))
+  wait_for_person(C, n, 'needs_human', reason, now)
+  audit(C, 'broker', 'needs_human', n, agent, reason, 'labelled ' .. C.needs_human)
   return true
+end
+
+-- A failure the agent reported inside the settle grace (it cannot have worked on the task):
+-- free a few times in a row (a retried or concurrent request), then charged like any other
+-- (a runner failing every task at once would ping-pong between issues for ever).
+local function instant_failure_counts(C, agent)
+  return redis.call('HINCRBY', C.instant_failures, agent, 1) > C.instant_failures_allowed
 end
 
 -- A lease's fields: {agent, token, task_id, task_type, claimed_ms, expires_ms}.
@@ -307,15 +418,39 @@ local function start_lease(C, n, agent, token, task_type, claimed_ms, now)
   return expires
 end
 
+-- Progress on the lease of issue n (kind: push | pull_request | review | note): when and what.
+-- A stall flag clears.
+local function record_progress(C, n, kind, what, now)
+  local lease_key = C.lease .. n
+  redis.call('HSET', lease_key, 'progress_ms', arg(now), 'progress', kind .. ': ' .. what)
+  if redis.call('HDEL', lease_key, 'stalled') == 1 then
+    timeline(C, 'unstalled', n, redis.call('HGET', lease_key, 'agent'), kind)
+  end
+end
+
+-- The live lease of issue n reached a budget: the task is set aside for a person. The lease
+-- lives on (nothing is killed), its agent is told `paused` at its next heartbeat, and the
+-- issue waits on a person until a maintainer retries it. Returns the pause as JSON.
+local function set_aside(C, n, agent, detail, now)
+  local paused = cjson.encode({code = 'budget', detail = detail, at_ms = now})
+  redis.call('HSET', C.lease .. n, 'paused', paused)
+  wait_for_person(C, n, 'budget', detail, now)
+  timeline(C, 'set_aside', n, agent, detail)
+  audit(C, 'broker', 'budget', n, agent, detail, 'task set aside for a person; lease kept')
+  return paused
+end
+
 -- Defined after end_lease, which calls it (and it calls end_lease).
 local release_contested
 
 -- End the lease on issue n for `outcome`; returns the agent that held it, or nil.
--- `uncounted`: a failure that is not the agent's own spends no failure budget.
+-- `uncounted`: a failure that is not the agent's own spends no failure budget; 'instant': a
+-- failure reported inside the settle grace (see instant_failure_counts).
 -- `h`: the lease's fields (lease_fields) when the caller has just read them; `current`:
 -- true when the caller knows the agent's current-task key names this issue, 'kept' when
--- the caller rewrites or deletes that key itself.
-local function end_lease(C, n, outcome, now, uncounted, h, current)
+-- the caller rewrites or deletes that key itself. `detail`: why, in words (a maintainer's
+-- reason), told with the 409 of a later lease call.
+local function end_lease(C, n, outcome, now, uncounted, h, current, detail)
   local lease_key = C.lease .. n
   h = h or lease_fields(C, n)
   local agent, token, task_id, task_type = h[1], h[2], h[3], h[4]
@@ -329,16 +464,23 @@ local function end_lease(C, n, outcome, now, uncounted, h, current)
   elseif current or redis.call('GET', current_key) == tostring(n) then
     redis.call('DEL', current_key)
   end
-  local status = CANDIDATE_STATUS[outcome]
+  local status = CANDIDATE_STATUS[outcome] or 'revoked'
   if outcome == 'completed' and task_type == 'development' then status = 'needs_review' end
   -- The task_candidate record, rewritten whole from the lease (no read of the old one).
   redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
     issue = tonumber(n), agent_id = agent, task_type = task_type, status = status,
-    claimed_ms = tonumber(h[5]), ended_ms = now, outcome = outcome}), 'EX', C.cand_s_arg)
-  if token ~= ADOPTED then redis.call('SET', C.tomb .. token, outcome, 'EX', C.tomb_s_arg) end
+    claimed_ms = tonumber(h[5]), ended_ms = now, outcome = outcome, detail = detail}),
+    'EX', C.cand_s_arg)
+  if token ~= ADOPTED then
+    local ended = outcome
+    if detail and detail ~= '' then ended = outcome .. '|' .. detail end
+    redis.call('SET', C.tomb .. token, ended, 'EX', C.tomb_s_arg)
+  end
   local add = {}
   if outcome == 'completed' and task_type == 'development' then add = {C.needs_review} end
-  local gave_up = FAILURE[outcome] and not uncounted and count_failure(C, n, agent, outcome)
+  local counts = FAILURE[outcome] and (not uncounted
+    or (uncounted == 'instant' and instant_failure_counts(C, agent)))
+  local gave_up = counts and count_failure(C, n, agent, outcome, now)
   if gave_up then add = {C.needs_human} end
   want_labels(C.K.intent, C.K.outbox, n, add, {C.in_progress, agent}, now)
   -- The lease's branch, if not created yet, is not needed any more: a completing agent pushed
@@ -348,17 +490,27 @@ local function end_lease(C, n, outcome, now, uncounted, h, current)
   end
   local what = task_type
   if gave_up then what = task_type .. ', labelled ' .. C.needs_human end
+  if detail and detail ~= '' then what = what .. ': ' .. detail end
   timeline(C, outcome, n, agent, what)
+  if outcome == 'expired' and not uncounted then
+    audit(C, 'broker', 'expire', n, agent, 'no heartbeat within the lease TTL',
+      'lease ended; ' .. (gave_up and ('labelled ' .. C.needs_human) or 'task back in the pool'))
+  end
   if gave_up then return agent end
+  local parked = outcome ~= 'completed' and PARKED[waiting_code(C, n) or '']
   if outcome == 'completed' then
     redis.call('HDEL', C.agent_streaks, agent)
+    redis.call('HDEL', C.streak_first, agent)
+    redis.call('HDEL', C.instant_failures, agent)
     redis.call('HDEL', C.task_failures, n)
-    record_completion(C, n, agent, task_id, task_type)
-  elseif REQUEUE[outcome] then
+    if waiting_code(C, n) == 'budget' then end_wait(C, n) end
+    record_completion(C, n, agent, task_id, task_type, now)
+  elseif REQUEUE[outcome] and not parked then
     if make_ready(C.K.tasks, C.K.ready, C.ready_role, task_id) then
       redis.call('PUBLISH', C.events, 'ready')
     end
   end
+  if parked then return agent end
   -- Review and fix tasks of this issue that waited for the lease (posted while it was held,
   -- or the revoked lease's own) become claimable now, while the issue is still work.
   local raws = outcome ~= 'issue_closed'
@@ -438,6 +590,146 @@ local function reap(C, now, limit)
   return #due
 end
 
+-- A maintainer's reassignment waiting for `agent` (reserved:{agent}), decoded, while its task
+-- can still be handed out; a stale one (task gone, issue held by a lease) is dropped unless
+-- `dry`.
+local function reservation(C, agent, dry)
+  local raw = redis.call('GET', C.reserved .. agent)
+  if not raw then return nil end
+  local r = cjson.decode(raw)
+  local n = tostring(r.n)
+  if redis.call('EXISTS', C.lock .. n) == 0 and redis.call('HEXISTS', C.K.tasks, r.task_id) == 1
+  then
+    return r
+  end
+  if not dry then
+    redis.call('DEL', C.reserved .. agent)
+    redis.call('ZREM', C.reservations, n)
+  end
+  return nil
+end
+
+-- Reassignments nobody claimed in time (reserved:{agent} expired): their tasks return to the
+-- pool. Bounded like the lease sweep.
+local function reap_reservations(C, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', C.reservations, '-inf', arg(now), 'LIMIT', '0',
+    arg(limit))
+  for _, n in ipairs(due) do
+    redis.call('ZREM', C.reservations, n)
+    if redis.call('EXISTS', C.lock .. n) == 0 and not PARKED[waiting_code(C, n) or ''] then
+      for _, kind in ipairs({'fix', 'review', 'development'}) do
+        if make_ready(C.K.tasks, C.K.ready, C.ready_role, kind .. ':' .. n) then
+          redis.call('PUBLISH', C.events, 'ready')
+        end
+      end
+    end
+  end
+end
+
+-- The assignment rules for one ready task and one agent (the claim's and explain's one
+-- judge): nil when the claim may hand it out, else why not: 'given_up' (the task the agent
+-- just gave up in this request), 'cooldown' (its cool-down on the issue), 'held' (a lease
+-- holds it though it is still indexed), 'review_author' (the review of its own work while
+-- someone else may take it). Second value: the task's value when it was read.
+local function task_verdict(C, id, agent, skip_id, skip_n, now)
+  local n = string.match(id, ':(%d+)$')
+  if id == skip_id or n == skip_n then return 'given_up' end
+  -- No cool-down can exist while cool-downs are off.
+  if C.cooldown_s > 0 and (tonumber(redis.call('ZSCORE', C.cooldowns .. agent, n)) or 0) > now
+  then
+    return 'cooldown'
+  end
+  if redis.call('EXISTS', C.lock .. n) == 1 then return 'held' end
+  if string.sub(id, 1, 7) == 'review:' then
+    local raw = redis.call('HGET', C.K.tasks, id)
+    if raw then
+      local _, _, _, author, since = task_fields(raw)
+      if author == agent and since + C.author_fallback_ms > now then
+        return 'review_author', raw
+      end
+    end
+    return nil, raw
+  end
+  return nil
+end
+
+-- How many entries of one index the claim looks at for `agent`: a few pages, plus one entry
+-- per task in its cool-down, so that any number of cooled-down tasks at the head of the queue
+-- cannot hide the claimable ones behind them (the cost follows the agent's own history, not
+-- the backlog).
+local SCAN_PAGES = 5
+local function scan_limit(C, agent, scan, now)
+  local cooling = 0
+  if C.cooldown_s > 0 then
+    cooling = redis.call('ZCOUNT', C.cooldowns .. agent, '(' .. arg(now), '+inf')
+  end
+  return 1 + scan * (SCAN_PAGES - 1) + cooling
+end
+
+-- The first task of one index the agent may get, with its score and (when read) its value:
+-- the head alone first (nearly always usable), then pages of `scan` entries up to `limit`.
+-- A held task still indexed (a lease re-adopted by the reconciler) is dropped here unless
+-- `dry`.
+local function first_usable(C, src, agent, skip_id, skip_n, now, scan, limit, dry)
+  local start, size = 0, 1
+  while start < limit do
+    local items = redis.call('ZRANGE', src, start, start + size - 1, 'WITHSCORES')
+    if #items == 0 then return nil end
+    start, size = start + size, scan
+    for i = 1, #items, 2 do
+      local id = items[i]
+      local why, raw = task_verdict(C, id, agent, skip_id, skip_n, now)
+      if why == 'held' and not dry then unready(C.K.tasks, C.K.ready, C.ready_role, id) end
+      if not why then return id, tonumber(items[i + 1]), raw end
+    end
+  end
+  return nil
+end
+
+-- The task a claim hands `agent` from `sources` (ready or its roles' ready:{role} indexes):
+-- the lowest score over them, then the lowest id. An index entry whose task value is gone
+-- (the tasks hash lost alone: evicted) is dropped (unless `dry`) and the pick made again, up
+-- to SCAN_PAGES times. Returns id, score, value, or nil.
+local function pick_task(C, sources, agent, skip_id, skip_n, now, scan, dry)
+  local limit = scan_limit(C, agent, scan, now)
+  for _ = 1, SCAN_PAGES do
+    local best_id, best_score, best_raw, best_src = nil, nil, nil, nil
+    for _, src in ipairs(sources) do
+      local id, score, raw = first_usable(C, src, agent, skip_id, skip_n, now, scan, limit, dry)
+      if id and (best_score == nil or score < best_score
+          or (score == best_score and id < best_id)) then
+        best_id, best_score, best_raw, best_src = id, score, raw, src
+      end
+    end
+    if best_id == nil then return nil end
+    best_raw = best_raw or redis.call('HGET', C.K.tasks, best_id)
+    if best_raw then return best_id, best_score, best_raw end
+    if dry then return nil end
+    redis.call('ZREM', C.K.ready, best_id)
+    redis.call('ZREM', best_src, best_id)
+  end
+  return nil
+end
+
+-- The strict bucket: the most urgent priority among work issues with agent work outstanding,
+-- or nil when there is none.
+local function bucket_of(C)
+  local top = redis.call('ZRANGE', C.K.work, 0, 0, 'WITHSCORES')
+  if top[2] then return tonumber(top[2]) end
+  return nil
+end
+
+-- The ready indexes an agent accepting `roles` (ARGV from `first`, none: any role) takes from.
+local function sources_of(C, first)
+  local sources = {}
+  if #ARGV >= first then
+    for i = first, #ARGV do sources[#sources + 1] = C.ready_role .. ARGV[i] end
+  else
+    sources[1] = C.K.ready
+  end
+  return sources
+end
+
 -- Only the lease keys of issue n were lost (lock, lease hash, leases entry: evicted) while the
 -- rest says `agent` is still at work on it: its hand-out record is still 'assigned' and the
 -- mirrored issue (with the broker's unconfirmed label wishes) is labelled in-progress and with
@@ -489,7 +781,8 @@ local function server_changed(C)
 end
 
 -- Check that `token` is the live lease of `agent` on issue n.
--- Returns nil when it is, else the reason the caller gets with its 409.
+-- Returns nil when it is, else the reason the caller gets with its 409 (`reason|detail` when
+-- the lease ended with a reason in words, e.g. a maintainer's revoke).
 local lease_refusal_of
 local function lease_refusal(C, n, agent, token, now)
   local reason = lease_refusal_of(C, n, agent, token, now)
@@ -526,5 +819,7 @@ lease_refusal_of = function(C, n, agent, token, now)
     return nil
   end
   if mirror_missing(C) then return 'rebuilding' end
+  -- No trace of a hand-out of n to this agent: it never held it (or long ago).
+  if redis.call('EXISTS', C.cand .. n .. ':' .. agent) == 0 then return 'not_leased' end
   return 'expired'
 end

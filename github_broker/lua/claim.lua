@@ -2,8 +2,7 @@
 -- KEYS, ARGV[1]: see _lib.lua.
 -- ARGV[2] agent id, ARGV[3] new lease token, ARGV[4] outcome for a task the agent still
 -- holds (completed | failed | abandoned), ARGV[5] mode (strict | best_effort),
--- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per index and page (at
--- most SCAN_PAGES pages),
+-- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per page (see scan_limit),
 -- ARGV[8] '1' to only settle the previous task (multi-repository requests do this first),
 -- ARGV[9] an issue number not to hand this agent ('' none: the one it just gave up),
 -- ARGV[10] the request id ('' none), ARGV[11..] roles the agent accepts (none: any role).
@@ -11,14 +10,17 @@
 -- while that lease lives, and settles nothing. A held task younger than settle_grace_ms is
 -- not settled as completed either (a concurrent or retried request: the agent cannot have
 -- done it): the request gets that task and lease back.
--- A review is not offered to the agent that did the development work until it has
--- waited author_fallback_ms for anyone else; a task in the agent's cool-down
--- (cooldown:{n}:{agent}) is not offered to it at all.
+-- After settling: a paused agent (the circuit breaker or a maintainer) gets nothing; a task a
+-- maintainer reassigned to the agent (reserved:{agent}) comes first, whatever the bucket or
+-- a repository pause; a paused repository hands out nothing else. Then the rules of
+-- task_verdict pick the task (see pick_task) and the strict bucket may hold it back.
 -- Returns {1, task_id, n, token, expires_ms, issue_json, role, branch, settled_n, outcome,
---          payload (review/fix details as JSON, or '')}
---      or {0, reason, settled_n, outcome, bucket} with reason 'empty' | 'bucket' | 'settled'
---      | 'replayed' (the request id's lease has ended meanwhile) (bucket -1: no open work
---      issue).
+--          payload (review/fix details as JSON, or ''), continues (the reassignment as
+--          JSON, or '')}
+--      or {0, reason, settled_n, outcome, bucket, detail} with reason 'empty' | 'bucket' |
+--      'settled' | 'replayed' (the request id's lease has ended meanwhile) | 'agent_paused'
+--      | 'repo_paused' (detail: the pause as JSON) (bucket -1: no work issue holds it);
+--      with ARGV[8] '1', detail is '1' when a reassigned task waits for the agent here.
 -- Error REBUILDING while the mirror is not rebuilt (Redis lost its data): the agent's held
 -- task is unknown until the sync re-adopts it, and settling nothing would drop its outcome.
 local C = context()
@@ -33,8 +35,8 @@ local handout_key = nil
 if rid ~= '' then handout_key = C.handout .. agent .. ':' .. rid end
 
 -- The answer for a lease already granted, remembered for this request id.
--- `raw`: the task's value when the caller has just read it.
-local function granted(n, task_id, tok, expires, settled_n, raw)
+-- `raw`: the task's value when the caller has just read it; `continues`: the reassignment.
+local function granted(n, task_id, tok, expires, settled_n, raw, continues)
   if handout_key then
     redis.call('SET', handout_key, cjson.encode({n = tonumber(n), task_id = task_id, token = tok}),
       'PX', C.lease_ms_arg)
@@ -52,8 +54,10 @@ local function granted(n, task_id, tok, expires, settled_n, raw)
   elseif task_type == 'fix' and pr ~= '' then
     payload = redis.call('GET', C.fix .. pr) or ''
   end
+  continues = continues or redis.call('HGET', C.lease .. n, 'continues') or ''
   local issue = redis.call('GET', C.issue .. n) or ''
-  return {1, task_id, tonumber(n), tok, expires, issue, role, branch, settled_n, prev_outcome, payload}
+  return {1, task_id, tonumber(n), tok, expires, issue, role, branch, settled_n, prev_outcome,
+          payload, continues}
 end
 
 -- The live lease of issue n if `agent` holds it: its lease_fields
@@ -72,7 +76,7 @@ if handout_key then
     local l = live_lease(tostring(h.n))
     if l and l[2] == h.token then return granted(tostring(h.n), l[3], l[2], tonumber(l[6]), '') end
     -- That lease ended since: a repeat settles nothing, so it only claims when nothing is held.
-    if prev_n and live_lease(prev_n) then return {0, 'replayed', '', prev_outcome, -1} end
+    if prev_n and live_lease(prev_n) then return {0, 'replayed', '', prev_outcome, -1, ''} end
   end
 end
 
@@ -91,8 +95,9 @@ if prev_n then
       return granted(prev_n, l[3], l[2], tonumber(l[6]), '')
     end
     -- A failure reported inside the grace cannot be the agent's work on it (a concurrent or
-    -- retried request gave it up): the task goes back, but no failure budget is spent.
-    end_lease(C, prev_n, prev_outcome, now, young, l, 'kept')
+    -- retried request gave it up): the task goes back, and the budget is spent only once the
+    -- agent keeps doing it (instant_failure_counts).
+    end_lease(C, prev_n, prev_outcome, now, young and 'instant' or false, l, 'kept')
     stale_current = true
     settled_n = prev_n
     -- Don't hand straight back the task the agent just gave up.
@@ -102,93 +107,54 @@ if prev_n then
   end
 end
 
-local bucket = nil
-local top = redis.call('ZRANGE', C.K.work, 0, 0, 'WITHSCORES')
-if top[2] then bucket = tonumber(top[2]) end
+local bucket = bucket_of(C)
 
 if ARGV[8] == '1' then
   forget_current()
-  return {0, 'settled', settled_n, prev_outcome, bucket or -1}
+  local waits = ''
+  if redis.call('EXISTS', C.reserved .. agent) == 1 then waits = '1' end
+  return {0, 'settled', settled_n, prev_outcome, bucket or -1, waits}
 end
 
-local skip_n = ARGV[9]
-local sources = {}
-if #ARGV >= 11 then
-  for i = 11, #ARGV do sources[#sources + 1] = C.ready_role .. ARGV[i] end
+local paused = agent_pause(C, agent)
+if paused then
+  forget_current()
+  return {0, 'agent_paused', settled_n, prev_outcome, bucket or -1, paused}
+end
+
+-- A task a maintainer reassigned to this agent: it continues that work first.
+local reserved = reservation(C, agent, false)
+local best_id, best_score, raw, continues = nil, nil, nil, nil
+if reserved then
+  best_id = reserved.task_id
+  raw = redis.call('HGET', C.K.tasks, best_id)
+  continues = cjson.encode(reserved)
+  redis.call('DEL', C.reserved .. agent)
+  redis.call('ZREM', C.reservations, tostring(reserved.n))
 else
-  sources[1] = C.K.ready
-end
-
--- The first usable task of one index, with its score and (when read) its value: the head
--- alone first (nearly always usable), then pages of `scan` entries, SCAN_PAGES in all, so
--- tasks in the agent's cool-down cannot hide the rest of the queue from it for long.
-local SCAN_PAGES = 5
-local function first_usable(src)
-  local start, size = 0, 1
-  for _ = 1, SCAN_PAGES do
-    local items = redis.call('ZRANGE', src, start, start + size - 1, 'WITHSCORES')
-    if #items == 0 then return nil end
-    start, size = start + size, scan
-    for i = 1, #items, 2 do
-      local id, score, raw = items[i], tonumber(items[i + 1]), nil
-      local n = string.match(id, ':(%d+)$')
-      -- No cool-down key can exist while cool-downs are off.
-      local usable = id ~= skip_id and n ~= skip_n
-        and (C.cooldown_s <= 0 or redis.call('EXISTS', C.cooldown .. n .. ':' .. agent) == 0)
-      if usable and redis.call('EXISTS', C.lock .. n) == 1 then
-        -- Held but still indexed (a lease re-adopted by the reconciler): drop it here.
-        unready(C.K.tasks, C.K.ready, C.ready_role, id)
-        usable = false
-      end
-      if usable and string.sub(id, 1, 7) == 'review:' then
-        raw = redis.call('HGET', C.K.tasks, id)
-        if raw then
-          local _, _, _, author, since = task_fields(raw)
-          if author == agent and since + C.author_fallback_ms > now then usable = false end
-        end
-      end
-      if usable then return id, score, raw end
-    end
+  local held_back = repo_pause(C)
+  if held_back then
+    forget_current()
+    return {0, 'repo_paused', settled_n, prev_outcome, bucket or -1, held_back}
   end
-  return nil
-end
-
--- The best usable task over the sources, with its value. An index entry whose task value is
--- gone (the tasks hash lost alone: evicted) is dropped from the indexes, not an error, and
--- the pick is made again: up to SCAN_PAGES times, then the claim finds nothing this time.
-local best_id, best_score, best_raw = nil, nil, nil
-for _ = 1, SCAN_PAGES do
-  local best_src = nil
-  best_id, best_score, best_raw = nil, nil, nil
-  for _, src in ipairs(sources) do
-    local id, score, raw = first_usable(src)
-    if id and (best_score == nil or score < best_score or (score == best_score and id < best_id)) then
-      best_id, best_score, best_raw, best_src = id, score, raw, src
-    end
+  best_id, best_score, raw = pick_task(C, sources_of(C, 11), agent, skip_id, ARGV[9], now,
+    scan, false)
+  if best_id == nil then
+    forget_current()
+    return {0, 'empty', settled_n, prev_outcome, bucket or -1, ''}
   end
-  if best_id == nil then break end
-  best_raw = best_raw or redis.call('HGET', C.K.tasks, best_id)
-  if best_raw then break end
-  redis.call('ZREM', C.K.ready, best_id)
-  redis.call('ZREM', best_src, best_id)
-  best_id = nil
-end
-
-if best_id == nil then
-  forget_current()
-  return {0, 'empty', settled_n, prev_outcome, bucket or -1}
-end
-local priority = math.floor(best_score / C.priority_unit)
-if mode == 'strict' and bucket ~= nil and priority > bucket then
-  forget_current()
-  return {0, 'bucket', settled_n, prev_outcome, bucket}
+  local priority = math.floor(best_score / C.priority_unit)
+  if mode == 'strict' and bucket ~= nil and priority > bucket then
+    forget_current()
+    return {0, 'bucket', settled_n, prev_outcome, bucket, ''}
+  end
 end
 
 local n = string.match(best_id, ':(%d+)$')
 local task_type = string.match(best_id, '^(%a+):')
-local raw = best_raw
 local _, _, _, _, _, branch = task_fields(raw)
 local expires = start_lease(C, n, agent, token, task_type, now, now)
+if continues then redis.call('HSET', C.lease .. n, 'continues', continues) end
 redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s_arg)
 redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
   issue = tonumber(n), agent_id = agent, task_type = task_type, status = 'assigned',
@@ -196,9 +162,10 @@ redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
 unready(C.K.tasks, C.K.ready, C.ready_role, best_id, raw)
 want_labels(C.K.intent, C.K.outbox, n, {C.in_progress, agent}, {}, now)
 timeline(C, 'claim', n, agent, best_id)
-if task_type == 'development' and branch ~= '' then
+-- A reassigned task keeps its branch: the agent continues the work already pushed there.
+if task_type == 'development' and branch ~= '' and not continues then
   local job = 'branch:' .. n
   redis.call('HSET', C.K.outbox_data, job, cjson.encode({branch = branch, base = base_branch}))
   redis.call('ZADD', C.K.outbox, arg(now), job)
 end
-return granted(n, best_id, token, expires, settled_n, raw)
+return granted(n, best_id, token, expires, settled_n, raw, continues or '')

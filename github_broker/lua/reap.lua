@@ -1,8 +1,18 @@
--- reap.lua: expire leases whose lock timed out and put their tasks back in the pool.
+-- reap.lua: expire leases whose lock timed out and put their tasks back in the pool; return
+-- reassignments nobody claimed to the pool; hand over the circuit breaker's trips.
 -- KEYS, ARGV[1]: see _lib.lua. ARGV[2] most leases to look at, ARGV[3] the caller's leader
 -- epoch (a new leader's first sweep raises the fence at once).
--- Returns the number of due leases examined; error FENCED for a deposed leader.
+-- Returns {due leases examined, JSON list of agents the circuit breaker paused here since the
+-- last sweep (the poller pauses them in every repository)}; error FENCED for a deposed leader.
 local C = context()
 local fenced = fence(C, ARGV[3])
 if fenced then return fenced end
-return reap(C, now_ms(), tonumber(ARGV[2]))
+local now = now_ms()
+local limit = tonumber(ARGV[2])
+local examined = reap(C, now, limit)
+reap_reservations(C, now, limit)
+local trips = redis.call('LRANGE', C.trips, 0, -1)
+redis.call('DEL', C.trips)
+local trips_json = '[]'
+if #trips > 0 then trips_json = cjson.encode(trips) end
+return {examined, trips_json}

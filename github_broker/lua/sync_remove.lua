@@ -20,6 +20,9 @@ for _, num in ipairs(numbers) do
   redis.call('ZREM', C.K.work, n)
   redis.call('HDEL', C.K.skipped, n)
   redis.call('HDEL', C.orphans, n)
+  redis.call('HDEL', C.waiting, n)
+  redis.call('HDEL', C.usage, n)
+  redis.call('ZREM', C.reservations, n)
   redis.call('DEL', C.review .. n, C.review_state .. n)
   redis.call('SREM', C.K.reviewing, n)
   for _, kind in ipairs({'development', 'review', 'fix'}) do drop_task(C, kind .. ':' .. n) end

@@ -132,7 +132,17 @@ for _, it in ipairs(items) do
   end
   redis.call('SADD', C.K.open, n)
   -- it.pin is false for work nobody can take (body skipped), unless settings say it counts.
-  if it.prio >= 0 and it.pin ~= false then
+  -- An issue that waits on a person keeps out of the bucket (wait_for_person), at its
+  -- priority of now.
+  local waits = redis.call('HGET', C.waiting, n)
+  if waits then
+    local w = cjson.decode(waits)
+    if w.prio ~= it.prio then
+      w.prio = it.prio
+      redis.call('HSET', C.waiting, n, cjson.encode(w))
+    end
+  end
+  if it.prio >= 0 and it.pin ~= false and (not waits or C.people_hold) then
     redis.call('ZADD', C.K.work, it.prio, n)
   else
     redis.call('ZREM', C.K.work, n)
@@ -287,7 +297,20 @@ for _, it in ipairs(items) do
     redis.call('DEL', C.review .. n, C.review_state .. n)
     drop_task(C, 'review:' .. n)
     drop_task(C, 'fix:' .. n)
+    if waiting_code(C, n) == 'awaiting_feedback' then end_wait(C, n) end
   end
+  -- needs-human (on GitHub, or queued by the failure budget): the issue waits on a person
+  -- until somebody removes the label.
+  local code = waiting_code(C, n)
+  if labels[C.needs_human] then
+    if code ~= 'needs_human' and not PARKED[code or ''] then
+      wait_for_person(C, n, 'needs_human', 'labelled ' .. C.needs_human, now)
+    end
+  elseif code == 'needs_human' then
+    end_wait(C, n)
+  end
+  -- A maintainer held it, or a budget was reached: no task is handed out until a retry.
+  local parked = PARKED[waiting_code(C, n) or '']
 
   -- Review and fix tasks of an issue that stopped being work (needs-human, priority or role
   -- gone) wait out of the pool; they return below if it becomes work again.
@@ -297,7 +320,7 @@ for _, it in ipairs(items) do
     end
   end
   -- ready = tasks - held, for review and fix tasks too.
-  if not held and it.prio >= 0 and not labels[C.in_progress] then
+  if not held and not parked and it.prio >= 0 and not labels[C.in_progress] then
     for _, kind in ipairs({'fix', 'review'}) do
       make_ready(C.K.tasks, C.K.ready, C.ready_role, kind .. ':' .. n)
     end
@@ -321,7 +344,7 @@ for _, it in ipairs(items) do
       if old then unready(C.K.tasks, C.K.ready, C.ready_role, id) end
       redis.call('HSET', C.K.tasks, id, value)
     end
-    if not held and not contested then
+    if not held and not contested and not parked then
       if redis.call('ZADD', C.K.ready, it.score, id) == 1 then readied = readied + 1 end
       redis.call('ZADD', C.ready_role .. it.role, it.score, id)
     end

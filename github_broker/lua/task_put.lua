@@ -9,7 +9,9 @@
 -- cycle, so the same feedback is never handed out twice. A review that waits in the pool
 -- (not leased yet) gets the newer payload: the reviewer sees the feedback gathered by the
 -- last upkeep pass before its hand-out, not the feedback of the pass that queued it.
--- An issue that is not work (needs-human, lost its priority or role) gets no task.
+-- An issue that is not work (needs-human, lost its priority or role) gets no task; one that
+-- waits on a person after its review gets its fix round (which ends the wait), and one held
+-- by a maintainer gets it too but it is not handed out before a retry.
 -- A fix round naming feedback already handled (by a completed fix, or in the review's
 -- payload) is refused: it comes from a pass that read the review state before that (review
 -- upkeep is not fenced; a pass can stall in its GitHub calls), and the next pass, reading
@@ -21,7 +23,9 @@ local task_id, score, role, pr, author, branch, payload =
   ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local kind, n = string.match(task_id, '^(%a+):(%d+)$')
 if ARGV[10] ~= '1' and redis.call('SISMEMBER', C.K.reviewing, n) == 0 then return 0 end
-if not redis.call('ZSCORE', C.K.work, n) and redis.call('SISMEMBER', C.K.open, n) == 1 then
+local waits = waiting_code(C, n)
+if not redis.call('ZSCORE', C.K.work, n) and redis.call('SISMEMBER', C.K.open, n) == 1
+    and (not waits or waits == 'needs_human') then
   return 0
 end
 local state_key = C.review_state .. n
@@ -53,7 +57,9 @@ else
 end
 local now = now_ms()
 redis.call('HSET', C.K.tasks, task_id, task_value(score, role, pr, author, now, branch))
-if redis.call('EXISTS', C.lock .. n) == 0 then
+-- New feedback after a review: agents have work on it again, it holds the bucket again.
+if waits == 'awaiting_feedback' then end_wait(C, n) end
+if redis.call('EXISTS', C.lock .. n) == 0 and not PARKED[waits or ''] then
   make_ready(C.K.tasks, C.K.ready, C.ready_role, task_id)
   redis.call('PUBLISH', C.events, 'ready')
 end

@@ -7,13 +7,19 @@ import json
 import secrets
 from typing import Any
 
+from github_broker.clock import iso_from_ms
 from github_broker.errors import MirrorRebuilding
 from github_broker.models import (
+    AgentPause,
+    Beat,
     Claimed,
     Issue,
     LeaseInfo,
     LeaseRefusal,
     NoTask,
+    Note,
+    TaskPause,
+    TaskState,
     TaskType,
     constructed,
 )
@@ -24,12 +30,55 @@ from github_broker.store.connection import as_text, awaited, translate_errors
 CLAIM_SCAN = 16
 
 
-def _refusal(value: Any) -> LeaseRefusal:
-    reason = as_text(value)
+class Refusal(str):
+    """Why a lease call was refused (a LeaseRefusal value, so it compares as one), with the
+    reason in words when the lease ended with one (a maintainer's revoke): `detail`."""
+
+    detail: str = ""
+
+    def __new__(cls, reason: str, detail: str = "") -> Refusal:
+        made = super().__new__(cls, LeaseRefusal(reason).value)
+        made.detail = detail
+        return made
+
+
+def _refusal(value: Any) -> Refusal:
+    reason, _, detail = as_text(value).partition("|")
     if reason == "rebuilding":
         # Redis lost the lease with everything else; the next sync re-adopts it from GitHub.
         raise MirrorRebuilding("the mirror is being rebuilt from GitHub; retry shortly")
-    return LeaseRefusal(reason)
+    return Refusal(reason, detail)
+
+
+def _ms_iso(ms: Any) -> str:
+    return iso_from_ms(int(ms)) if ms is not None else ""
+
+
+def beat_of(expires_ms: int, raw: Any) -> Beat:
+    """heartbeat.lua's answer as a Beat (times as ISO 8601)."""
+    data = json.loads(raw)
+    paused, agent_paused = data.get("paused"), data.get("agent_paused")
+    return Beat(
+        expires_ms=expires_ms,
+        state=TaskState(data["state"]),
+        notes=[
+            Note(by=n["by"], text=n["text"], at=_ms_iso(n.get("at_ms")))
+            for n in (data.get("notes") or [])
+        ],
+        paused=TaskPause(
+            code=paused["code"], detail=paused["detail"], at=_ms_iso(paused.get("at_ms"))
+        )
+        if paused
+        else None,
+        agent_paused=pause_of(agent_paused) if agent_paused else None,
+    )
+
+
+def pause_of(data: dict[str, Any]) -> AgentPause:
+    return AgentPause(
+        kind=data["kind"], by=data["by"], reason=data.get("reason") or "",
+        at=_ms_iso(data.get("at_ms")),
+    )
 
 
 class LeaseRegistry(RepoBase):
@@ -65,14 +114,15 @@ class LeaseRegistry(RepoBase):
             *(roles or []),
         )
         if int(res[0]) == 0:
-            _, reason, settled, outcome, bucket = res
+            _, reason, settled, outcome, bucket, detail = res
             return NoTask(
                 reason=as_text(reason),
                 bucket=int(bucket) if int(bucket) >= 0 else None,
                 settled_issue=int(settled) if as_text(settled) else None,
                 settled_outcome=as_text(outcome) if as_text(settled) else None,
+                detail=as_text(detail),
             )
-        _, task_id, _n, tok, expires, issue, role, branch, settled, outcome, payload = res
+        _, task_id, _n, tok, expires, issue, role, branch, settled, outcome, payload, cont = res
         task_id = as_text(task_id)
         # Every value is typed here (the issue validated from its JSON): no second validation
         # of the whole (once per claim, on the hot path).
@@ -90,33 +140,57 @@ class LeaseRegistry(RepoBase):
                 "settled_issue": int(settled) if as_text(settled) else None,
                 "settled_outcome": as_text(outcome) if as_text(settled) else None,
                 "payload": json.loads(payload) if payload else None,
+                "continues": json.loads(cont) if cont else None,
             },
         )
 
     @translate_errors
     async def heartbeat(
-        self, number: int, agent_id: str, token: str
-    ) -> tuple[bool, int | LeaseRefusal]:
-        """(True, expires_ms) or (False, why)."""
-        ok, value = await self._run("heartbeat", number, agent_id, token)
-        if not int(ok):
-            return False, _refusal(value)
-        return True, int(value)
+        self,
+        number: int,
+        agent_id: str,
+        token: str,
+        *,
+        note: str = "",
+        tokens: int | None = None,
+        cost: float | None = None,
+    ) -> tuple[bool, Beat | Refusal]:
+        """(True, the Beat) or (False, why) when the lease is not this agent's any more.
+        `note`, `tokens`, `cost`: what the agent reports (see heartbeat.lua)."""
+        res = await self._run(
+            "heartbeat",
+            number,
+            agent_id,
+            token,
+            note,
+            "" if tokens is None else str(tokens),
+            "" if cost is None else repr(float(cost)),
+        )
+        if not int(res[0]):
+            return False, _refusal(res[1])
+        return True, beat_of(int(res[1]), res[2])
 
     @translate_errors
     async def finish(
         self, number: int, agent_id: str, token: str, outcome: str, *, counted: bool = True
     ) -> tuple[bool, str]:
-        """(True, outcome) or (False, why: a LeaseRefusal). `counted=False`: a failure that is
+        """(True, outcome) or (False, why: a Refusal). `counted=False`: a failure that is
         not the agent's (it never saw the task) spends no failure budget."""
         ok, value = await self._run(
             "finish", number, agent_id, token, outcome, "1" if counted else "0"
         )
         return (True, as_text(value)) if int(ok) else (False, _refusal(value))
 
-    @translate_errors
     async def reap(self, limit: int = 100, *, epoch: int = 0) -> int:
-        return int(await self._run("reap", limit, epoch))
+        """Expired leases examined."""
+        return (await self.sweep(limit, epoch=epoch))[0]
+
+    @translate_errors
+    async def sweep(self, limit: int = 100, *, epoch: int = 0) -> tuple[int, list[str]]:
+        """The leader's sweep (reap.lua): expired leases examined, and the agents the circuit
+        breaker paused here since the last sweep (to pause in every repository)."""
+        examined, trips = await self._run("reap", limit, epoch)
+        return int(examined), [as_text(a) for a in json.loads(trips)]
 
     @translate_errors
     async def knows_request(self, agent_id: str, request_id: str) -> bool:
@@ -145,20 +219,15 @@ class LeaseRegistry(RepoBase):
             rows = await pipe.execute()
         out = []
         for n, row in zip(numbers, rows, strict=True):
-            if not row:
-                continue
-            h = {as_text(k): as_text(v) for k, v in row.items()}
-            out.append(
-                LeaseInfo(
-                    repository=self.repository,
-                    issue=n,
-                    agent_id=h["agent"],
-                    task_type=h["task_type"],
-                    claimed_ms=int(h["claimed_ms"]),
-                    expires_ms=int(h["expires_ms"]),
-                )
-            )
+            if row and (b"agent" in row or "agent" in row):
+                out.append(lease_info(self.repository, n, row))
         return out
+
+    @translate_errors
+    async def lease(self, number: int) -> LeaseInfo | None:
+        """Issue n's lease, if one is recorded (its lock may have just expired)."""
+        row = await awaited(self.client.hgetall(self.keys.lease(number)))
+        return lease_info(self.repository, number, row) if row else None
 
     @translate_errors
     async def ready_tasks(self, role: str | None = None) -> list[tuple[str, float]]:
@@ -189,3 +258,31 @@ class LeaseRegistry(RepoBase):
         """Consecutive failures per agent (the failure budget's hash), when it exists."""
         raw = await awaited(self.client.hgetall(self.keys.agent_streaks))
         return {as_text(k): int(v) for k, v in raw.items() if int(v) > 0}
+
+
+def lease_info(repository: str, number: int, row: dict[Any, Any]) -> LeaseInfo:
+    """A `lease:{n}` hash as a LeaseInfo."""
+    h = {as_text(k): as_text(v) for k, v in row.items()}
+
+    def ms(name: str) -> int | None:
+        return int(h[name]) if h.get(name) else None
+
+    return LeaseInfo(
+        repository=repository,
+        issue=number,
+        agent_id=h.get("agent", ""),
+        task_type=h.get("task_type", ""),
+        claimed_ms=int(h.get("claimed_ms") or 0),
+        expires_ms=int(h.get("expires_ms") or 0),
+        beats=int(h.get("beats") or 0),
+        note=h.get("note", ""),
+        note_ms=ms("note_ms"),
+        progress=h.get("progress", ""),
+        progress_ms=ms("progress_ms"),
+        stalled=h.get("stalled", ""),
+        paused=h.get("paused", ""),
+        used_tokens=int(h.get("used_tokens") or 0),
+        used_cost=float(h.get("used_cost") or 0),
+        continues=h.get("continues", ""),
+        token=h.get("token", ""),
+    )

@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from github_broker.keys import RepoKeys
 from github_broker.models import SCORE_GROUP
 from github_broker.settings import Settings
+from github_broker.store.control import ControlStore
 from github_broker.store.leases import LeaseRegistry
 from github_broker.store.mirror import IssueMirror
 from github_broker.store.reviews import ReviewStore
@@ -22,7 +23,9 @@ from github_broker.store.write_queue import WriteQueue
 LEASE_END_TTL_S = 86400
 
 
-class RepoStore(IssueMirror, LeaseRegistry, ReviewStore, WriteQueue, WebhookQueue, Timeline):
+class RepoStore(
+    IssueMirror, LeaseRegistry, ReviewStore, WriteQueue, WebhookQueue, Timeline, ControlStore
+):
     """Redis state of one repository: every part's reads and writes."""
 
     def __init__(
@@ -76,9 +79,25 @@ class RepoStore(IssueMirror, LeaseRegistry, ReviewStore, WriteQueue, WebhookQueu
             "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
             "priority_unit": 4 * SCORE_GROUP,
             "handout": keys.handout_prefix,
-            "cooldown": keys.cooldown_prefix,
+            "cooldowns": keys.cooldowns_prefix,
+            "reserved": keys.reserved_prefix,
             "task_failures": keys.task_failures,
             "agent_streaks": keys.agent_streaks,
+            "streak_first": keys.streak_first,
+            "instant_failures": keys.instant_failures,
+            "trips": keys.trips,
+            "paused_agents": keys.paused_agents,
+            "control": keys.control,
+            "waiting": keys.waiting,
+            "reservations": keys.reservations,
+            "usage": keys.usage,
+            "audit": keys.audit,
+            "audit_max": settings.audit.max_entries,
+            "people_hold": settings.bucket_holds_for_people,
+            "breaker_streak": settings.failures.breaker_streak,
+            "instant_failures_allowed": settings.failures.instant_failures_allowed,
+            "budget_tokens": settings.budgets.tokens,
+            "budget_cost": settings.budgets.cost,
             "needs_human": settings.labels.needs_human,
             "settle_grace_ms": int(settings.leases.settle_grace_s * 1000),
             "max_failures": settings.failures.max_failures,

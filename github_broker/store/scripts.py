@@ -54,6 +54,9 @@ class Scripts:
 
     REPO_SCRIPTS = (
         "claim",
+        "explain",
+        "control",
+        "lease_upkeep",
         "task_put",
         "labels_want",
         "heartbeat",

@@ -4,6 +4,7 @@ agent mutex, quota, global timeline, ready events)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -13,9 +14,10 @@ from typing import Any
 import redis.exceptions
 
 from github_broker.background import stop_task
+from github_broker.clock import now_ms
 from github_broker.errors import StoreUnavailable
 from github_broker.keys import GlobalKeys, RepoKeys
-from github_broker.models import Event, Quota
+from github_broker.models import AgentPause, AuditEntry, ControlOutcome, Event, Quota
 from github_broker.settings import Settings
 from github_broker.store.connection import (
     as_text,
@@ -25,6 +27,8 @@ from github_broker.store.connection import (
     pubsub_client_for,
     translate_errors,
 )
+from github_broker.store.control import audit_entries, xadd_audit
+from github_broker.store.leases import pause_of
 from github_broker.store.repo import RepoStore
 from github_broker.store.resp import close_pipelined, pipelined_for
 from github_broker.store.scripts import Scripts
@@ -231,6 +235,115 @@ class Store:
         for rstore in self.repos.values():
             events += await rstore.timeline(count)
         return sorted(events, key=lambda e: e.at_ms, reverse=True)[:count]
+
+    # --- steering across repositories (each repository keeps a copy the claim reads) -------
+
+    @translate_errors
+    async def pause_agent(
+        self, agent_id: str, actor: str, reason: str, *, stop: bool = False
+    ) -> dict[str, ControlOutcome]:
+        """Pause `agent_id` everywhere (stop: and revoke its lease); returns what happened in
+        each repository where something did."""
+        kind = "stop" if stop else "pause"
+        record = json.dumps({"kind": kind, "by": actor, "reason": reason, "at_ms": now_ms()})
+        await self.client.hset(self.global_keys.agents, agent_id, record)
+        action = "stop_agent" if stop else "pause_agent"
+        results = await asyncio.gather(
+            *(r.control(action, actor, agent_id, reason) for r in self.repos.values())
+        )
+        return {name: out for name, out in zip(self.repos, results, strict=True)}
+
+    @translate_errors
+    async def resume_agent(self, agent_id: str, actor: str) -> bool:
+        """Resume `agent_id` everywhere (its streaks start again); False if it was not paused."""
+        was = bool(await self.client.hdel(self.global_keys.agents, agent_id))
+        await asyncio.gather(
+            *(r.control("resume_agent", actor, agent_id) for r in self.repos.values())
+        )
+        return was
+
+    @translate_errors
+    async def spread_trips(self, repository: str, agents: list[str]) -> list[str]:
+        """The circuit breaker paused these agents in `repository`: pause them in every
+        other one too (a maintainer's pause already there is kept). Returns those it newly
+        recorded for the deployment."""
+        source = self.repos[repository]
+        newly = []
+        for agent in agents:
+            raw = await awaited(self.client.hget(source.keys.paused_agents, agent))
+            if raw is None:
+                continue  # resumed meanwhile
+            if await self.client.hsetnx(self.global_keys.agents, agent, raw):
+                newly.append(agent)
+            async with self.client.pipeline(transaction=False) as pipe:
+                for rstore in self.repos.values():
+                    pipe.hsetnx(rstore.keys.paused_agents, agent, raw)
+                await pipe.execute()
+        return newly
+
+    @translate_errors
+    async def paused_agents(self) -> dict[str, AgentPause]:
+        """Every paused agent of the deployment, with who paused it and why."""
+        raw = await awaited(self.client.hgetall(self.global_keys.agents))
+        return {as_text(k): pause_of(json.loads(v)) for k, v in raw.items()}
+
+    @translate_errors
+    async def pause_broker(self, actor: str, reason: str, *, resume: bool = False) -> None:
+        """Maintenance: nothing new is handed out in any repository (leases keep running)."""
+        if resume:
+            await self.client.hdel(self.global_keys.control, "broker")
+        else:
+            record = json.dumps(
+                {"scope": "broker", "by": actor, "reason": reason, "at_ms": now_ms()}
+            )
+            await self.client.hset(self.global_keys.control, "broker", record)
+        action = "resume_repo" if resume else "pause_repo"
+        await asyncio.gather(
+            *(r.control(action, actor, "", reason, "broker") for r in self.repos.values())
+        )
+
+    @translate_errors
+    async def broker_pause(self) -> dict[str, Any] | None:
+        raw = await awaited(self.client.hget(self.global_keys.control, "broker"))
+        return json.loads(raw) if raw else None
+
+    @translate_errors
+    async def record_audit(
+        self,
+        actor: str,
+        action: str,
+        *,
+        agent: str = "",
+        reason: str = "",
+        outcome: str = "",
+        repository: str = "",
+    ) -> None:
+        """A deployment-wide action in the audit log (pausing an agent or the broker)."""
+        entry = {
+            "actor": actor,
+            "action": action,
+            "n": "",
+            "agent": agent,
+            "reason": reason,
+            "outcome": outcome,
+            "repository": repository,
+        }
+        await xadd_audit(
+            self.client, self.global_keys.audit, self.settings.audit.max_entries, entry
+        )
+
+    @translate_errors
+    async def audit_log(self, count: int = 50, before_ms: int | None = None) -> list[AuditEntry]:
+        """The newest entries of every repository and the deployment, newest first; `before_ms`
+        pages back (entries strictly older)."""
+        before = "+" if before_ms is None else f"{before_ms}-0"
+        end = before if before == "+" else f"({before}"
+        found = audit_entries(
+            await self.client.xrevrange(self.global_keys.audit, max=end, count=count), None
+        )
+        for rstore in self.repos.values():
+            found += await rstore.audit_log(count, before)
+        return sorted(found, key=lambda e: (e.at_ms, e.id), reverse=True)[:count]
 
     @asynccontextmanager
     async def ready_events(self) -> AsyncIterator[asyncio.Queue[str]]:

@@ -1,0 +1,47 @@
+-- lease_upkeep.lua: what the poller leader (and its webhook worker) learns about a held task:
+-- progress GitHub shows, a stall, a budget reached, a stall long enough to revoke.
+-- KEYS, ARGV[1]: see _lib.lua. ARGV[2] action, ARGV[3] issue number, ARGV[4] the lease token
+-- the caller judged ('' any: progress from a webhook names no lease), ARGV[5] what (the
+-- progress, or the evidence), ARGV[6] the caller's leader epoch:
+--   progress   a push to the task's branch, its PR opened or updated, a review reply
+--              (ARGV[7] the kind); clears a stall flag
+--   stall      flag the lease stalled, once (kept until progress resumes)
+--   budget     the wall-clock budget is reached: the task is set aside (set_aside)
+--   revoke     a stall outlasted progress.revoke_stalled_after_s: the lease ends (no failure
+--              budget spent: a stall is not proof of a broken agent) and the task returns
+-- Returns 1 when it changed something, 0 when the lease is not the one judged (ended,
+-- re-claimed) or nothing was to do; error FENCED for a deposed leader.
+local C = context()
+local fenced = fence(C, ARGV[6])
+if fenced then return fenced end
+local action, n, token, what = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local now = now_ms()
+if redis.call('EXISTS', C.lock .. n) == 0 then return 0 end
+local h = redis.call('HMGET', C.lease .. n, 'agent', 'token', 'stalled', 'paused')
+if not h[1] or (token ~= '' and h[2] ~= token) then return 0 end
+local agent = h[1]
+
+if action == 'progress' then
+  record_progress(C, n, ARGV[7], what, now)
+  return 1
+elseif action == 'stall' then
+  if h[3] then return 0 end
+  redis.call('HSET', C.lease .. n, 'stalled', what)
+  timeline(C, 'stalled', n, agent, what)
+  audit(C, 'broker', 'stall', n, agent, what, 'flagged stalled; lease kept')
+  return 1
+elseif action == 'budget' then
+  if h[4] then return 0 end
+  set_aside(C, n, agent, what, now)
+  return 1
+elseif action == 'revoke' then
+  end_lease(C, n, 'revoked', now, true, nil, nil, 'stalled: ' .. what)
+  for _, kind in ipairs({'fix', 'review', 'development'}) do
+    if make_ready(C.K.tasks, C.K.ready, C.ready_role, kind .. ':' .. n) then
+      redis.call('PUBLISH', C.events, 'ready')
+    end
+  end
+  audit(C, 'broker', 'stall_revoke', n, agent, what, 'lease revoked; task back in the pool')
+  return 1
+end
+return redis.error_reply('ERR unknown lease_upkeep action ' .. action)
