@@ -290,9 +290,11 @@ def broker_env(redis_url: str, github_url: str, config_dir: Path, **extra: str) 
         # the settle grace would hand them the same task back instead.
         "GITHUB_BROKER_LEASES__SETTLE_GRACE_S": "0",
         # The claim-abandon flow gives every task back at once, by design: without this the
-        # failure budget would (rightly) park the whole backlog as needs-human within seconds.
+        # failure budget would (rightly) park the whole backlog as needs-human within seconds,
+        # and the circuit breaker would pause every agent after three abandons.
         "GITHUB_BROKER_FAILURES__MAX_FAILURES": "1000000000",
         "GITHUB_BROKER_FAILURES__COOLDOWN_S": "0",
+        "GITHUB_BROKER_FAILURES__BREAKER_STREAK": "0",
     }
     env.update(extra)
     return {**os.environ, **env}

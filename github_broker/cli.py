@@ -178,7 +178,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     async def run() -> list[overview.Explained]:
         store = Store.from_settings(settings)
         try:
-            return await overview.explained(store, settings, args.role or None, args.repo)
+            return await overview.explained(
+                store, settings, args.role or None, args.repo, agent_id=args.agent
+            )
         finally:
             await store.close()
 
@@ -237,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("status", cmd_status)
     p.add_argument("--json", action="store_true")
     p = add("explain", cmd_explain)
+    p.add_argument("--agent", help="the agent asking (its cool-downs, pause, reviews of its work)")
     p.add_argument("--role", action="append", help="a role the agent accepts (repeatable)")
     p.add_argument("--repo", help="only this owner/name")
     p.add_argument("--issue", type=int, help="only this issue number")
@@ -252,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_mcp_command(sub)
     add_sandbox_command(sub)
     add_labels_command(sub)
+    from github_broker.cli_steer import add_steer_commands
+
+    add_steer_commands(sub)
     return parser
 
 

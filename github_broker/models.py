@@ -320,6 +320,26 @@ class Waiting(BaseModel):
     priority: int | None = None
 
 
+class Judgement(BaseModel):
+    """What a claim would decide for one agent in one repository now (explain.lua)."""
+
+    repository: str
+    agent: str
+    bucket: int | None = None
+    agent_paused: dict[str, Any] | None = None
+    repo_paused: dict[str, Any] | None = None
+    #: A task a maintainer reassigned to the agent here (it comes first).
+    reserved: dict[str, Any] | None = None
+    #: The issue the agent holds here (its next request settles it first).
+    held: int | None = None
+    #: The task the claim would hand out here, if any.
+    next_id: str | None = None
+    #: The first ready tasks in claim order: {id, score, role, why} (see explain.lua).
+    judged: list[dict[str, Any]] = []
+    #: The repository is left out of claims (its sync keeps failing): why.
+    out_of_service: str | None = None
+
+
 class ControlOutcome(BaseModel):
     """What a maintainer's action did in one repository."""
 

@@ -6,10 +6,11 @@ import logging
 from dataclasses import dataclass, field
 
 from github_broker.clock import ms_from_iso, now_ms
+from github_broker.explain import Verdict, explain
 from github_broker.models import Event, Issue, LeaseInfo, Quota, SkipReason
 from github_broker.rules import priority_of_score
 from github_broker.settings import Settings
-from github_broker.status import Verdict, explain, waiting_reviews
+from github_broker.status import waiting_reviews
 from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
@@ -105,25 +106,6 @@ class Overview:
     quota: Quota | None
     repositories: list[RepoOverview]
     timeline: list[Event] = field(default_factory=list)
-
-
-def age(ms: int | None, now_ms: int) -> str:
-    """How long ago (or, for a future time, in how long), in the largest two units."""
-    if ms is None:
-        return "never"
-    delta_s = (now_ms - ms) // 1000
-    text = span(abs(delta_s))
-    return f"in {text}" if delta_s < 0 else f"{text} ago"
-
-
-def span(seconds: int) -> str:
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d {seconds % 86400 // 3600:02d}h"
 
 
 def _ref(rstore: RepoStore, issues: dict[int, Issue], n: int) -> IssueRef:
@@ -275,13 +257,23 @@ class Explained:
 
 
 async def explained(
-    store: Store, settings: Settings, roles: list[str] | None, repository: str | None = None
+    store: Store,
+    settings: Settings,
+    roles: list[str] | None,
+    repository: str | None = None,
+    agent_id: str | None = None,
 ) -> list[Explained]:
+    """`explain` per repository (in the claim's order) with titles and the bucket's blockers."""
+    verdicts_by_repo = await explain(
+        store,
+        settings,
+        agent_id=agent_id,
+        roles=roles,
+        repositories=[repository] if repository else None,
+    )
     out = []
-    for name, rstore in store.repos.items():
-        if repository and name != repository:
-            continue
-        verdicts = await explain(rstore, settings, roles)
+    for name, verdicts in verdicts_by_repo.items():
+        rstore = store.repo(name)
         numbers = sorted({v.issue for v in verdicts})
         issues = {i.number: i for i in await rstore.get_issues(numbers)}
         work = await rstore.work_priorities()

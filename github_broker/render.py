@@ -4,15 +4,30 @@ from __future__ import annotations
 
 from collections import Counter
 
-from github_broker.overview import Explained, IssueRef, Overview, RepoOverview, age
-from github_broker.status import Verdict
+from github_broker.clock import age
+from github_broker.explain import Verdict
+from github_broker.overview import Explained, IssueRef, Overview, RepoOverview
 
 #: Longest title shown in a table cell (characters).
 TITLE_WIDTH = 48
 #: Rows shown per table or verdict group unless asked for all.
 ROWS_SHOWN = 15
 #: Verdicts in the order `explain` lists their groups.
-VERDICT_ORDER = ["next", "queued", "held", "outside_bucket", "role", "skipped", "waiting"]
+VERDICT_ORDER = [
+    "next",
+    "queued",
+    "held",
+    "outside_bucket",
+    "role",
+    "cooldown",
+    "review_author",
+    "paused",
+    "repo_paused",
+    "out_of_service",
+    "waiting_on_person",
+    "skipped",
+    "waiting",
+]
 
 
 def table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:

@@ -20,13 +20,13 @@ from typing import Any
 
 from github_broker.agent.client import BrokerClient, BrokerClientError
 from github_broker.agent.runner import Runner, RunnerConfig, RunnerError, stop_on_signals
-from github_broker.clock import now_ms
+from github_broker.clock import age, now_ms
 from github_broker.errors import BrokerError, ConfigError
+from github_broker.explain import Verdict, explain_repo
 from github_broker.models import Event
-from github_broker.overview import RepoOverview, age, repo_overview
+from github_broker.overview import RepoOverview, repo_overview
 from github_broker.settings import DEFAULTS_DIR, ENV_PREFIX, Settings, load_settings
 from github_broker.simulator import DEMO_SEED_PATH, Simulator
-from github_broker.status import Verdict, explain
 from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
@@ -300,7 +300,7 @@ class BrokerWatcher:
                     idle = await self._idle(rstore)
                     if idle and not reported:
                         repo = await repo_overview(rstore, self.settings)
-                        verdicts = await explain(rstore, self.settings, None)
+                        verdicts = await explain_repo(rstore, self.settings, None)
                         waiting = [v for v in verdicts if v.verdict == "waiting"]
                         for line in backlog_summary(repo, self.done, waiting):
                             logger.info("%s", line)

@@ -1,4 +1,4 @@
-"""What maintainers see: queues, leases, skipped issues, and why an agent gets what it gets."""
+"""What maintainers see: queues per priority, leases, skipped issues, reviews in their loop."""
 
 from __future__ import annotations
 
@@ -9,30 +9,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from github_broker.clock import iso_from_ms
-from github_broker.models import Issue, LeaseInfo
+from github_broker.models import LeaseInfo
 from github_broker.rules import priority_of_score
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
-
-#: Blocking issues named per "waits" verdict (the rest are counted, not listed).
-MAX_BLOCKERS = 10
-
-
-class Blocker(BaseModel):
-    """An issue another one waits for."""
-
-    issue: int
-    url: str
-
-
-class Verdict(BaseModel):
-    issue: int
-    url: str = ""
-    priority: int | None
-    verdict: str  # next | queued | held | skipped | outside_bucket | role | waiting
-    detail: str
-    #: The issues this one waits for (outside_bucket: the open work that holds the bucket).
-    blocking: list[Blocker] = []
 
 
 class WaitingReview(BaseModel):
@@ -168,78 +148,3 @@ def _review_step(
     if due_ms > time.time() * 1000:
         return "waiting_delay", f"review waits until {iso_from_ms(due_ms)}"
     return "waiting_delay", "review is due; offered by the next review upkeep pass"
-
-
-async def explain(rstore: RepoStore, settings: Settings, roles: list[str] | None) -> list[Verdict]:
-    """For an agent with `roles`, what each open work issue would do for it, in order."""
-    work = await rstore.work_priorities()
-    tasks = await rstore.task_index()
-    ready = dict(await rstore.ready_tasks())
-    leases = await rstore.leases()
-    skipped = await rstore.skipped()
-    bucket = await rstore.bucket()
-    reviews = await waiting_reviews(rstore, settings, ready, leases)
-    blockers = await _bucket_blockers(rstore, work, bucket)
-    strict = settings.priority_mode == "strict"
-    verdicts: list[Verdict] = []
-    listed: set[int] = set()
-    for task_id, score in sorted(ready.items(), key=lambda kv: (kv[1], kv[0])):
-        n = int(task_id.split(":")[1])
-        if n in listed:
-            continue  # a review and a fix of one issue: the first one is what it offers
-        listed.add(n)
-        prio = priority_of_score(score)
-        role = tasks.get(task_id, (0.0, "", ""))[1]
-        if roles and role not in roles:
-            verdicts.append(_v(n, prio, "role", f"needs role {role}, not one of yours"))
-        elif strict and bucket is not None and prio > bucket:
-            verdict = _v(n, prio, "outside_bucket", f"P{prio} waits while P{bucket} work is open")
-            verdict.blocking = blockers
-            verdicts.append(verdict)
-        elif not any(v.verdict == "next" for v in verdicts):
-            verdicts.append(_v(n, prio, "next", f"{task_id.split(':')[0]} task you would get now"))
-        else:
-            ahead = next(v.issue for v in verdicts if v.verdict == "next")
-            verdict = _v(n, prio, "queued", f"claimable, behind #{ahead} and the tasks above")
-            verdict.blocking = [Blocker(issue=ahead, url="")]
-            verdicts.append(verdict)
-    for lease in sorted(leases, key=lambda lease: lease.issue):
-        if lease.issue not in listed:
-            until = iso_from_ms(lease.expires_ms)
-            detail = f"{lease.task_type} held by {lease.agent_id} until {until}"
-            verdicts.append(_v(lease.issue, work.get(lease.issue), "held", detail))
-            listed.add(lease.issue)
-    for n, reason in sorted(skipped.items()):
-        if n not in listed:
-            verdicts.append(_v(n, work.get(n), "skipped", f"{reason.code}: {reason.reason}"))
-            listed.add(n)
-    for n, review in sorted(reviews.items()):
-        if n not in listed:
-            verdicts.append(_v(n, work.get(n), "waiting", f"{review.step}: {review.detail}"))
-            listed.add(n)
-    rest = [n for n in sorted(work) if n not in listed]
-    for issue in await rstore.get_issues(rest):
-        labels = ", ".join(issue.labels)
-        detail = f"no claimable task for it now ({labels})"
-        verdicts.append(_v(issue.number, work.get(issue.number), "waiting", detail))
-    urls = {i.number: i.html_url for i in await rstore.get_issues(sorted(listed | set(rest)))}
-    for verdict in verdicts:
-        verdict.url = urls.get(verdict.issue, "")
-        for blocker in verdict.blocking:
-            blocker.url = blocker.url or urls.get(blocker.issue, "")
-    return verdicts
-
-
-def _v(n: int, priority: int | None, verdict: str, detail: str) -> Verdict:
-    return Verdict(issue=n, priority=priority, verdict=verdict, detail=detail)
-
-
-async def _bucket_blockers(
-    rstore: RepoStore, work: dict[int, int], bucket: int | None
-) -> list[Blocker]:
-    """The open work issues at the bucket's priority: what everything below it waits for."""
-    if bucket is None:
-        return []
-    numbers = sorted(n for n, p in work.items() if p == bucket)[:MAX_BLOCKERS]
-    issues: list[Issue] = await rstore.get_issues(numbers)
-    return [Blocker(issue=i.number, url=i.html_url) for i in issues]

@@ -309,6 +309,14 @@ class Syncer:
         await self._upsert(rstore, issues, base, report)
         return report
 
+    async def reindex(self, rstore: RepoStore, issue: Issue) -> None:
+        """Index one issue again as `issue` reads (its cache with the broker's queued label
+        writes applied): a maintainer's retry, a development task completed with no PR."""
+        repo = self.settings.repository(rstore.repository)
+        assert repo is not None
+        base = await self.base_branch(repo, rstore, await rstore.sync_state())
+        await self.apply_issues(rstore, [issue], base)
+
     @staticmethod
     def _count(report: SyncReport, result: UpsertResult) -> None:
         report.written += result.written

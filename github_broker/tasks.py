@@ -22,6 +22,7 @@ from github_broker.models import (
     Beat,
     Claimed,
     Continuation,
+    Judgement,
     LeaseGrant,
     NoTask,
     Outcome,
@@ -51,6 +52,43 @@ def claim_order(settled: NoTask) -> tuple[int, int]:
     maintainer reassigned to the agent there first, then by the most urgent bucket."""
     bucket = settled.bucket if settled.bucket is not None else 1 << 30
     return (0 if settled.detail == "1" else 1, bucket)
+
+
+#: The agent id explain judges for when none is given: a fresh agent (no id matches it).
+FRESH_AGENT = " "
+
+
+async def judge(
+    stores: list[RepoStore],
+    settings: Settings,
+    agent_id: str | None,
+    roles: list[str] | None,
+    shown: int,
+) -> list[Judgement]:
+    """What a request-task of `agent_id` (None: a fresh agent) would decide in each of
+    `stores`, in the order the claim tries them; the first with a `next_id` hands it out."""
+    agent = agent_id or FRESH_AGENT
+    results: list[Any] = await asyncio.gather(
+        *(s.judge(agent, mode=settings.priority_mode, roles=roles, shown=shown) for s in stores),
+        return_exceptions=True,
+    )
+    out: list[Judgement] = []
+    for s, result in zip(stores, results, strict=True):
+        if isinstance(result, MirrorRebuilding) and len(stores) > 1:
+            reason = await s.sync_failing()
+            if reason is not None:
+                out.append(Judgement(repository=s.repository, agent=agent, out_of_service=reason))
+                continue
+        if isinstance(result, BaseException):
+            raise result
+        out.append(result)
+    if len(stores) > 1:
+        out.sort(key=lambda j: LAST if j.out_of_service else claim_order(_as_settled(j)))
+    return out
+
+
+def _as_settled(j: Judgement) -> NoTask:
+    return NoTask(reason="settled", bucket=j.bucket, detail="1" if j.reserved else "")
 
 
 def agent_paused(agent_id: str, detail: str) -> AgentPaused:

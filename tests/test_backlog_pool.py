@@ -40,7 +40,7 @@ async def rstore(
     settings = make_settings(
         redis={"url": redis_url},
         leases={"settle_grace_s": 0},
-        failures={"max_failures": 1_000_000_000, "cooldown_s": 0},
+        failures={"max_failures": 1_000_000_000, "cooldown_s": 0, "breaker_streak": 0},
     )
     store = Store.from_settings(settings)
     rstore = store.repo(REPO)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 
 from github_broker import status as status_view
+from github_broker.explain import explain_repo
 from github_broker.models import Claimed, NoTask, Outcome
 from github_broker.rules import Rules
 from github_broker.settings import Settings
@@ -123,9 +124,9 @@ async def test_the_third_failure_labels_needs_human_and_says_why(store: Store) -
     assert intent is not None and "needs-human" in intent["add"]
     skipped = (await rstore.skipped())[1]
     assert skipped.code == "too_many_failures" and "a3" in skipped.reason
-    verdicts = await status_view.explain(rstore, store.settings, None)
-    assert [(v.issue, v.verdict) for v in verdicts] == [(1, "skipped")]
-    assert "too_many_failures" in verdicts[0].detail
+    verdicts = await explain_repo(rstore, store.settings, None)
+    assert [(v.issue, v.verdict) for v in verdicts] == [(1, "waiting_on_person")]
+    assert "(needs_human): 3 failed attempts (last: a3, expired)" in verdicts[0].detail
     report = await status_view.status(store, store.settings)
     assert report["repositories"][0]["skipped"][1]["code"] == "too_many_failures"
 

@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from github_broker import reviews, status
+from github_broker.explain import explain_repo
 from github_broker.models import Outcome, ReviewComment, TaskType
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
@@ -137,7 +138,7 @@ async def test_status_and_explain_tell_review_waits_apart(
             assert by_issue[1].step == "waiting_delay" and by_issue[1].pr is not None
             assert by_issue[1].due_at is not None and by_issue[1].pr_url.endswith("/pull/3")
             assert by_issue[2].step == "no_linked_pr" and by_issue[2].pr is None
-            verdicts = {v.issue: v for v in await status.explain(world.rstore, world.settings, [])}
+            verdicts = {v.issue: v for v in await explain_repo(world.rstore, world.settings, [])}
             assert verdicts[1].detail.startswith("waiting_delay: review waits until ")
             assert verdicts[2].detail.startswith("no_linked_pr: needs-review but no open PR")
             assert verdicts[1].url.endswith("/acme/widgets/issues/1")
@@ -158,7 +159,7 @@ async def test_explain_lists_an_issue_with_a_review_and_a_fix_once(
         branch=None,
         comments=[comment],
     )
-    verdicts = await status.explain(world.rstore, world.settings, [])
+    verdicts = await explain_repo(world.rstore, world.settings, [])
     assert [(v.issue, v.verdict) for v in verdicts] == [(1, "next")]
     assert verdicts[0].detail == "fix task you would get now"
 
@@ -172,7 +173,7 @@ async def test_explain_names_the_issue_a_queued_one_waits_behind(
     with simulated(issues) as sim:
         async with running_world(sim, redis_url, make_settings) as world:
             await world.tick()
-            verdicts = await status.explain(world.rstore, world.settings, [])
+            verdicts = await explain_repo(world.rstore, world.settings, [])
     assert [(v.issue, v.verdict) for v in verdicts] == [(1, "next"), (2, "queued")]
     assert [b.issue for b in verdicts[1].blocking] == [1]
     assert verdicts[1].blocking[0].url.endswith("/acme/widgets/issues/1")
@@ -192,7 +193,7 @@ async def test_issue_skipped_for_its_body_does_not_pin_the_bucket(
             sim, lua_redis_url, make_settings, bucket_counts_unassignable=counts
         ) as world:
             await world.tick()
-            verdicts = {v.issue: v for v in await status.explain(world.rstore, world.settings, [])}
+            verdicts = {v.issue: v for v in await explain_repo(world.rstore, world.settings, [])}
             task = await world.ask("dev-1")
     if counts:
         assert task is None

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from github_broker import __version__
-from github_broker.api import errors, routes, webhooks
+from github_broker.api import admin, errors, routes, webhooks
 from github_broker.api.auth import Authenticator
 from github_broker.api.hotpath import BrokerApp
 from github_broker.api.limits import BodyLimit
@@ -28,7 +28,9 @@ from github_broker.metrics import Metrics
 from github_broker.poller import Daemon
 from github_broker.prompts import Prompts
 from github_broker.settings import Settings, default_config_dir, load_settings
+from github_broker.steering import Steering
 from github_broker.store import Store
+from github_broker.sync import Syncer
 from github_broker.tasks import TaskService
 from github_broker.ui import routes as dashboard
 
@@ -47,6 +49,7 @@ class Services:
     auth: Authenticator
     daemon: Daemon | None
     metrics: Metrics
+    steering: Steering
     _github_ok: tuple[bool, float, str] = (False, 0.0, "not checked yet")
 
     async def github_reachable(self) -> tuple[bool, str]:
@@ -117,6 +120,7 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
             auth=Authenticator(settings.server),
             daemon=daemon,
             metrics=Metrics(),
+            steering=Steering(settings, store, Syncer(settings, store, gateway).reindex),
         )
         try:
             yield
@@ -143,6 +147,7 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
     app.take_request_task(settings.server.max_body_bytes)
     app.include_router(routes.router)
     app.include_router(webhooks.router)
+    app.include_router(admin.router)
     dashboard.install(app)
 
     def openapi() -> dict[str, Any]:

@@ -10,9 +10,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from github_broker import explain as explain_view
 from github_broker import reviews
 from github_broker import status as status_view
 from github_broker.api.schemas import (
+    AGENT_ID_PATTERN,
     MAX_LIST_ITEMS,
     MAX_NUMBER,
     Done,
@@ -279,22 +281,29 @@ async def status(request: Request, svc: Services) -> dict[str, Any]:
 async def explain(
     request: Request,
     svc: Services,
+    agent_id: Annotated[
+        str | None,
+        Query(pattern=AGENT_ID_PATTERN, description="the agent asking; omit for a fresh agent"),
+    ] = None,
     repository: Annotated[str | None, Query(description="owner/name; default: all")] = None,
     roles: Annotated[
         list[RoleName] | None,
         Query(max_length=MAX_LIST_ITEMS, description="roles the agent accepts"),
     ] = None,
 ) -> dict[str, Any]:
-    """For an agent with these roles: what it would get next and why each other issue is not it."""
+    """What the next request-task of this agent would hand out (the one `next`), and why each
+    other issue waits: the claim's own judgement, run without side effects (admin)."""
     svc.auth.admin(request)
     # Bounded (by the query's declaration) and known, as in POST /request-task: a 422 before
     # any Redis work.
     roles = svc.tasks.check_roles(roles)
-    names = [repository] if repository else list(svc.store.repos)
-    out = {}
-    for name in names:
-        if name not in svc.store.repos:
-            raise NotFound(f"repository {name!r} is not served by this broker")
-        verdicts = await status_view.explain(svc.store.repo(name), svc.settings, roles)
-        out[name] = [v.model_dump() for v in verdicts]
-    return out
+    if repository is not None and repository not in svc.store.repos:
+        raise NotFound(f"repository {repository!r} is not served by this broker")
+    verdicts = await explain_view.explain(
+        svc.store,
+        svc.settings,
+        agent_id=agent_id,
+        roles=roles,
+        repositories=[repository] if repository else None,
+    )
+    return {name: [v.model_dump() for v in rows] for name, rows in verdicts.items()}

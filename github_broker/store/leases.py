@@ -14,6 +14,7 @@ from github_broker.models import (
     Beat,
     Claimed,
     Issue,
+    Judgement,
     LeaseInfo,
     LeaseRefusal,
     NoTask,
@@ -142,6 +143,26 @@ class LeaseRegistry(RepoBase):
                 "payload": json.loads(payload) if payload else None,
                 "continues": json.loads(cont) if cont else None,
             },
+        )
+
+    @translate_errors
+    async def judge(
+        self, agent_id: str, *, mode: str, roles: list[str] | None, shown: int
+    ) -> Judgement:
+        """What claim.lua would decide for `agent_id` here now, without doing it
+        (explain.lua, read only)."""
+        res = await self._run("explain", agent_id, mode, CLAIM_SCAN, shown, *(roles or []))
+        bucket, paused, held_back, reserved, held, next_id, judged = (as_text(v) for v in res)
+        return Judgement(
+            repository=self.repository,
+            agent=agent_id,
+            bucket=int(bucket) if int(bucket) >= 0 else None,
+            agent_paused=json.loads(paused) if paused else None,
+            repo_paused=json.loads(held_back) if held_back else None,
+            reserved=json.loads(reserved) if reserved else None,
+            held=int(held) if held else None,
+            next_id=next_id or None,
+            judged=json.loads(judged) if judged != "[]" else [],
         )
 
     @translate_errors

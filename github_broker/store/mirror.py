@@ -65,6 +65,14 @@ class IssueMirror(RepoBase):
         return {int(n) for n in await awaited(self.client.smembers(self.keys.open))}
 
     @translate_errors
+    async def open_numbers_of(self, numbers: list[int]) -> set[int]:
+        """Those of `numbers` that are mirrored open issues (one SMISMEMBER)."""
+        if not numbers:
+            return set()
+        flags = await awaited(self.client.smismember(self.keys.open, [str(n) for n in numbers]))
+        return {n for n, f in zip(numbers, flags, strict=True) if f}
+
+    @translate_errors
     async def sync_state(self) -> dict[str, str]:
         raw = await awaited(self.client.hgetall(self.keys.sync))
         return {as_text(k): as_text(v) for k, v in raw.items()}

@@ -6,8 +6,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from github_broker.clock import iso_from_ms
-from github_broker.overview import age
+from github_broker.clock import age, iso_from_ms
 
 
 def clock(ms: int | None) -> str:

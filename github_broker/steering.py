@@ -1,0 +1,181 @@
+"""Use cases of maintainers steering running work: revoke, reassign, note, retry an issue;
+pause, stop, resume an agent; pause and resume a repository or the whole broker.
+
+Every action is one Lua script per repository (control.lua), so it is atomic with the claims
+running beside it, and lands in the audit log with the outcome that really happened. Agents
+learn of it through their next heartbeat (revoked with the reason, paused, a note).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from github_broker.errors import InvalidRequest, NotFound
+from github_broker.models import ControlOutcome, Issue
+from github_broker.settings import AGENT_ID_RE, Settings
+from github_broker.store import RepoStore, Store
+
+logger = logging.getLogger(__name__)
+
+#: Longest reason or note a maintainer may give (characters).
+MAX_TEXT = 1000
+
+#: What indexes an issue's tasks again from its cache (the sync's own path): a retry after the
+#: failure budget dropped them. Given the repository's store and the issue as it will read
+#: once the queued label writes land.
+Reindex = Callable[[RepoStore, Issue], Awaitable[None]]
+
+
+@dataclass
+class ActionResult:
+    """What one action did: in words, and per repository where it touched several."""
+
+    action: str
+    target: str
+    outcome: str
+    repositories: dict[str, str] = field(default_factory=dict)
+
+
+class Steering:
+    """Maintainers' actions on running work (admin API, CLI, dashboard, `/broker` comments)."""
+
+    def __init__(self, settings: Settings, store: Store, reindex: Reindex | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.reindex = reindex
+
+    # --- one issue ----------------------------------------------------------------------
+
+    async def revoke(
+        self, repository: str, number: int, actor: str, reason: str = "", *, hold: bool = False
+    ) -> ActionResult:
+        """End the lease on the issue now; its task returns to the pool, or (hold) the issue
+        waits for a person until a retry."""
+        rstore = await self._issue(repository, number)
+        done = await rstore.control(
+            "revoke", actor, str(number), _text(reason), "1" if hold else ""
+        )
+        return self._result("revoke", f"{repository}#{number}", done)
+
+    async def reassign(
+        self, repository: str, number: int, agent_id: str, actor: str, reason: str = ""
+    ) -> ActionResult:
+        """The issue's task goes to `agent_id` (its next request-task), branch and PR kept;
+        the current holder's lease is revoked."""
+        _check_agent(self.settings, agent_id)
+        rstore = await self._issue(repository, number)
+        done = await rstore.control("reassign", actor, str(number), _text(reason), agent_id)
+        return self._result("reassign", f"{repository}#{number}", done)
+
+    async def note(self, repository: str, number: int, actor: str, text: str) -> ActionResult:
+        """A message to the agent holding the issue, delivered with its next heartbeat."""
+        if not text.strip():
+            raise InvalidRequest("a note needs text")
+        rstore = await self._issue(repository, number)
+        done = await rstore.control("note", actor, str(number), _text(text))
+        return self._result("note", f"{repository}#{number}", done)
+
+    async def retry(
+        self, repository: str, number: int, actor: str, reason: str = ""
+    ) -> ActionResult:
+        """Give an issue the broker gave up on (needs-human, failure budget, a budget, a hold)
+        another round: its budget cleared, its tasks back in the pool."""
+        rstore = await self._issue(repository, number)
+        done = await rstore.control("retry", actor, str(number), _text(reason))
+        if done.reindex and self.reindex is not None:
+            issue = await rstore.get_issue(number)
+            if issue is not None:
+                # As GitHub will show it once the queued removal lands.
+                labels = [lab for lab in issue.labels if lab != self.settings.labels.needs_human]
+                await self.reindex(rstore, issue.model_copy(update={"labels": labels}))
+        return self._result("retry", f"{repository}#{number}", done)
+
+    # --- agents -------------------------------------------------------------------------
+
+    async def pause_agent(
+        self, agent_id: str, actor: str, reason: str = "", *, stop: bool = False
+    ) -> ActionResult:
+        """Pause (drain: its task may finish, no new one) or stop (its lease revoked now)."""
+        _check_agent(self.settings, agent_id)
+        per_repo = await self.store.pause_agent(agent_id, actor, _text(reason), stop=stop)
+        action = "stop" if stop else "pause"
+        touched = {name: out.outcome for name, out in per_repo.items() if "revoked" in out.outcome}
+        outcome = "stopped" if stop else "paused: its current task may finish, no new one"
+        if touched:
+            outcome += "; " + "; ".join(f"{name}: {text}" for name, text in touched.items())
+        await self.store.record_audit(
+            actor, f"{action}_agent", agent=agent_id, reason=_text(reason), outcome=outcome
+        )
+        return ActionResult(f"{action}_agent", agent_id, outcome, touched)
+
+    async def resume_agent(self, agent_id: str, actor: str, reason: str = "") -> ActionResult:
+        _check_agent(self.settings, agent_id)
+        was = await self.store.resume_agent(agent_id, actor)
+        outcome = "resumed" if was else "resumed (it was not paused)"
+        await self.store.record_audit(
+            actor, "resume_agent", agent=agent_id, reason=_text(reason), outcome=outcome
+        )
+        return ActionResult("resume_agent", agent_id, outcome)
+
+    # --- repositories and the broker ----------------------------------------------------
+
+    async def pause_repo(
+        self, repository: str, actor: str, reason: str = "", *, resume: bool = False
+    ) -> ActionResult:
+        """Maintenance of one repository: nothing new is handed out, leases keep running."""
+        rstore = self._repo(repository)
+        action = "resume_repo" if resume else "pause_repo"
+        done = await rstore.control(action, actor, "", _text(reason), "repo")
+        return self._result(action, repository, done)
+
+    async def pause_broker(
+        self, actor: str, reason: str = "", *, resume: bool = False
+    ) -> ActionResult:
+        """Maintenance of the whole broker: nothing new is handed out anywhere."""
+        await self.store.pause_broker(actor, _text(reason), resume=resume)
+        action = "resume_broker" if resume else "pause_broker"
+        outcome = (
+            "resumed"
+            if resume
+            else f"paused in {len(self.store.repos)} repositories; leases keep running"
+        )
+        await self.store.record_audit(actor, action, reason=_text(reason), outcome=outcome)
+        return ActionResult(action, "broker", outcome)
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _repo(self, repository: str) -> RepoStore:
+        if repository not in self.store.repos:
+            raise NotFound(f"repository {repository!r} is not served by this broker")
+        return self.store.repo(repository)
+
+    async def _issue(self, repository: str, number: int) -> RepoStore:
+        rstore = self._repo(repository)
+        if number not in await rstore.open_numbers_of([number]):
+            raise NotFound(f"#{number} is not an open issue of {repository} (as mirrored)")
+        return rstore
+
+    @staticmethod
+    def _result(action: str, target: str, done: ControlOutcome) -> ActionResult:
+        logger.info("%s %s: %s", action, target, done.outcome)
+        return ActionResult(action, target, done.outcome)
+
+
+def _text(text: str) -> str:
+    text = text.strip()
+    if len(text) > MAX_TEXT:
+        raise InvalidRequest(f"reason or note longer than {MAX_TEXT} characters")
+    return text
+
+
+def _check_agent(settings: Settings, agent_id: str) -> None:
+    if not AGENT_ID_RE.match(agent_id):
+        raise InvalidRequest(
+            f"agent id {agent_id!r}: 1-50 characters from A-Z a-z 0-9 . _ -, starting with a "
+            "letter or digit"
+        )
+    clash = settings.label_clash(agent_id)
+    if clash is not None:
+        raise InvalidRequest(f"{agent_id!r} is the label {clash}, not an agent id")
