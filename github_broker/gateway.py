@@ -289,6 +289,27 @@ class GitHubGateway:
             self._list(f"{self._repo(full_name)}/issues/{pr}/comments"),
         )
 
+    def branch_head(self, full_name: str, branch: str) -> str | None:
+        """The sha at the tip of `branch` (a conditional GET: a free 304 while it does not
+        move); None while the branch does not exist."""
+        try:
+            ref = self._get_cached(
+                f"{self._repo(full_name)}/git/ref/heads/{quote(branch, safe='/')}"
+            )
+        except GitHubNotFound:
+            return None
+        return str(ref["object"]["sha"]) if isinstance(ref, dict) else None
+
+    def commits_ahead(self, full_name: str, base: str, head: str) -> int | None:
+        """Commits on `head` that `base` lacks (`GET .../compare/base...head`); None when a
+        branch does not exist."""
+        basehead = f"{quote(base, safe='/')}...{quote(head, safe='/')}"
+        try:
+            data = self._get_cached(f"{self._repo(full_name)}/compare/{basehead}")
+        except GitHubNotFound:
+            return None
+        return int(data.get("ahead_by", 0)) if isinstance(data, dict) else None
+
     def label_events(self, full_name: str, number: int) -> list[dict[str, Any]]:
         """The issue's `labeled` / `unlabeled` events, oldest first (who changed which label)."""
         return [

@@ -21,6 +21,7 @@ from github_broker.errors import BrokerError, Fenced, GitHubError, RateLimited
 from github_broker.gateway import GitHubGateway
 from github_broker.logs import log_fields
 from github_broker.outbox import OutboxDrainer
+from github_broker.progress import ProgressKeeper
 from github_broker.reviews import ReviewKeeper
 from github_broker.settings import Repository, Settings
 from github_broker.store import Store
@@ -48,14 +49,18 @@ class Daemon:
         self.gateway = gateway
         self.syncer = Syncer(settings, store, gateway)
         self.drainer = OutboxDrainer(store, gateway)
-        self.reviews = ReviewKeeper(settings, store, gateway)
-        self.webhooks = WebhookWorker(settings, store, gateway, self.syncer, self.reviews)
+        self.reviews = ReviewKeeper(settings, store, gateway, self.syncer.reindex)
+        self.progress = ProgressKeeper(settings, store, gateway)
+        self.webhooks = WebhookWorker(
+            settings, store, gateway, self.syncer, self.reviews, self.progress
+        )
         self._synced_at: dict[str, float] = {}
         self.id = node_id()
         self.is_leader = False
         #: This process's leader epoch while it leads (see leader.lua); 0 otherwise.
         self.epoch = 0
         self.drainer.still_leader = self.still_leader
+        self.reviews.leading = lambda: self.is_leader
         self._failures: dict[str, int] = {}
         self._not_before: dict[str, float] = {}
         self._last_error: dict[str, BrokerError] = {}
@@ -104,6 +109,7 @@ class Daemon:
             # it after the lead was lost would land whoever leads now.
             self.syncer.epoch = epoch
             self.drainer.epoch = epoch
+            self.progress.epoch = epoch
 
     def _deposed(self, e: Fenced) -> None:
         logger.warning("%s is not the leader any more, its write was refused: %s", self.id, e)
@@ -153,9 +159,12 @@ class Daemon:
             # Review upkeep fails on its own: a PR endpoint the token cannot read must not
             # stop the mirror from syncing.
             await self._guarded(
-                f"reviews:{name}", f"review upkeep of {name}", partial(self.reviews.run, repo)
+                f"reviews:{name}", f"review upkeep of {name}", partial(self._reviews, repo)
             )
         await self._publish_quota()
+
+    async def _reviews(self, repo: Repository) -> None:
+        self.reviews.arm(repo, await self.reviews.run(repo))
 
     async def _forget_stale_data(self) -> None:
         """Redis restarted with data (loaded from its persistence file) or failed over to a
@@ -308,6 +317,21 @@ class Daemon:
                     extra=log_fields(rstore.repository),
                 )
 
+    async def progress_all(self) -> None:
+        """Held tasks: progress from GitHub when webhooks are not healthy, stalls, budgets."""
+        if not self.is_leader:
+            return
+        for repo in self.settings.repositories:
+            healthy = False
+            if self.webhooks.configured:
+                with contextlib.suppress(BrokerError):
+                    healthy = await self.webhooks.healthy(repo)
+            await self._guarded(
+                f"progress:{repo.full_name}",
+                f"progress of {repo.full_name}",
+                partial(self.progress.check, repo, webhooks_healthy=healthy),
+            )
+
     async def _spread_trips(self, repository: str, agents: list[str]) -> None:
         """The circuit breaker paused these agents in one repository: every repository."""
         for agent in await self.store.spread_trips(repository, agents):
@@ -332,6 +356,7 @@ class Daemon:
             (self.sync_all, poll.interval_s),
             (self.drain_all, poll.outbox_interval_s),
             (self.reap_all, REAP_INTERVAL_S),
+            (self.progress_all, self.settings.progress.check_interval_s),
         ]
         for func, seconds in jobs:
             # max_instances=1: a slow pass is never overlapped by the next one.
@@ -367,6 +392,7 @@ class Daemon:
             self.scheduler = None
         # After the scheduler: awaiting first would let it start a job that exit then cancels.
         await self.webhooks.stop()
+        self.reviews.stop()
         if self.is_leader:
             with contextlib.suppress(BrokerError):
                 await self.store.leader(self.id, 0, release=True)

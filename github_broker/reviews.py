@@ -8,11 +8,12 @@ import logging
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from github_broker.clock import ms_from_iso
-from github_broker.errors import Conflict, InvalidRequest, NotFound
+from github_broker.errors import BrokerError, Conflict, InvalidRequest, NotFound
 from github_broker.gateway import GitHubGateway
 from github_broker.models import Issue, ReviewComment, TaskType
 from github_broker.rules import Rules, task_score
@@ -20,6 +21,9 @@ from github_broker.settings import Repository, Settings
 from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
+
+#: Seconds after a due time its timer fires (the due time itself is still "not yet").
+TIMER_SLACK_S = 0.05
 
 #: "Closes #12" and GitHub's other closing keywords link a PR to an issue.
 CLOSING_RE = re.compile(
@@ -34,6 +38,13 @@ class ReviewReport:
     review_done: int = 0
     needs_human: int = 0
     unlinked: int = 0
+    #: Development tasks completed with no PR and no commit: back in the pool.
+    no_pr: int = 0
+    #: Feedback a held review's agent had not seen, sent to it as a note.
+    late_feedback: int = 0
+    #: issue -> when (ms) a review becomes due or new feedback settles: the poller runs the
+    #: upkeep of that issue then, not at its next pass.
+    next_due: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,22 +69,37 @@ def linked_pulls(
 class ReviewKeeper:
     """One pass per repository, run by the poller leader after each sync."""
 
-    def __init__(self, settings: Settings, store: Store, gateway: GitHubGateway) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        gateway: GitHubGateway,
+        reindex: Callable[[RepoStore, Issue], Awaitable[None]],
+    ) -> None:
         self.settings = settings
         self.review = settings.review
         self.store = store
         self.gateway = gateway
         self.rules = Rules(settings)
+        #: Indexes an issue again from its cache (Syncer.reindex): a task back in the pool.
+        self.reindex = reindex
+        #: (repository, issue) -> (due ms, the timer that runs its upkeep then).
+        self._timers: dict[tuple[str, int], tuple[int, asyncio.TimerHandle]] = {}
+        self._firing: set[asyncio.Task[None]] = set()
+        #: Whether this process leads (set by the daemon): timers fire only in the leader.
+        self.leading: Callable[[], bool] = lambda: True
 
     async def run(
         self, repo: Repository, pulls: list[dict[str, Any]] | None = None
     ) -> ReviewReport:
-        """`pulls`: only these open PRs (a webhook names one), instead of listing them all."""
+        """`pulls`: only the issues these open PRs link (a webhook or a timer names one),
+        instead of listing them all."""
         report = ReviewReport()
         rstore = self.store.repo(repo.full_name)
         numbers = await rstore.reviewing()
         if not numbers:
             return report
+        partial_pass = pulls is not None
         states = await rstore.review_states(numbers)
         issues = {i.number: i for i in await rstore.get_issues(numbers)}
         if pulls is None:
@@ -87,15 +113,19 @@ class ReviewKeeper:
             if issue is None or detected is None:
                 continue
             pull = by_head.get(self.rules.branch(issue) or "") or by_issue.get(n)
+            if pull is None and partial_pass:
+                continue  # not one of the PRs asked about: its link is not known here
             due_ms = ms_from_iso(detected) + int(self.review.delay_s * 1000)
             await self._note_link(rstore, n, pull, due_ms, state)
             if pull is None:
                 report.unlinked += 1
+                await self._no_pr(repo, rstore, issue, detected, state, report)
                 continue
             await self._review_done(rstore, n, pull, state, report)
             if self.settings.labels.needs_human in issue.labels:
                 continue  # the broker gave up on it: no review, no fix, until a person says
             if due_ms > time.time() * 1000:
+                report.next_due[n] = due_ms
                 continue
             reviewed = state.get("reviewed") == "1"
             if reviewed and f"{TaskType.FIX}:{n}" in pending_fixes:
@@ -106,11 +136,113 @@ class ReviewKeeper:
             if not reviewed:
                 # Offered once due, then refreshed on every pass until an agent takes it.
                 report.reviews_offered += await self._offer_review(
-                    rstore, issue, pull, state, feedback
+                    rstore, issue, pull, state, feedback, report
                 )
             else:
                 await self._maybe_fix(rstore, issue, pull, state, feedback, report)
         return report
+
+    # --- timers: a review or fix is offered when it becomes due, not at the next pass ------
+
+    def arm(self, repo: Repository, report: ReviewReport) -> None:
+        """Run the upkeep of each issue of `report.next_due` when it becomes due."""
+        loop = asyncio.get_running_loop()
+        for n, due_ms in report.next_due.items():
+            key = (repo.full_name, n)
+            armed = self._timers.get(key)
+            if armed is not None and armed[0] == due_ms:
+                continue
+            if armed is not None:
+                armed[1].cancel()
+            delay_s = max(0.0, due_ms / 1000 - time.time()) + TIMER_SLACK_S
+            self._timers[key] = (due_ms, loop.call_later(delay_s, self._fire, repo, n))
+
+    def _fire(self, repo: Repository, n: int) -> None:
+        self._timers.pop((repo.full_name, n), None)
+        task = asyncio.get_running_loop().create_task(self._due(repo, n))
+        self._firing.add(task)
+        task.add_done_callback(self._firing.discard)
+
+    async def _due(self, repo: Repository, n: int) -> None:
+        if not self.leading():
+            return
+        try:
+            report = await self.run_issues(repo, [n])
+        except BrokerError as e:
+            # The next pass (or delivery) does it; the mirror is not at risk.
+            logger.warning("review upkeep of %s#%d when due failed: %s", repo.full_name, n, e)
+            return
+        self.arm(repo, report)
+
+    def stop(self) -> None:
+        for _, handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        for task in self._firing:
+            task.cancel()
+
+    async def run_issues(self, repo: Repository, numbers: list[int]) -> ReviewReport:
+        """The upkeep of these issues alone (a review or a fix that has just become due):
+        their linked PRs read one by one, not listed."""
+        rstore = self.store.repo(repo.full_name)
+        states = await rstore.review_states(numbers)
+        pulls = []
+        for n in numbers:
+            link = json.loads(states[n][1].get("link") or "{}")
+            if link.get("pr"):
+                pull = await asyncio.to_thread(self.gateway.pull, repo.full_name, int(link["pr"]))
+                if pull is not None and pull.get("state") == "open":
+                    pulls.append(pull)
+        if not pulls:
+            return ReviewReport()
+        return await self.run(repo, pulls=pulls)
+
+    async def _no_pr(
+        self,
+        repo: Repository,
+        rstore: RepoStore,
+        issue: Issue,
+        detected: str,
+        state: dict[str, str],
+        report: ReviewReport,
+    ) -> None:
+        """A development task completed with no PR: after `progress.no_pr_grace_s` it goes
+        back to the pool as a failed attempt when its branch has no commit, or waits on a
+        person (someone must open the PR) when it has."""
+        grace_ms = int(self.settings.progress.no_pr_grace_s * 1000)
+        due = ms_from_iso(detected) + grace_ms
+        if due > time.time() * 1000:
+            report.next_due[issue.number] = due
+            return
+        if state.get("no_pr") == "1":
+            return
+        branch = self.rules.branch(issue)
+        base = repo.base_branch or (await rstore.sync_state()).get("default_branch") or "main"
+        ahead = None
+        if branch:
+            ahead = await asyncio.to_thread(
+                self.gateway.commits_ahead, repo.full_name, base, branch
+            )
+        agent = state.get("dev_agent", "")
+        if ahead:
+            await rstore.mark_review_state(issue.number, "no_pr", "1")
+            await rstore.control(
+                "no_pr",
+                "broker",
+                str(issue.number),
+                f"{ahead} commit(s) on {branch} but no PR opened",
+                agent,
+                "1",
+            )
+            return
+        done = await rstore.control(
+            "no_pr", "broker", str(issue.number), f"no PR and no commit on {branch}", agent, ""
+        )
+        report.no_pr += 1
+        logger.info("%s#%d: %s", repo.full_name, issue.number, done.outcome)
+        if done.reindex:
+            labels = [lab for lab in issue.labels if lab != self.settings.labels.needs_review]
+            await self.reindex(rstore, issue.model_copy(update={"labels": labels}))
 
     async def _note_link(
         self,
@@ -159,6 +291,7 @@ class ReviewKeeper:
         pull: dict[str, Any],
         state: dict[str, str],
         feedback: list[Feedback],
+        report: ReviewReport,
     ) -> int:
         payload = {
             "pr": pull["number"],
@@ -182,7 +315,40 @@ class ReviewKeeper:
                 issue.number,
                 len(feedback),
             )
+        elif result == 0:
+            await self._late_feedback(rstore, issue.number, state, feedback, report)
         return int(result == 1)
+
+    async def _late_feedback(
+        self,
+        rstore: RepoStore,
+        n: int,
+        state: dict[str, str],
+        feedback: list[Feedback],
+        report: ReviewReport,
+    ) -> None:
+        """Feedback given before the review was handed out that its payload missed (the
+        upkeep had not read it yet): it is part of that review, so the reviewing agent gets it
+        as a note with its next heartbeat, and it never becomes a fix round."""
+        lease = await rstore.lease(n)
+        if lease is None or lease.task_type != "review":
+            return
+        seen = set(json.loads(state.get("payload") or "{}").get("feedback_ids", []))
+        late = [f for f in feedback if f.key not in seen and f.created_ms <= lease.claimed_ms]
+        if not late:
+            return
+        note = "Feedback given before your review was handed out:\n" + "\n".join(
+            f"- {f.comment.author}: {f.comment.body[:500]} {f.comment.url}".rstrip() for f in late
+        )
+        what = json.dumps(
+            {
+                "ids": [f.key for f in late],
+                "comments": [f.comment.model_dump() for f in late],
+                "note": note,
+            }
+        )
+        if await rstore.lease_upkeep("feedback", n, lease.token, what):
+            report.late_feedback += len(late)
 
     async def _maybe_fix(
         self,
@@ -198,7 +364,9 @@ class ReviewKeeper:
         new = [f for f in feedback if f.key not in handled]
         if not new:
             return
-        if time.time() * 1000 - max(f.created_ms for f in new) < self.review.fix_debounce_s * 1000:
+        settles = max(f.created_ms for f in new) + int(self.review.fix_debounce_s * 1000)
+        if time.time() * 1000 < settles:
+            report.next_due[issue.number] = settles
             return  # comments still arriving: wait until they settle
         rounds = int(state.get("fix_rounds", "0"))
         if rounds >= self.review.max_fix_rounds:

@@ -243,6 +243,8 @@ class ProgressSettings(_Section):
     #: Seconds between two conditional reads of a held task's branch (a free 304 while it
     #: does not move); only while webhooks are not healthy, which report pushes themselves.
     branch_check_interval_s: float = Field(300.0, gt=0)
+    #: Seconds between two looks at the held tasks for stalls and budgets (Redis reads only).
+    check_interval_s: float = Field(15.0, gt=0)
     #: A development task completed with no PR for its branch or issue, and no commit on
     #: its branch, after this many seconds goes back to the pool as a failed attempt.
     no_pr_grace_s: float = Field(600.0, ge=0)

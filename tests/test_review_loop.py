@@ -355,7 +355,9 @@ async def test_review_pass_that_stalled_does_not_hand_out_handled_feedback_again
     sim.state.add_issue_comment("acme", "widgets", pr, user="alice", body="Cover empty files.")
     # The stalled pass: it has read the state (no fix pending, nothing handled) and waits in
     # its GitHub call for the feedback.
-    stalled = reviews.ReviewKeeper(world.settings, world.store, world.gateway)
+    stalled = reviews.ReviewKeeper(
+        world.settings, world.store, world.gateway, world.daemon.syncer.reindex
+    )
     entered, resume = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     read_feedback = stalled._feedback

@@ -240,7 +240,7 @@ async def test_a_delivery_that_breaks_the_worker_does_not_stop_the_ones_after_it
     settings = make_settings(redis={"url": redis_url}, webhooks={"secret": SECRET})
     store = Store.from_settings(settings)
     rstore = store.repo(REPO)
-    worker = WebhookWorker(settings, store, None, None, None)  # type: ignore[arg-type]
+    worker = WebhookWorker(settings, store, None, None, None, None)  # type: ignore[arg-type]
     applied: list[str] = []
 
     async def apply(repo: Any, rs: Any, envelope: str) -> str:

@@ -478,6 +478,10 @@ local function end_lease(C, n, outcome, now, uncounted, h, current, detail)
   end
   local add = {}
   if outcome == 'completed' and task_type == 'development' then add = {C.needs_review} end
+  -- A lease rebuilt from GitHub's labels that its agent never proved (no heartbeat bound its
+  -- token) most likely was not its task any more (a label removal lost with Redis): letting
+  -- it expire is no failure of the agent's.
+  if token == ADOPTED and outcome == 'expired' then uncounted = true end
   local counts = FAILURE[outcome] and (not uncounted
     or (uncounted == 'instant' and instant_failure_counts(C, agent)))
   local gave_up = counts and count_failure(C, n, agent, outcome, now)

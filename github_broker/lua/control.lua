@@ -9,6 +9,9 @@
 --   retry      n: clears the failure budget, usage, a hold, a budget pause, needs-human
 --   pause_agent / stop_agent / resume_agent  agent (stop: its lease here is revoked now)
 --   pause_repo / resume_repo: ARGV[6] scope ('repo' or 'broker')
+--   no_pr      n (the broker's own): a development task completed with no PR; ARGV[6] the
+--              agent that did it, ARGV[7] '1' when its branch has commits (the issue waits
+--              on a person) else '' (needs-review removed, a failed attempt, back in the pool)
 -- Agent actions and the broker-wide pause are audited by the caller, once for the deployment
 -- (store/control.py); what they did in this repository (a stopped agent's lease) here.
 -- Returns {outcome in words, agent concerned or '', '1' when the issue must be indexed again
@@ -145,6 +148,14 @@ elseif action == 'retry' then
     want_labels(C.K.intent, C.K.outbox, n, {}, {C.needs_human}, now)
     parts[#parts + 1] = C.needs_human .. ' removal queued'
   end
+  if waited == 'no_pr' then
+    -- Back to development: the agent pushed but opened no PR; another round starts over.
+    want_labels(C.K.intent, C.K.outbox, n, {}, {C.needs_review}, now)
+    redis.call('SREM', C.K.reviewing, n)
+    redis.call('DEL', C.review .. n, C.review_state .. n)
+    parts[#parts + 1] = C.needs_review .. ' removal queued'
+    labelled = true
+  end
   local h = live(n)
   if h and redis.call('HDEL', C.lease .. n, 'paused') == 1 then
     parts[#parts + 1] = 'task of ' .. h[1] .. ' resumed'
@@ -153,6 +164,30 @@ elseif action == 'retry' then
   end
   if #parts == 0 then return done('nothing to retry on #' .. n, h and h[1]) end
   return done(table.concat(parts, '; '), h and h[1], gave_up or labelled)
+
+elseif action == 'no_pr' then
+  -- The broker's own: a development task completed with no PR after the grace (reviews.py).
+  local agent = ARGV[6]
+  if redis.call('SISMEMBER', C.K.reviewing, n) == 0 then
+    return done('nothing to do: #' .. n .. ' is not in review', agent)
+  end
+  if ARGV[7] == '1' then
+    wait_for_person(C, n, 'no_pr', reason .. ': open a PR for it, or retry it', now)
+    return done('waits on a person: ' .. reason, agent)
+  end
+  want_labels(C.K.intent, C.K.outbox, n, {}, {C.needs_review}, now)
+  redis.call('SREM', C.K.reviewing, n)
+  redis.call('DEL', C.review .. n, C.review_state .. n)
+  drop_task(C, 'review:' .. n)
+  drop_task(C, 'fix:' .. n)
+  end_wait(C, n)
+  local gave_up = agent ~= '' and count_failure(C, n, agent, 'no_pr', now)
+  timeline(C, 'no_pr', n, agent, reason)
+  if gave_up then
+    want_labels(C.K.intent, C.K.outbox, n, {C.needs_human}, {}, now)
+    return done(C.needs_review .. ' removed; attempt counted; labelled ' .. C.needs_human, agent)
+  end
+  return done(C.needs_review .. ' removed; attempt counted; back in the pool', agent, true)
 
 elseif action == 'pause_agent' or action == 'stop_agent' then
   local agent = target

@@ -9,6 +9,9 @@
 --   budget     the wall-clock budget is reached: the task is set aside (set_aside)
 --   revoke     a stall outlasted progress.revoke_stalled_after_s: the lease ends (no failure
 --              budget spent: a stall is not proof of a broken agent) and the task returns
+--   feedback   a held review missed feedback given before its hand-out: ARGV[5] JSON {ids,
+--              comments, note}; added to the review's payload (so it never becomes a fix
+--              round) and the note queued for the reviewer's next heartbeat
 -- Returns 1 when it changed something, 0 when the lease is not the one judged (ended,
 -- re-claimed) or nothing was to do; error FENCED for a deposed leader.
 local C = context()
@@ -33,6 +36,20 @@ elseif action == 'stall' then
 elseif action == 'budget' then
   if h[4] then return 0 end
   set_aside(C, n, agent, what, now)
+  return 1
+elseif action == 'feedback' then
+  local late = cjson.decode(what)
+  local state_key = C.review_state .. n
+  local payload = cjson.decode(redis.call('HGET', state_key, 'payload') or '{}')
+  payload.feedback_ids = payload.feedback_ids or {}
+  payload.comments = payload.comments or {}
+  for _, id in ipairs(late.ids) do payload.feedback_ids[#payload.feedback_ids + 1] = id end
+  for _, c in ipairs(late.comments) do payload.comments[#payload.comments + 1] = c end
+  redis.call('HSET', state_key, 'payload', cjson.encode(payload))
+  local notes = cjson.decode(redis.call('HGET', C.lease .. n, 'notes') or '[]')
+  notes[#notes + 1] = {by = 'broker', text = late.note, at_ms = now}
+  redis.call('HSET', C.lease .. n, 'notes', cjson.encode(notes))
+  timeline(C, 'late_feedback', n, agent, #late.ids .. ' item(s) sent as a note')
   return 1
 elseif action == 'revoke' then
   end_lease(C, n, 'revoked', now, true, nil, nil, 'stalled: ' .. what)

@@ -267,6 +267,18 @@ class LeaseRegistry(RepoBase):
         return out
 
     @translate_errors
+    async def task_branches(self, task_ids: list[str]) -> dict[str, str]:
+        """The branch of each of `task_ids` that still exists (one HMGET)."""
+        if not task_ids:
+            return {}
+        values = await awaited(self.client.hmget(self.keys.tasks, task_ids))
+        return {
+            t: as_text(v).split("|", 5)[5]
+            for t, v in zip(task_ids, values, strict=True)
+            if v is not None
+        }
+
+    @translate_errors
     async def existing_tasks(self, task_ids: list[str]) -> set[str]:
         """Those of `task_ids` that are in the tasks hash (one HMGET, not the whole hash)."""
         if not task_ids:

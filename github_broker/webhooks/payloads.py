@@ -16,6 +16,7 @@ EVENTS = frozenset(
         "pull_request",
         "pull_request_review",
         "pull_request_review_comment",
+        "push",
     }
 )
 
@@ -26,6 +27,10 @@ _ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 def check_shape(event: str, payload: dict[str, Any]) -> None:
     """The fields the worker reads, checked before anything is queued."""
+    if event == "push":
+        if not isinstance(payload.get("ref"), str) or not isinstance(payload.get("after"), str):
+            raise InvalidRequest("push delivery without `ref` and `after`")
+        return
     key = "pull_request" if event.startswith("pull_request") else "issue"
     item = payload.get(key)
     number = item.get("number") if isinstance(item, dict) else None

@@ -13,6 +13,7 @@ from github_broker.background import stop_task
 from github_broker.errors import BrokerError
 from github_broker.gateway import GitHubGateway
 from github_broker.models import Issue
+from github_broker.progress import ProgressKeeper
 from github_broker.reviews import ReviewKeeper
 from github_broker.settings import Repository, Settings
 from github_broker.store import RepoStore, Store
@@ -45,12 +46,14 @@ class WebhookWorker:
         gateway: GitHubGateway,
         syncer: Syncer,
         reviews: ReviewKeeper,
+        progress: ProgressKeeper,
     ) -> None:
         self.settings = settings
         self.store = store
         self.gateway = gateway
         self.syncer = syncer
         self.reviews = reviews
+        self.progress = progress
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -143,8 +146,12 @@ class WebhookWorker:
         elif event == "issue_comment" and "pull_request" not in payload["issue"]:
             # A comment's own action (deleted, ...) says nothing about the issue's life.
             outcome = await self._issue(repo, rstore, "commented", payload["issue"])
+        elif event == "push":
+            outcome = await self.progress.from_delivery(repo, event, payload)
         elif event in EVENTS:
             outcome = await self._review_upkeep(repo, payload)
+            if event != "issue_comment":
+                outcome += "; " + await self.progress.from_delivery(repo, event, payload)
         else:
             outcome = "ignored"
         logger.info(
@@ -206,4 +213,5 @@ class WebhookWorker:
         if pull is None or pull.get("state") != "open":
             return "ignored (pull request not open)"
         report = await self.reviews.run(repo, pulls=[pull])
+        self.reviews.arm(repo, report)
         return f"review upkeep: {report.reviews_offered} review(s), {report.fixes_offered} fix(es)"
