@@ -123,8 +123,10 @@ short mutex, 10 s at most, held while one request of that agent settles and clai
 several repositories, so concurrent requests of one agent never claim in two of them),
 ``{key_prefix}:agents`` (hash: agent id -> JSON pause, the deployment's record that each
 repository's ``paused_agents`` copies), ``{key_prefix}:control`` (hash: ``broker`` -> JSON
-pause of the whole broker) and ``{key_prefix}:audit`` (stream: deployment-wide actions such as
-pausing an agent or the broker, and leader changes).
+pause of the whole broker), ``{key_prefix}:audit`` (stream: deployment-wide actions such as
+pausing an agent or the broker) and ``{key_prefix}:webhooks:refused`` (hash: ``at_ms``,
+``reason``, ``count`` of webhook deliveries refused, e.g. for a wrong signature: their body is
+not trusted, so no repository is named).
 """
 
 from __future__ import annotations
@@ -254,6 +256,7 @@ class GlobalKeys:
         self.agents = f"{key_prefix}:agents"
         self.control = f"{key_prefix}:control"
         self.audit = f"{key_prefix}:audit"
+        self.webhooks_refused = f"{key_prefix}:webhooks:refused"
 
     def agent_busy(self, agent_id: str) -> str:
         """Held while one request of `agent_id` settles and claims across repositories."""

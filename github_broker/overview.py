@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from github_broker.clock import ms_from_iso, now_ms
 from github_broker.explain import Verdict, explain
-from github_broker.models import Event, Issue, LeaseInfo, Quota, SkipReason
+from github_broker.health import RepoHealth, health, repo_health
+from github_broker.models import AgentPause, AuditEntry, Event, Issue, LeaseInfo, Quota, SkipReason
 from github_broker.rules import priority_of_score
 from github_broker.settings import Settings
 from github_broker.status import waiting_reviews
@@ -21,6 +23,8 @@ QUEUE_SHOWN = 50
 SKIPPED_SHOWN = 100
 #: Timeline entries shown.
 TIMELINE_SHOWN = 50
+#: Audit entries shown.
+AUDIT_SHOWN = 30
 
 
 @dataclass
@@ -39,6 +43,26 @@ class LeaseRow:
     #: When the agent last renewed the lease; None while it has not yet.
     heartbeat_ms: int | None
     expires_ms: int
+    #: in_progress | idle (stalled) | waiting_for_user (a budget reached)
+    state: str = "in_progress"
+    heartbeats: int = 0
+    #: The last progress (push, PR, review reply, a new note) and when; "" / None: none yet.
+    progress: str = ""
+    progress_ms: int | None = None
+    #: The agent's own progress note.
+    note: str = ""
+    #: Evidence of a stall, when flagged.
+    stalled: str = ""
+
+
+@dataclass
+class WaitingRow:
+    """Work that waits on a person, with its age."""
+
+    issue: IssueRef
+    code: str
+    since_ms: int
+    detail: str
 
 
 @dataclass
@@ -97,6 +121,11 @@ class RepoOverview:
     streaks: dict[str, int]
     last_sync_ms: int | None
     last_full_sync_ms: int | None
+    #: Work that waits on a person (out of the strict bucket unless bucket_holds_for_people).
+    waiting: list[WaitingRow] = field(default_factory=list)
+    #: The repository's maintenance pause (its own or the broker's), if any.
+    paused: dict[str, Any] | None = None
+    health: RepoHealth | None = None
 
 
 @dataclass
@@ -106,6 +135,12 @@ class Overview:
     quota: Quota | None
     repositories: list[RepoOverview]
     timeline: list[Event] = field(default_factory=list)
+    #: Paused agents: by a maintainer (pause, stop) or by the circuit breaker.
+    paused_agents: dict[str, AgentPause] = field(default_factory=dict)
+    broker_paused: dict[str, Any] | None = None
+    #: What is wrong with the integrations, each with what to do (the dashboard's warning).
+    problems: list[str] = field(default_factory=list)
+    audit: list[AuditEntry] = field(default_factory=list)
 
 
 def _ref(rstore: RepoStore, issues: dict[int, Issue], n: int) -> IssueRef:
@@ -140,8 +175,9 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
             rows.append((task_id, int(task_id.split(":")[1]), prio, role, blocked))
     pinning = sorted(n for n, p in work.items() if p == bucket)
     skipped_shown = sorted(skipped)[:SKIPPED_SHOWN]
+    waiting = await rstore.waiting()
     wanted = {n for _, n, *_ in rows} | set(held) | set(pinning) | set(skipped_shown)
-    wanted |= set(reviewing)
+    wanted |= set(reviewing) | set(waiting)
     issues = {i.number: i for i in await rstore.get_issues(sorted(wanted))}
     ready_ids = {t for t, _ in ready}
     state = await rstore.sync_state()
@@ -173,6 +209,12 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
         streaks=await rstore.agent_streaks(),
         last_sync_ms=_secs_ms(state.get("synced_at")),
         last_full_sync_ms=_secs_ms(state.get("full_at")),
+        waiting=[
+            WaitingRow(_ref(rstore, issues, n), w.code, w.since_ms, w.detail)
+            for n, w in sorted(waiting.items(), key=lambda kv: kv[1].since_ms)
+        ],
+        paused=await rstore.repo_pause(),
+        health=await repo_health(rstore, settings),
     )
 
 
@@ -188,6 +230,12 @@ def _lease_row(
         claimed_ms=lease.claimed_ms,
         heartbeat_ms=renewed if renewed > lease.claimed_ms else None,
         expires_ms=lease.expires_ms,
+        state=lease.state.value,
+        heartbeats=lease.beats,
+        progress=lease.progress,
+        progress_ms=lease.progress_ms,
+        note=lease.note,
+        stalled=lease.stalled,
     )
 
 
@@ -236,12 +284,18 @@ async def _reviews(
 
 
 async def overview(store: Store, settings: Settings) -> Overview:
+    repositories = [await repo_overview(r, settings) for r in store.repos.values()]
+    deployment = await health(store, settings)
     return Overview(
         now_ms=now_ms(),
         leader=await store.leader_id(),
         quota=await store.quota(),
-        repositories=[await repo_overview(r, settings) for r in store.repos.values()],
+        repositories=repositories,
         timeline=await store.timeline(TIMELINE_SHOWN),
+        paused_agents=await store.paused_agents(),
+        broker_paused=await store.broker_pause(),
+        problems=deployment.problems,
+        audit=await store.audit_log(AUDIT_SHOWN),
     )
 
 

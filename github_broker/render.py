@@ -59,6 +59,19 @@ def status_text(o: Overview, rows: int = ROWS_SHOWN) -> str:
         else "not seen yet"
     )
     out = [f"Poller leader: {o.leader or 'none'}    GitHub quota: {quota_text}"]
+    if o.broker_paused:
+        out.append(f"BROKER PAUSED by {o.broker_paused.get('by')}: nothing new is handed out")
+    for problem in o.problems:
+        out.append(f"! {problem}")
+    if o.paused_agents:
+        out.append("Paused agents:")
+        out += table(
+            ["AGENT", "BY", "KIND", "REASON"],
+            [
+                [agent, "circuit breaker" if p.kind == "breaker" else p.by, p.kind, p.reason]
+                for agent, p in sorted(o.paused_agents.items())
+            ],
+        )
     for r in o.repositories:
         out += ["", *_repo_status(r, o.now_ms, rows)]
     return "\n".join(out)
@@ -78,23 +91,41 @@ def _repo_status(r: RepoOverview, now: int, rows: int) -> list[str]:
             [[f"#{b.issue.number}", _title(b.issue), b.state] for b in r.blockers[:rows]],
         )
         out += _more(min(rows, len(r.blockers)), len(r.blockers), "issues")
+    if r.paused:
+        out.append(f"PAUSED by {r.paused.get('by')}: nothing new is handed out here")
     out.append(f"Leases: {len(r.leases)}")
     if r.leases:
         out += table(
-            ["ISSUE", "TITLE", "TASK", "AGENT", "AGE", "HEARTBEAT", "EXPIRES"],
+            ["ISSUE", "TITLE", "TASK", "AGENT", "STATE", "AGE", "PROGRESS", "EXPIRES"],
             [
                 [
                     f"#{lease.issue.number}",
                     _title(lease.issue),
                     lease.task_type,
                     lease.agent,
+                    lease.state,
                     age(lease.claimed_ms, now),
-                    age(lease.heartbeat_ms, now) if lease.heartbeat_ms else "none yet",
+                    f"{lease.progress} ({age(lease.progress_ms, now)})"
+                    if lease.progress_ms
+                    else f"none yet, {lease.heartbeats} heartbeats",
                     age(lease.expires_ms, now),
                 ]
                 for lease in r.leases
             ],
         )
+        for lease in r.leases:
+            if lease.stalled:
+                out.append(f"  #{lease.issue.number} stalled: {lease.stalled}")
+    if r.waiting:
+        out.append(f"Waiting on a person: {len(r.waiting)}")
+        out += table(
+            ["ISSUE", "TITLE", "SINCE", "WHY"],
+            [
+                [f"#{w.issue.number}", _title(w.issue), age(w.since_ms, now), w.detail or w.code]
+                for w in r.waiting[:rows]
+            ],
+        )
+        out += _more(min(rows, len(r.waiting)), len(r.waiting), "issues")
     claimable = sum(now_ for now_, _ in r.queue_counts.values())
     held_back = sum(later for _, later in r.queue_counts.values())
     counts = ", ".join(

@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from github_broker.clock import iso_from_ms
-from github_broker.models import LeaseInfo
+from github_broker import health as health_view
+from github_broker.clock import iso_from_ms, now_ms
+from github_broker.models import LeaseInfo, TaskState
 from github_broker.rules import priority_of_score
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
@@ -30,13 +31,44 @@ class WaitingReview(BaseModel):
     detail: str
 
 
+class LeaseStatus(BaseModel):
+    """A held task and what is known of its progress."""
+
+    issue: int
+    agent_id: str
+    task_type: str
+    #: in_progress | idle (stalled) | waiting_for_user (a budget reached)
+    state: TaskState
+    claimed_at: str
+    expires_at: str
+    heartbeats: int
+    last_progress: str | None
+    last_progress_at: str | None
+    note: str
+    stalled: str | None
+    paused: str | None
+
+
+class WaitingOnPerson(BaseModel):
+    """Work that waits on a person: no agent can move it."""
+
+    issue: int
+    code: str
+    since: str
+    age_s: int
+    detail: str
+
+
 class RepoStatus(BaseModel):
     repository: str
     bucket: int | None
+    #: The repository's maintenance pause (its own or the broker's), if any.
+    paused: dict[str, Any] | None = None
     ready_by_priority: dict[str, int]
-    leases: list[dict[str, Any]]
+    leases: list[LeaseStatus]
     skipped: dict[int, dict[str, str]]
     waiting_reviews: list[WaitingReview]
+    waiting_on_people: list[WaitingOnPerson]
     pending_github_writes: int
     #: Age in seconds of the oldest due GitHub write (0: GitHub is up to date).
     github_write_lag_s: float = 0.0
@@ -53,28 +85,48 @@ async def repo_status(rstore: RepoStore, settings: Settings) -> RepoStatus:
     state = await rstore.sync_state()
     full_at = state.get("full_at")
     leases = await rstore.leases()
+    now = now_ms()
     return RepoStatus(
         repository=rstore.repository,
         bucket=await rstore.bucket(),
+        paused=await rstore.repo_pause(),
         ready_by_priority=dict(sorted(by_priority.items(), key=lambda kv: int(kv[0][1:]))),
-        leases=[
-            {
-                "issue": lease.issue,
-                "agent_id": lease.agent_id,
-                "task_type": lease.task_type,
-                "claimed_at": iso_from_ms(lease.claimed_ms),
-                "expires_at": iso_from_ms(lease.expires_ms),
-            }
-            for lease in leases
-        ],
+        leases=[lease_status(lease) for lease in leases],
         skipped={n: r.model_dump() for n, r in sorted((await rstore.skipped()).items())},
         waiting_reviews=list(
             (await waiting_reviews(rstore, settings, dict(ready), leases)).values()
         ),
+        waiting_on_people=[
+            WaitingOnPerson(
+                issue=n,
+                code=w.code,
+                since=iso_from_ms(w.since_ms),
+                age_s=max(0, now - w.since_ms) // 1000,
+                detail=w.detail,
+            )
+            for n, w in sorted((await rstore.waiting()).items())
+        ],
         pending_github_writes=await rstore.outbox_size(),
         github_write_lag_s=round(await rstore.outbox_lag_s(), 3),
         last_full_sync=iso_from_ms(int(float(full_at) * 1000)) if full_at else None,
         sync_cursor=state.get("since"),
+    )
+
+
+def lease_status(lease: LeaseInfo) -> LeaseStatus:
+    return LeaseStatus(
+        issue=lease.issue,
+        agent_id=lease.agent_id,
+        task_type=lease.task_type,
+        state=lease.state,
+        claimed_at=iso_from_ms(lease.claimed_ms),
+        expires_at=iso_from_ms(lease.expires_ms),
+        heartbeats=lease.beats,
+        last_progress=lease.progress or None,
+        last_progress_at=iso_from_ms(lease.progress_ms) if lease.progress_ms else None,
+        note=lease.note,
+        stalled=lease.stalled or None,
+        paused=lease.paused or None,
     )
 
 
@@ -86,6 +138,11 @@ async def status(store: Store, settings: Settings) -> dict[str, Any]:
         ],
         "github_quota": quota.model_dump() if quota else None,
         "poller_leader": await store.leader_id(),
+        "broker_paused": await store.broker_pause(),
+        "paused_agents": {
+            agent: pause.model_dump() for agent, pause in (await store.paused_agents()).items()
+        },
+        "health": (await health_view.health(store, settings)).model_dump(),
     }
 
 

@@ -105,16 +105,26 @@ class IssueMirror(RepoBase):
 
     @translate_errors
     async def mark_sync_failing(self, reason: str | None, ttl_s: float) -> None:
-        """The leader's sync of this repository failed (reason) or passed again (None)."""
+        """The leader's sync of this repository failed (reason) or passed again (None); the
+        first failure's time is kept while it keeps failing."""
         if reason is None:
             await self.client.delete(self.keys.sync_failing)
-        else:
-            await self.client.set(self.keys.sync_failing, reason[:500], ex=max(1, int(ttl_s)))
+            return
+        since = (await self.sync_failing_since()) or now_ms()
+        value = json.dumps({"reason": reason[:500], "since_ms": since})
+        await self.client.set(self.keys.sync_failing, value, ex=max(1, int(ttl_s)))
+
+    @translate_errors
+    async def sync_failing_since(self) -> int | None:
+        """When the sync started failing (ms), while it fails."""
+        raw = await awaited(self.client.get(self.keys.sync_failing))
+        return _failing(raw)[1] if raw else None
 
     @translate_errors
     async def sync_failing(self) -> str | None:
+        """Why the leader's sync of this repository keeps failing, while it does."""
         raw = await awaited(self.client.get(self.keys.sync_failing))
-        return as_text(raw) if raw else None
+        return _failing(raw)[0] if raw else None
 
     @translate_errors
     async def mirror_rebuilt(self) -> bool:
@@ -222,6 +232,18 @@ class IssueMirror(RepoBase):
     async def skipped(self) -> dict[int, SkipReason]:
         raw = await awaited(self.client.hgetall(self.keys.skipped))
         return {int(k): SkipReason.model_validate_json(v) for k, v in raw.items()}
+
+
+def _failing(raw: Any) -> tuple[str, int | None]:
+    """`sync:failing` as (reason, since ms); plain text from before the since was kept."""
+    text = as_text(raw)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text, None
+    if not isinstance(data, dict):
+        return text, None
+    return str(data.get("reason", "")), data.get("since_ms")
 
 
 def _glob_escape(text: str) -> str:

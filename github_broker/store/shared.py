@@ -345,6 +345,24 @@ class Store:
             found += await rstore.audit_log(count, before)
         return sorted(found, key=lambda e: (e.at_ms, e.id), reverse=True)[:count]
 
+    @translate_errors
+    async def record_webhook_refused(self, reason: str) -> None:
+        """A delivery refused before it was trusted (bad signature, no secret): for health."""
+        key = self.global_keys.webhooks_refused
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping={"at_ms": now_ms(), "reason": reason[:200]})
+            pipe.hincrby(key, "count", 1)
+            await pipe.execute()
+
+    @translate_errors
+    async def webhook_refused(self) -> tuple[int, str, int] | None:
+        """(when, why, how many so far) of refused deliveries, or None."""
+        raw = await awaited(self.client.hgetall(self.global_keys.webhooks_refused))
+        if not raw:
+            return None
+        h = {as_text(k): as_text(v) for k, v in raw.items()}
+        return int(h.get("at_ms", 0)), h.get("reason", ""), int(h.get("count", 0))
+
     @asynccontextmanager
     async def ready_events(self) -> AsyncIterator[asyncio.Queue[str]]:
         """Subscribe to every repository's "a task became claimable" channel."""

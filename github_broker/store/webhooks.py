@@ -53,6 +53,11 @@ class WebhookQueue(RepoBase):
         return int(await awaited(self.client.llen(self.keys.webhooks)))
 
     @translate_errors
+    async def webhook_inflight(self) -> int:
+        """Deliveries the worker took and has not finished."""
+        return int(await awaited(self.client.llen(self.keys.webhooks_inflight)))
+
+    @translate_errors
     async def mark_webhooks_seen(self) -> None:
         """A verified ping: the webhook is alive even before any change is delivered."""
         await self.client.set(self.keys.webhooks_seen, int(time.time() * 1000))
