@@ -1,0 +1,235 @@
+"""After the hand-out: work that waits on a person leaves the strict bucket, a development task
+completed with no PR goes back to the pool, stalls are flagged from what GitHub shows, budgets
+set a task aside for a person, and feedback a held review missed reaches its agent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from github_broker.explain import explain_repo
+from github_broker.models import Outcome, TaskState, TaskType
+from github_broker.settings import Settings
+from github_broker.steering import Steering
+from tests.factories import body
+from tests.world import REPO, World, running_world, simulated
+
+pytestmark = pytest.mark.anyio
+REVIEW = {"delay_s": 0, "timeout_s": 3600, "fix_debounce_s": 0}
+
+
+def two_priorities() -> list[dict[str, Any]]:
+    return [
+        {"number": 1, "title": "urgent", "body": body(), "labels": ["P0", "BACKENDCODER"]},
+        {"number": 2, "title": "next", "body": body(), "labels": ["P1", "BACKENDCODER"]},
+    ]
+
+
+async def reviewed(world: World, sim: Any) -> None:
+    """Issue 1 developed (its PR opened) and reviewed: it now waits for a maintainer."""
+    await world.tick()
+    dev = await world.ask("dev-1")
+    assert dev is not None and dev.issue_id == 1
+    sim.state.create_pull("acme", "widgets", title="x", head="feature/issue-1", body="", user="bot")
+    await world.tasks.finish(REPO, 1, "dev-1", dev.lease.token, Outcome.COMPLETED)
+    await world.tick()
+    await world.tick()
+    review = await world.tasks.request_task("rev-1")
+    assert review is not None and review.task_type == TaskType.REVIEW and review.issue_id == 1
+    await world.tasks.finish(REPO, 1, "rev-1", review.lease.token, Outcome.COMPLETED)
+    await world.tick()
+
+
+async def test_a_reviewed_issue_awaiting_merge_does_not_hold_lower_priorities(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    with simulated(two_priorities()) as sim:
+        async with running_world(sim, redis_url, make_settings, review=REVIEW) as world:
+            await reviewed(world, sim)
+            verdicts = {v.issue: v for v in await explain_repo(world.rstore, world.settings, None)}
+            assert verdicts[1].verdict == "waiting_on_person"
+            assert "awaiting_feedback" in verdicts[1].detail
+            assert verdicts[2].verdict == "next"
+            task = await world.ask("dev-2")
+            assert task is not None and task.issue_id == 2
+
+
+async def test_with_bucket_holds_for_people_the_reviewed_issue_still_holds_the_bucket(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    with simulated(two_priorities()) as sim:
+        async with running_world(
+            sim, redis_url, make_settings, review=REVIEW, bucket_holds_for_people=True
+        ) as world:
+            await reviewed(world, sim)
+            verdicts = {v.issue: v for v in await explain_repo(world.rstore, world.settings, None)}
+            assert verdicts[2].verdict == "outside_bucket"
+            assert await world.ask("dev-2") is None
+
+
+async def test_new_feedback_after_the_review_brings_the_issue_back_into_the_bucket(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    with simulated(two_priorities()) as sim:
+        async with running_world(sim, redis_url, make_settings, review=REVIEW) as world:
+            await reviewed(world, sim)
+            assert 1 in await world.rstore.waiting()
+            sim.state.add_issue_comment("acme", "widgets", 3, user="alice", body="Rename it.")
+            await world.tick()
+            assert 1 not in await world.rstore.waiting()
+            fix = await world.ask("fix-1")
+            assert fix is not None and fix.task_type == TaskType.FIX and fix.issue_id == 1
+
+
+async def test_a_development_task_completed_without_a_pr_goes_back_to_the_pool_and_counts(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    with simulated(two_priorities()) as sim:
+        async with running_world(
+            sim, redis_url, make_settings, review=REVIEW, progress={"no_pr_grace_s": 0.5}
+        ) as world:
+            await world.tick()
+            dev = await world.ask("dev-1")
+            assert dev is not None and dev.issue_id == 1
+            await world.tasks.finish(REPO, 1, "dev-1", dev.lease.token, Outcome.COMPLETED)
+            await world.tick()
+            assert "needs-review" in world.labels(1)
+            await asyncio.sleep(0.6)
+            await world.tick()
+            await world.tick()
+            assert "needs-review" not in world.labels(1)
+            failures = await world.rstore.client.hget(world.rstore.keys.task_failures, "1")
+            assert failures is not None and int(failures) == 1
+            again = await world.ask("dev-2")
+            assert again is not None and again.issue_id == 1
+            assert again.task_type == TaskType.DEVELOPMENT
+
+
+async def test_a_quiet_lease_is_flagged_stalled_once_with_evidence_and_clears_on_a_push(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    issues = [{"number": 1, "title": "t", "body": body(), "labels": ["P1", "BACKENDCODER"]}]
+    progress = {"stall_after_s": 1.5, "branch_check_interval_s": 0.2, "check_interval_s": 0.2}
+    with simulated(issues) as sim:
+        async with running_world(sim, redis_url, make_settings, progress=progress) as world:
+            await world.tick()
+            task = await world.ask("quiet")
+            assert task is not None
+            await world.tick()  # the branch is created
+            started = time.monotonic()
+            flagged_at = None
+            while time.monotonic() - started < 4:
+                await world.tasks.heartbeat(REPO, 1, "quiet", task.lease.token)
+                await world.daemon.progress_all()
+                lease = await world.rstore.lease(1)
+                assert lease is not None
+                if lease.stalled and flagged_at is None:
+                    flagged_at = time.monotonic() - started
+                await asyncio.sleep(0.2)
+            assert flagged_at is not None and 1.5 <= flagged_at <= 1.5 + 0.5, flagged_at
+            lease = await world.rstore.lease(1)
+            assert lease is not None and lease.state == TaskState.IDLE
+            assert "no push, PR or review reply seen" in lease.stalled
+            assert "heartbeats" in lease.stalled and "no progress note" in lease.stalled
+            events = [e for e in await world.rstore.timeline(100) if e.kind == "stalled"]
+            assert len(events) == 1  # once, not at every check
+            sim.state.update_ref("acme", "widgets", "heads/feature/issue-1", "c0ffee" * 6 + "ab")
+            await asyncio.sleep(0.25)
+            await world.daemon.progress_all()
+            lease = await world.rstore.lease(1)
+            assert lease is not None and not lease.stalled and lease.progress.startswith("push")
+            beat = await world.tasks.heartbeat(REPO, 1, "quiet", task.lease.token)
+            assert beat.state == TaskState.IN_PROGRESS
+
+
+async def test_an_agent_that_pushes_every_so_often_is_never_flagged(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """Scaled down: stall after 1.5 s, a push every 0.5 s for 6 s (as pushes every few minutes
+    for two hours against a 30-minute stall time)."""
+    issues = [{"number": 1, "title": "t", "body": body(), "labels": ["P1", "BACKENDCODER"]}]
+    progress = {"stall_after_s": 1.5, "branch_check_interval_s": 0.1, "check_interval_s": 0.1}
+    with simulated(issues) as sim:
+        async with running_world(sim, redis_url, make_settings, progress=progress) as world:
+            await world.tick()
+            task = await world.ask("busy")
+            assert task is not None
+            await world.tick()
+            started = time.monotonic()
+            pushes = 0
+            while time.monotonic() - started < 6:
+                pushes += 1
+                sha = f"{pushes:040x}"
+                sim.state.update_ref("acme", "widgets", "heads/feature/issue-1", sha)
+                for _ in range(5):
+                    await world.tasks.heartbeat(REPO, 1, "busy", task.lease.token)
+                    await world.daemon.progress_all()
+                    await asyncio.sleep(0.1)
+            lease = await world.rstore.lease(1)
+            assert lease is not None and not lease.stalled and lease.progress_ms is not None
+            assert not [e for e in await world.rstore.timeline(200) if e.kind == "stalled"]
+
+
+async def test_a_reported_usage_budget_sets_the_task_aside_until_a_retry(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    with simulated(two_priorities()) as sim:
+        async with running_world(
+            sim, redis_url, make_settings, budgets={"tokens": 1000}
+        ) as world:
+            await world.tick()
+            task = await world.ask("spender")
+            assert task is not None and task.issue_id == 1
+            beat = await world.tasks.heartbeat(REPO, 1, "spender", task.lease.token, tokens=600)
+            assert beat.state == TaskState.IN_PROGRESS and beat.paused is None
+            # A retried report of the same running total counts once.
+            beat = await world.tasks.heartbeat(REPO, 1, "spender", task.lease.token, tokens=600)
+            assert beat.paused is None
+            beat = await world.tasks.heartbeat(REPO, 1, "spender", task.lease.token, tokens=1100)
+            assert beat.state == TaskState.WAITING_FOR_USER and beat.paused is not None
+            assert "1100 tokens reported, budget 1000" in beat.paused.detail
+            assert (await world.rstore.waiting())[1].code == "budget"
+            # Waiting on a person: the P0 no longer holds the bucket.
+            other = await world.ask("other")
+            assert other is not None and other.issue_id == 2
+            usage = await world.rstore.usage(1)
+            assert usage["tokens"] == 1100
+            await Steering(world.settings, world.store).retry(REPO, 1, "maintainer")
+            beat = await world.tasks.heartbeat(REPO, 1, "spender", task.lease.token, tokens=1200)
+            assert beat.state == TaskState.IN_PROGRESS and beat.paused is None
+            assert 1 not in await world.rstore.waiting()
+
+
+async def test_feedback_given_just_before_a_reviews_hand_out_reaches_it_and_is_no_fix_round(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    issues = [{"number": 1, "title": "t", "body": body(), "labels": ["P1", "BACKENDCODER"]}]
+    with simulated(issues) as sim:
+        async with running_world(sim, redis_url, make_settings, review=REVIEW) as world:
+            await world.tick()
+            dev = await world.ask("dev-1")
+            assert dev is not None
+            pr = sim.state.create_pull(
+                "acme", "widgets", title="x", head="feature/issue-1", body="", user="bot"
+            )
+            await world.tasks.finish(REPO, 1, "dev-1", dev.lease.token, Outcome.COMPLETED)
+            await world.tick()
+            await world.tick()
+            # The comment lands a second before the hand-out, after the last upkeep pass.
+            sim.state.add_issue_comment("acme", "widgets", pr["number"], user="alice", body="Nit.")
+            await asyncio.sleep(1)
+            review = await world.ask("rev-1")
+            assert review is not None and review.task_type == TaskType.REVIEW
+            await world.tick()  # the upkeep reads the comment while the review is held
+            beat = await world.tasks.heartbeat(REPO, 1, "rev-1", review.lease.token)
+            assert [n.by for n in beat.notes] == ["broker"]
+            assert "Nit." in beat.notes[0].text
+            await world.tasks.finish(REPO, 1, "rev-1", review.lease.token, Outcome.COMPLETED)
+            await world.tick()
+            assert await world.ask("fix-1") is None
+            _, state = (await world.rstore.review_states([1]))[1]
+            assert state.get("fix_rounds", "0") == "0"
