@@ -178,9 +178,7 @@ async def test_a_reported_usage_budget_sets_the_task_aside_until_a_retry(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
     with simulated(two_priorities()) as sim:
-        async with running_world(
-            sim, redis_url, make_settings, budgets={"tokens": 1000}
-        ) as world:
+        async with running_world(sim, redis_url, make_settings, budgets={"tokens": 1000}) as world:
             await world.tick()
             task = await world.ask("spender")
             assert task is not None and task.issue_id == 1

@@ -31,7 +31,7 @@ async def needs_human(world: World, repository: str = REPO) -> set[int]:
     parked = set()
     for n in await rstore.open_numbers():
         intent = await rstore.intent(n)
-        if intent and "needs-human" in intent["add"] or "needs-human" in world.labels(n):
+        if (intent and "needs-human" in intent["add"]) or "needs-human" in world.labels(n):
             parked.add(n)
     return parked
 
@@ -55,7 +55,9 @@ async def healthy(world: World, agent: str, total: int, done: list[int]) -> None
     held: Task | None = None
     for _ in range(2000):
         if held is not None:
-            await world.tasks.finish(REPO, held.issue_id, agent, held.lease.token, Outcome.COMPLETED)
+            await world.tasks.finish(
+                REPO, held.issue_id, agent, held.lease.token, Outcome.COMPLETED
+            )
             done.append(held.issue_id)
             held = None
         if len(set(done)) >= total:
@@ -151,8 +153,8 @@ async def test_agents_crashing_at_random_park_only_issues_that_different_agents_
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
     """40 agents, six tasks each, on 300 issues: 4 always fail, the others fail one task in
-    eight (they crash and come back). An issue is parked only when max_failures different agents failed it,
-    each while it was otherwise healthy."""
+    eight (they crash and come back). An issue is parked only when max_failures different
+    agents failed it, each while it was otherwise healthy."""
     rng = random.Random(24)
     issues = generate_issues(300, priorities=("P1",))
     failures: dict[int, list[str]] = defaultdict(list)

@@ -48,7 +48,9 @@ async def load(store: Store, name: str, issues: list[tuple[int, str, str]]) -> R
 
 
 def the_next(verdicts: dict[str, list]) -> tuple[str, int] | None:
-    found = [(repo, v.issue) for repo, rows in verdicts.items() for v in rows if v.verdict == "next"]
+    found = [
+        (repo, v.issue) for repo, rows in verdicts.items() for v in rows if v.verdict == "next"
+    ]
     assert len(found) <= 1, found
     return found[0] if found else None
 
@@ -63,7 +65,11 @@ async def claim_next(
     settled = {}
     for name in names:
         got = await store.repo(name).claim(
-            agent, previous="completed", mode="strict", base_branch="main", roles=roles,
+            agent,
+            previous="completed",
+            mode="strict",
+            base_branch="main",
+            roles=roles,
             settle_only=True,
         )
         assert isinstance(got, NoTask)
@@ -91,8 +97,9 @@ async def test_explains_next_is_the_claims_pick_for_fresh_cooled_down_and_limite
     await load(store, REPOS[1], [(n, "P1", ROLES[0]) for n in range(20, 24)])
     # a1 failed the first five tasks of acme/widgets: they are in its cool-down.
     for _ in range(5):
-        got = await w.claim("a1", previous="completed", mode="strict", base_branch="main",
-                            roles=None)
+        got = await w.claim(
+            "a1", previous="completed", mode="strict", base_branch="main", roles=None
+        )
         assert isinstance(got, Claimed)
         ok, _ = await w.finish(got.issue.number, "a1", got.token, "failed")
         assert ok
@@ -111,7 +118,9 @@ async def test_explains_next_is_the_claims_pick_for_fresh_cooled_down_and_limite
             cooled = {v.issue for v in verdicts[REPOS[0]] if v.verdict == "cooldown"}
             assert cooled == {1, 2, 3, 4, 5}, verdicts[REPOS[0]]
         assert predicted == await claim_next(store, agent or "fresh", roles, repositories), (
-            agent, roles, repositories
+            agent,
+            roles,
+            repositories,
         )
 
 

@@ -1,0 +1,286 @@
+"""Maintainers steer running work (admin API, CLI), agents learn of it through their next
+heartbeat, and every action lands once in the audit log with what really happened."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from github_broker.api.app import create_app
+from github_broker.settings import Settings
+from github_broker.simulator import Simulator, generate_issues
+from tests.factories import body
+from tests.processes import BrokerProcess, broker_env, post, start_all, wait_for
+from tests.test_api import synced
+
+REPO = "acme/widgets"
+ISSUES = [
+    {"number": n, "title": f"Task {n}", "body": body(), "labels": ["P1", "BACKENDCODER"]}
+    for n in (1, 2, 3)
+]
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    with Simulator({"repositories": [{"owner": "acme", "name": "widgets", "issues": ISSUES}]}) as s:
+        yield s
+
+
+@pytest.fixture
+def client(
+    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings]
+) -> Iterator[TestClient]:
+    settings = make_settings(
+        redis={"url": redis_url},
+        github={"base_url": sim.base_url},
+        server={"run_poller": False},
+        leases={"settle_grace_s": 0},
+    )
+    synced(settings)
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def claim(client: TestClient, agent: str, **extra: Any) -> dict[str, Any]:
+    r = client.post("/request-task", json={"agent_id": agent, **extra})
+    assert r.status_code == 200, r.text
+    task: dict[str, Any] = r.json()
+    return task
+
+
+def lease_call(client: TestClient, task: dict[str, Any], agent: str, action: str) -> Any:
+    return client.post(
+        f"/tasks/{REPO}/{task['issue_id']}/{action}",
+        json={"agent_id": agent, "token": task["lease"]["token"]},
+    )
+
+
+def audit(client: TestClient) -> list[dict[str, Any]]:
+    r = client.get("/admin/audit", params={"limit": 100})
+    assert r.status_code == 200, r.text
+    entries: list[dict[str, Any]] = r.json()
+    return entries
+
+
+def test_revoke_tells_the_agent_why_at_its_next_heartbeat_and_the_task_returns(
+    client: TestClient,
+) -> None:
+    task = claim(client, "a1")
+    r = client.post(
+        f"/admin/tasks/{REPO}/{task['issue_id']}/revoke", json={"reason": "wrong approach"}
+    )
+    assert (
+        r.status_code == 200 and r.json()["outcome"] == "lease of a1 revoked; task back in the pool"
+    )
+    beat = lease_call(client, task, "a1", "heartbeat")
+    assert beat.status_code == 409 and beat.json()["reason"] == "revoked"
+    assert "revoked by admin: wrong approach" in beat.json()["detail"]
+    assert claim(client, "a2")["issue_id"] == task["issue_id"]
+    entries = [e for e in audit(client) if e["action"] == "revoke"]
+    assert len(entries) == 1 and entries[0]["actor"] == "admin"
+    assert entries[0]["agent"] == "a1" and entries[0]["reason"] == "wrong approach"
+
+
+def test_revoke_with_hold_keeps_the_issue_for_a_person_until_a_retry(client: TestClient) -> None:
+    task = claim(client, "a1")
+    n = task["issue_id"]
+    r = client.post(f"/admin/tasks/{REPO}/{n}/revoke", json={"hold": True})
+    assert "held for a person" in r.json()["outcome"]
+    others = {claim(client, f"b{i}")["issue_id"] for i in range(2)}
+    assert n not in others
+    assert client.post("/request-task", json={"agent_id": "b9"}).status_code == 204
+    status = client.get("/status").json()["repositories"][0]
+    assert [w["code"] for w in status["waiting_on_people"]] == ["held"]
+    assert (
+        client.post(f"/admin/tasks/{REPO}/{n}/retry", json={})
+        .json()["outcome"]
+        .startswith("no longer waiting (held)")
+    )
+    assert claim(client, "b9")["issue_id"] == n
+
+
+def test_a_note_reaches_the_holder_once_with_its_next_heartbeat(client: TestClient) -> None:
+    task = claim(client, "a1")
+    r = client.post(
+        f"/admin/tasks/{REPO}/{task['issue_id']}/note", json={"text": "Use the new parser."}
+    )
+    assert r.json()["outcome"] == "queued for the next heartbeat of a1"
+    first = lease_call(client, task, "a1", "heartbeat").json()
+    assert [(n["by"], n["text"]) for n in first["notes"]] == [("admin", "Use the new parser.")]
+    assert lease_call(client, task, "a1", "heartbeat").json()["notes"] == []
+
+
+def test_pause_lets_the_current_task_finish_and_hands_out_nothing_new(client: TestClient) -> None:
+    task = claim(client, "a1")
+    assert client.post("/admin/agents/a1/pause", json={"reason": "drain"}).status_code == 200
+    beat = lease_call(client, task, "a1", "heartbeat").json()
+    assert beat["agent_paused"]["kind"] == "pause" and beat["agent_paused"]["reason"] == "drain"
+    assert lease_call(client, task, "a1", "complete").status_code == 200
+    refused = client.post("/request-task", json={"agent_id": "a1"})
+    assert refused.status_code == 409 and refused.json()["reason"] == "agent_paused"
+    assert "github-broker resume a1" in refused.json()["detail"]
+    assert client.post("/admin/agents/a1/resume", json={}).json()["outcome"] == "resumed"
+    assert claim(client, "a1")["issue_id"] != task["issue_id"]
+
+
+def test_stop_revokes_the_lease_now(client: TestClient) -> None:
+    task = claim(client, "a1")
+    r = client.post("/admin/agents/a1/stop", json={"reason": "runaway"})
+    assert f"lease on #{task['issue_id']} revoked" in r.json()["outcome"]
+    beat = lease_call(client, task, "a1", "heartbeat")
+    assert beat.status_code == 409 and "agent stopped by admin: runaway" in beat.json()["detail"]
+    assert client.post("/request-task", json={"agent_id": "a1"}).status_code == 409
+
+
+def test_reassign_moves_the_lease_keeps_the_branch_and_the_new_task_says_whose_work_it_is(
+    client: TestClient, sim: Simulator
+) -> None:
+    task = claim(client, "a1")
+    n = task["issue_id"]
+    client.post(
+        f"/tasks/{REPO}/{n}/heartbeat",
+        json={"agent_id": "a1", "token": task["lease"]["token"], "note": "parser half done"},
+    )
+    r = client.post(
+        f"/admin/tasks/{REPO}/{n}/reassign", json={"agent_id": "a2", "reason": "a1 is stuck"}
+    )
+    assert (
+        r.json()["outcome"]
+        == f"development:{n} reserved for a2 (its next request-task); lease of a1 revoked"
+    )
+    beat = lease_call(client, task, "a1", "heartbeat")
+    assert beat.status_code == 409 and "reassigned to a2" in beat.json()["detail"]
+    # Nobody else gets it; a2 does, on the same branch, told whose work it continues.
+    assert claim(client, "a3")["issue_id"] != n
+    moved = claim(client, "a2")
+    assert moved["issue_id"] == n and moved["branch_name"] == task["branch_name"]
+    assert moved["continues"]["from_agent"] == "a1"
+    assert moved["continues"]["note"] == "parser half done"
+    assert "Continue the work of a1" in moved["prompt"] and task["branch_name"] in moved["prompt"]
+
+
+def test_pausing_the_repository_stops_hand_outs_but_not_leases(client: TestClient) -> None:
+    task = claim(client, "a1")
+    client.post(f"/admin/repos/{REPO}/pause", json={"reason": "migration"})
+    assert client.post("/request-task", json={"agent_id": "a2"}).status_code == 204
+    assert lease_call(client, task, "a1", "heartbeat").status_code == 200
+    client.post(f"/admin/repos/{REPO}/resume", json={})
+    assert claim(client, "a2")
+    client.post("/admin/broker/pause", json={})
+    assert client.post("/request-task", json={"agent_id": "a3"}).status_code == 204
+    client.post("/admin/broker/resume", json={})
+    assert claim(client, "a3")
+    actions = [e["action"] for e in audit(client)]
+    for action in ("pause_repo", "resume_repo", "pause_broker", "resume_broker"):
+        assert actions.count(action) == 1, actions
+
+
+def test_admin_actions_refuse_bad_input_before_any_work(client: TestClient) -> None:
+    assert client.post(f"/admin/tasks/{REPO}/99/revoke", json={}).status_code == 404
+    bad = client.post("/admin/agents/P1/pause", json={})
+    assert bad.status_code == 422 and "label" in bad.json()["detail"]
+    too_long = client.post(f"/admin/tasks/{REPO}/1/note", json={"text": "x" * 1001})
+    assert too_long.status_code == 422
+    assert client.post("/admin/agents/has%20space/pause", json={}).status_code == 422
+    assert audit(client) == []
+
+
+# --- real processes: two serve processes, the CLI ------------------------------------------
+
+
+@pytest.mark.slow
+def test_after_pause_no_serve_process_hands_the_agent_anything_while_its_task_completes(
+    redis_url: str, tmp_path: Path
+) -> None:
+    with Simulator(
+        {
+            "repositories": [
+                {
+                    "owner": "acme",
+                    "name": "widgets",
+                    "issues": generate_issues(30, priorities=("P1",)),
+                }
+            ]
+        }
+    ) as sim:
+        env = broker_env(redis_url, sim.base_url, REPO, GITHUB_BROKER_LEASES__SETTLE_GRACE_S="0")
+        brokers = start_all([BrokerProcess(env, tmp_path, f"b{i}") for i in range(2)])
+        client = redis.Redis.from_url(redis_url)
+        try:
+            ready = "gb:{repo::acme::widgets}:ready"
+            wait_for(lambda: client.zcard(ready) == 30, 30, "the first sync")
+            task = post(brokers[0].url, "/request-task", {"agent_id": "a1"}).json()
+            r = post(brokers[1].url, "/admin/agents/a1/pause", {"reason": "drain"})
+            assert r.status_code == 200, r.text
+            lease = {"agent_id": "a1", "token": task["lease"]["token"]}
+            beat = post(brokers[0].url, f"/tasks/{REPO}/{task['issue_id']}/heartbeat", lease)
+            assert beat.json()["agent_paused"]["reason"] == "drain"
+            # Its current task may finish.
+            done = post(brokers[1].url, f"/tasks/{REPO}/{task['issue_id']}/complete", lease)
+            assert done.status_code == 200, done.text
+            claims = 0
+            for i in range(20):
+                got = post(brokers[i % 2].url, "/request-task", {"agent_id": "a1"})
+                assert got.status_code == 409 and got.json()["reason"] == "agent_paused"
+                claims += got.status_code == 200
+            assert claims == 0
+            assert not any(
+                (client.hget(f"gb:{{repo::acme::widgets}}:lease:{n}", "agent") or b"") == b"a1"
+                for n in range(1, 31)
+            )
+        finally:
+            client.close()
+            for b in brokers:
+                b.stop()
+
+
+@pytest.mark.slow
+def test_the_cli_verbs_act_and_the_audit_shows_them(
+    sim: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, **broker_env(redis_url, sim.base_url, REPO)}
+    broker = BrokerProcess(broker_env(redis_url, sim.base_url, REPO), tmp_path, "b").start()
+    try:
+        client = redis.Redis.from_url(redis_url)
+        wait_for(lambda: client.zcard("gb:{repo::acme::widgets}:ready") == 3, 30, "sync")
+        client.close()
+        task = post(broker.url, "/request-task", {"agent_id": "a1"}).json()
+        n = task["issue_id"]
+
+        def cli(*args: str) -> str:
+            out = subprocess.run(
+                [sys.executable, "-m", "github_broker", *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            return out.stdout
+
+        assert "queued for the next heartbeat of a1" in cli("note", str(n), "look at #2")
+        beat = post(
+            broker.url,
+            f"/tasks/{REPO}/{n}/heartbeat",
+            {"agent_id": "a1", "token": task["lease"]["token"]},
+        ).json()
+        assert [note["text"] for note in beat["notes"]] == ["look at #2"]
+        assert "paused: its current task may finish" in cli("pause", "a1", "--reason", "drain")
+        assert post(broker.url, "/request-task", {"agent_id": "a1"}).status_code == 409
+        assert "resumed" in cli("resume", "a1")
+        held = post(broker.url, "/request-task", {"agent_id": "a2"}).json()
+        assert "lease of a2 revoked" in cli("revoke", f"{REPO}#{held['issue_id']}", "--reason", "x")
+        log = cli("audit")
+        for action in ("pause_agent", "resume_agent", "revoke", "note"):
+            assert action in log, log
+        assert "cli:" in log
+    finally:
+        broker.stop()
