@@ -126,7 +126,8 @@ repository's ``paused_agents`` copies), ``{key_prefix}:control`` (hash: ``broker
 pause of the whole broker), ``{key_prefix}:audit`` (stream: deployment-wide actions such as
 pausing an agent or the broker) and ``{key_prefix}:webhooks:refused`` (hash: ``at_ms``,
 ``reason``, ``count`` of webhook deliveries refused, e.g. for a wrong signature: their body is
-not trusted, so no repository is named).
+not trusted, so no repository is named) and ``{key_prefix}:audit:exported`` (hash: audit
+stream key -> the last entry id appended to the ``audit.file`` JSONL file).
 """
 
 from __future__ import annotations
@@ -257,6 +258,7 @@ class GlobalKeys:
         self.control = f"{key_prefix}:control"
         self.audit = f"{key_prefix}:audit"
         self.webhooks_refused = f"{key_prefix}:webhooks:refused"
+        self.audit_exported = f"{key_prefix}:audit:exported"
 
     def agent_busy(self, agent_id: str) -> str:
         """Held while one request of `agent_id` settles and claims across repositories."""

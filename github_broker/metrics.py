@@ -256,15 +256,19 @@ async def _deployment_gauges(store: Store) -> list[Metric]:
     bucket = GaugeMetricFamily(
         "gb_priority_bucket", "Most urgent open priority (0 = P0).", labels=["repository"]
     )
+    health = _health_families()
     now = now_ms()
     for name, rstore in store.repos.items():
+        await _add_health(health, name, rstore, now)
         per_priority: dict[int, int] = {}
         for _, score in await rstore.ready_tasks():
             p = priority_of_score(score)
             per_priority[p] = per_priority.get(p, 0) + 1
         for p, n in sorted(per_priority.items()):
             ready.add_metric([name, f"P{p}"], n)
-        leases.add_metric([name], len(await rstore.leases()))
+        held = await rstore.leases()
+        leases.add_metric([name], len(held))
+        health["stalled"].add_metric([name], sum(1 for lease in held if lease.stalled))
         writes.add_metric([name], await rstore.outbox_size())
         oldest = await rstore.outbox_oldest_due_ms()
         lag.add_metric([name], 0 if oldest is None else max(0, now - oldest) / 1000)
@@ -272,7 +276,15 @@ async def _deployment_gauges(store: Store) -> list[Metric]:
         current = await rstore.bucket()
         if current is not None:
             bucket.add_metric([name], current)
-    families: list[Metric] = [ready, leases, writes, lag, skipped, bucket]
+    families: list[Metric] = [ready, leases, writes, lag, skipped, bucket, *health.values()]
+    refused = await store.webhook_refused()
+    refused_total = GaugeMetricFamily(
+        "gb_webhook_deliveries_refused", "Webhook deliveries refused (bad signature, ...)."
+    )
+    refused_total.add_metric([], refused[2] if refused else 0)
+    paused = GaugeMetricFamily("gb_paused_agents", "Agents paused (maintainer or breaker).")
+    paused.add_metric([], len(await store.paused_agents()))
+    families += [refused_total, paused]
     quota = await store.quota()
     if quota and quota.remaining is not None:
         remaining = GaugeMetricFamily(
@@ -281,3 +293,54 @@ async def _deployment_gauges(store: Store) -> list[Metric]:
         remaining.add_metric([], quota.remaining)
         families.append(remaining)
     return families
+
+
+def _health_families() -> dict[str, GaugeMetricFamily]:
+    """The integrations' health per repository (see health.py)."""
+    by_repo = ["repository"]
+    return {
+        "sync_failing": GaugeMetricFamily(
+            "gb_sync_failing",
+            "1 while the leader's sync of the repository keeps failing.",
+            labels=by_repo,
+        ),
+        "rebuilding": GaugeMetricFamily(
+            "gb_mirror_rebuilding",
+            "1 while the mirror is being rebuilt from GitHub.",
+            labels=by_repo,
+        ),
+        "queued": GaugeMetricFamily(
+            "gb_webhook_queue",
+            "Verified webhook deliveries waiting for the worker.",
+            labels=by_repo,
+        ),
+        "inflight": GaugeMetricFamily(
+            "gb_webhook_inflight",
+            "Deliveries the worker took and has not finished.",
+            labels=by_repo,
+        ),
+        "age": GaugeMetricFamily(
+            "gb_webhook_last_delivery_age_seconds",
+            "Seconds since the last verified delivery (absent: none yet).",
+            labels=by_repo,
+        ),
+        "stalled": GaugeMetricFamily(
+            "gb_stalled_leases", "Live leases flagged stalled (no progress).", labels=by_repo
+        ),
+        "waiting": GaugeMetricFamily(
+            "gb_waiting_on_people", "Work issues that wait on a person.", labels=by_repo
+        ),
+    }
+
+
+async def _add_health(
+    families: dict[str, GaugeMetricFamily], name: str, rstore: Any, now: int
+) -> None:
+    families["sync_failing"].add_metric([name], int(await rstore.sync_failing() is not None))
+    families["rebuilding"].add_metric([name], int(not await rstore.mirror_rebuilt()))
+    families["queued"].add_metric([name], await rstore.webhook_backlog())
+    families["inflight"].add_metric([name], await rstore.webhook_inflight())
+    seen = await rstore.webhooks_seen_ms()
+    if seen is not None:
+        families["age"].add_metric([name], max(0, now - seen) / 1000)
+    families["waiting"].add_metric([name], len(await rstore.waiting()))

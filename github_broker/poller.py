@@ -17,6 +17,7 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from github_broker.audit_file import AuditFile
 from github_broker.errors import BrokerError, Fenced, GitHubError, RateLimited
 from github_broker.gateway import GitHubGateway
 from github_broker.logs import log_fields
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two sweeps for expired leases (claims also reap lazily).
 REAP_INTERVAL_S = 5.0
+#: Seconds between two appends of new audit entries to `audit.file`.
+AUDIT_EXPORT_INTERVAL_S = 5.0
 #: Longest pause after repeated failed sync passes.
 MAX_SYNC_BACKOFF_S = 900.0
 
@@ -51,6 +54,9 @@ class Daemon:
         self.drainer = OutboxDrainer(store, gateway)
         self.reviews = ReviewKeeper(settings, store, gateway, self.syncer.reindex)
         self.progress = ProgressKeeper(settings, store, gateway)
+        self.audit_file = (
+            AuditFile(settings.audit.file, store) if settings.audit.file is not None else None
+        )
         self.webhooks = WebhookWorker(
             settings, store, gateway, self.syncer, self.reviews, self.progress
         )
@@ -332,6 +338,15 @@ class Daemon:
                 partial(self.progress.check, repo, webhooks_healthy=healthy),
             )
 
+    async def export_audit(self) -> None:
+        """Append new audit entries to `audit.file` (the leader only)."""
+        if not self.is_leader or self.audit_file is None:
+            return
+        try:
+            await self.audit_file.append_new()
+        except (BrokerError, OSError) as e:
+            logger.warning("audit file %s not written: %s", self.audit_file.path, e)
+
     async def _spread_trips(self, repository: str, agents: list[str]) -> None:
         """The circuit breaker paused these agents in one repository: every repository."""
         for agent in await self.store.spread_trips(repository, agents):
@@ -357,6 +372,7 @@ class Daemon:
             (self.drain_all, poll.outbox_interval_s),
             (self.reap_all, REAP_INTERVAL_S),
             (self.progress_all, self.settings.progress.check_interval_s),
+            (self.export_audit, AUDIT_EXPORT_INTERVAL_S),
         ]
         for func, seconds in jobs:
             # max_instances=1: a slow pass is never overlapped by the next one.

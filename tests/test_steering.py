@@ -3,9 +3,12 @@ heartbeat, and every action lands once in the audit log with what really happene
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -284,3 +287,55 @@ def test_the_cli_verbs_act_and_the_audit_shows_them(
         assert "cli:" in log
     finally:
         broker.stop()
+
+
+def test_a_token_removed_from_the_tokens_file_is_refused_without_a_restart(
+    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    tokens = tmp_path / "agents.yml"
+    tokens.write_text("a1: token-one\na2: token-two\n")
+    settings = make_settings(
+        redis={"url": redis_url},
+        github={"base_url": sim.base_url},
+        server={"run_poller": False, "agent_tokens_file": str(tokens), "admin_token": "adm"},
+    )
+    synced(settings)
+    with TestClient(create_app(settings)) as c:
+        one = {"authorization": "Bearer token-one"}
+        assert c.post("/request-task", json={"agent_id": "a1"}, headers=one).status_code == 200
+        tokens.write_text("a2: token-two\n")
+        deadline = time.monotonic() + 3
+        while c.post("/request-task", json={"agent_id": "a1"}, headers=one).status_code != 401:
+            assert time.monotonic() < deadline, "the removed token still works"
+            time.sleep(0.2)
+        two = {"authorization": "Bearer token-two"}
+        assert c.post("/request-task", json={"agent_id": "a2"}, headers=two).status_code == 200
+
+
+def test_the_audit_file_gets_every_entry_once_as_json_lines(
+    client: TestClient, tmp_path: Path, redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    from github_broker.audit_file import AuditFile
+    from github_broker.store import Store
+
+    task = claim(client, "a1")
+    client.post(f"/admin/tasks/{REPO}/{task['issue_id']}/revoke", json={"reason": "r1"})
+    client.post("/admin/agents/a9/pause", json={"reason": "r2"})
+    path = tmp_path / "audit" / "log.jsonl"
+
+    async def export() -> int:
+        store = Store.from_settings(make_settings(redis={"url": redis_url}))
+        try:
+            return await AuditFile(path, store).append_new()
+        finally:
+            await store.close()
+
+    assert asyncio.run(export()) == 2
+    assert asyncio.run(export()) == 0  # nothing new: nothing appended twice
+    client.post("/admin/agents/a9/resume", json={})
+    assert asyncio.run(export()) == 1
+    lines = [json.loads(row) for row in path.read_text().splitlines()]
+    # The deployment's stream first, then each repository's, per pass.
+    assert [row["action"] for row in lines] == ["pause_agent", "revoke", "resume_agent"]
+    assert {row["reason"] for row in lines} >= {"r1", "r2"}
+    assert all(row["at"].endswith("Z") and row["actor"] == "admin" for row in lines)

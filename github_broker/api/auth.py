@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import time
 
+import yaml
 from fastapi import Request
 
 from github_broker.errors import AuthError
 from github_broker.settings import ServerSettings
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two looks at the agent tokens file for changes.
+TOKEN_FILE_CHECK_S = 1.0
 
 
 class Forbidden(AuthError):
@@ -23,19 +31,67 @@ class Forbidden(AuthError):
 
 class Authenticator:
     def __init__(self, server: ServerSettings) -> None:
-        self.agent_tokens = server.resolved_agent_tokens()
+        self.server = server
         self.admin_token = server.admin_token.get_secret_value() if server.admin_token else None
+        self._admin = _raw(self.admin_token) if self.admin_token is not None else None
+        #: The agent tokens file's (mtime, size, inode) when last read, and when it was checked.
+        self._stamp: tuple[int, int, int] | None = None
+        self._checked_s = 0.0
+        self._use(server.resolved_agent_tokens())
+        self._stamp = self._file_stamp()
+
+    def _use(self, tokens: dict[str, str]) -> None:
+        self.agent_tokens = tokens
         # Found by their SHA-256 (one dict lookup, however many agents), then compared in
         # constant time as bytes: hmac.compare_digest refuses non-ASCII str (a 500 otherwise).
-        self._agents = {
-            _digest(_raw(tok)): (_raw(tok), agent) for tok, agent in self.agent_tokens.items()
-        }
-        self._admin = _raw(self.admin_token) if self.admin_token is not None else None
+        self._agents = {_digest(_raw(tok)): (_raw(tok), agent) for tok, agent in tokens.items()}
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        path = self.server.agent_tokens_file
+        if path is None:
+            return None
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def _refresh(self) -> None:
+        """Re-read `server.agent_tokens_file` when it changed (checked at most once per
+        TOKEN_FILE_CHECK_S): a token removed there is refused from then on, no restart. A file
+        that no longer reads keeps the tokens read last (and says so in the log)."""
+        if self.server.agent_tokens_file is None:
+            return
+        now = time.monotonic()
+        if now - self._checked_s < TOKEN_FILE_CHECK_S:
+            return
+        self._checked_s = now
+        stamp = self._file_stamp()
+        if stamp == self._stamp:
+            return
+        try:
+            tokens = self.server.resolved_agent_tokens()
+        except (OSError, ValueError, AttributeError, yaml.YAMLError) as e:
+            logger.warning(
+                "agent tokens file %s unreadable, keeping the tokens read last: %s",
+                self.server.agent_tokens_file,
+                e,
+            )
+            return
+        self._stamp = stamp
+        self._use(tokens)
+        logger.info(
+            "agent tokens re-read from %s: %d tokens", self.server.agent_tokens_file, len(tokens)
+        )
 
     @property
     def open(self) -> bool:
         """No tokens configured: loopback-only deployments (settings refuse anything else)."""
-        return not self.agent_tokens and self.admin_token is None
+        return (
+            not self.server.agent_tokens
+            and self.server.agent_tokens_file is None
+            and self.admin_token is None
+        )
 
     def _bearer(self, request: Request) -> str | None:
         header = request.headers.get("authorization", "")
@@ -71,6 +127,7 @@ class Authenticator:
         raise AuthError("unknown token (this endpoint needs the admin token)")
 
     def _agent_of(self, raw: bytes) -> str | None:
+        self._refresh()
         found = self._agents.get(_digest(raw))
         return found[1] if found is not None and hmac.compare_digest(found[0], raw) else None
 

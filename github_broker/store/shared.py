@@ -53,6 +53,9 @@ _RELEASE_MUTEX = (
 )
 
 
+#: Audit entries appended to the audit file per stream and pass.
+AUDIT_EXPORT_BATCH = 1000
+
 #: Seconds /ready waits for Redis's PONG.
 PING_TIMEOUT_S = 0.8
 
@@ -344,6 +347,28 @@ class Store:
         for rstore in self.repos.values():
             found += await rstore.audit_log(count, before)
         return sorted(found, key=lambda e: (e.at_ms, e.id), reverse=True)[:count]
+
+    @translate_errors
+    async def audit_export(self) -> list[tuple[str, str, list[AuditEntry]]]:
+        """For the audit file: per audit stream (the deployment's, then each repository's),
+        its key, the last id exported and the entries after it (oldest first, bounded)."""
+        cursors = await awaited(self.client.hgetall(self.global_keys.audit_exported))
+        done = {as_text(k): as_text(v) for k, v in cursors.items()}
+        streams = [(self.global_keys.audit, None)] + [
+            (r.keys.audit, r.repository) for r in self.repos.values()
+        ]
+        out = []
+        for key, repository in streams:
+            after = done.get(key, "0-0")
+            reply = await self.client.xread({key: after}, count=AUDIT_EXPORT_BATCH)
+            entries = audit_entries(reply[0][1] if reply else [], repository)
+            if entries:
+                out.append((key, after, entries))
+        return out
+
+    @translate_errors
+    async def audit_exported(self, key: str, last_id: str) -> None:
+        await self.client.hset(self.global_keys.audit_exported, key, last_id)
 
     @translate_errors
     async def record_webhook_refused(self, reason: str) -> None:
