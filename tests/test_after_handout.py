@@ -5,6 +5,7 @@ set a task aside for a person, and feedback a held review missed reaches its age
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -231,3 +232,47 @@ async def test_feedback_given_just_before_a_reviews_hand_out_reaches_it_and_is_n
             assert await world.ask("fix-1") is None
             _, state = (await world.rstore.review_states([1]))[1]
             assert state.get("fix_rounds", "0") == "0"
+
+
+async def test_a_review_and_a_fix_become_claimable_when_due_not_at_the_next_poll(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The upkeep pass that sees a review waiting (or feedback settling) arms a timer: the
+    task is offered within a second of its delay or debounce ending, with no further pass."""
+    issues = [{"number": 1, "title": "t", "body": body(), "labels": ["P1", "BACKENDCODER"]}]
+    review = {"delay_s": 1.5, "timeout_s": 3600, "fix_debounce_s": 1.5}
+    with simulated(issues) as sim:
+        async with running_world(sim, redis_url, make_settings, review=review) as world:
+            await world.tick()
+            dev = await world.ask("dev-1")
+            assert dev is not None
+            sim.state.create_pull(
+                "acme", "widgets", title="x", head="feature/issue-1", body="", user="bot"
+            )
+            await world.tasks.finish(REPO, 1, "dev-1", dev.lease.token, Outcome.COMPLETED)
+            await world.tick()
+            await world.tick()  # sees needs-review: the review is due in 1.5 s
+            _, state = (await world.rstore.review_states([1]))[1]
+            due_s = json.loads(state["link"])["due_ms"] / 1000
+            assert await world.ask("rev-1") is None
+            while time.time() < due_s + 1.0:
+                got = await world.tasks.request_task("rev-1")
+                if got is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert got is not None and got.task_type == TaskType.REVIEW
+            offered_after_s = time.time() - due_s
+            assert 0 <= offered_after_s < 1.0, offered_after_s
+            await world.tasks.finish(REPO, 1, "rev-1", got.lease.token, Outcome.COMPLETED)
+            await world.tick()
+            sim.state.add_issue_comment("acme", "widgets", 2, user="alice", body="Rename it.")
+            commented_s = time.time()
+            await world.tick()  # the comment's delivery (or a pass): it settles in 1.5 s
+            fix = None
+            while time.time() < commented_s + 1.5 + 1.0:
+                fix = await world.tasks.request_task("fix-1")
+                if fix is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert fix is not None and fix.task_type == TaskType.FIX
+            assert time.time() - commented_s < 1.5 + 1.0
