@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import httpx2
 import pytest
 import redis
@@ -27,8 +28,10 @@ from mcp.client.subscriptions import ResourceUpdated
 from mcp.types import CallToolResult, LoggingMessageNotificationParams, TextContent
 
 from github_broker import __version__
+from github_broker.agent.aio import AsyncBrokerClient
 from github_broker.agent.client import BrokerClient
 from github_broker.agent.mcp_cli import MCP_TOKEN_ENV
+from github_broker.agent.session import AgentSession
 from github_broker.api.schemas import REQUEST_ID_PATTERN
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
@@ -351,6 +354,59 @@ async def test_without_set_level_a_client_gets_info_messages(
         claimed = await mcp.call_tool("request_task", {"wait_seconds": 5})
         assert "You now hold acme/widgets#1" in text(claimed)
     assert [(p.level, p.data) for _, p in heard.logs] == [("info", "claimed acme/widgets#1")]
+
+
+async def test_lease_checks_back_off_while_the_broker_fails_and_stop_once_settled() -> None:
+    """The lease watch is bounded: one heartbeat per check interval while a task is held,
+    fewer and fewer while the broker fails (up to the lease's own heartbeat interval), none
+    once the task is settled."""
+    beats: list[float] = []
+    failing = True
+    task = {
+        "issue_id": 1,
+        "issue_url": "http://github.test/acme/widgets/issues/1",
+        "title": "t",
+        "body": "b",
+        "labels": ["P1"],
+        "branch_name": "feature/issue-1",
+        "prompt": "p",
+        "required_role": "BACKENDCODER",
+        "task_type": "development",
+        "repository": "acme/widgets",
+        "base_branch": "main",
+        "lease": {"token": "tok", "expires_at": "2030-01-01T00:00:00Z", "heartbeat_interval_s": 1},
+    }
+
+    def broker(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/request-task":
+            return httpx.Response(200, json=task)
+        if request.url.path.endswith("/heartbeat"):
+            beats.append(time.monotonic())
+            if failing:
+                return httpx.Response(503, json={"detail": "restarting"})
+            return httpx.Response(200, json={"expires_at": "2030-01-01T00:00:00Z"})
+        return httpx.Response(200, json={"status": "completed"})
+
+    transport = httpx.MockTransport(broker)
+    client = AsyncBrokerClient("http://broker.test", "agent-a", retries=0, transport=transport)
+    session = AgentSession(client, check_interval_s=0.1)
+    try:
+        assert await session.claim(None, None, 0, None, None) is not None
+        await anyio.sleep(2.0)
+        # Pauses of 0.1, 0.2, 0.4, 0.8, 1.0 s: five checks at most, not twenty.
+        assert 3 <= len(beats) <= 6, beats
+        failing = False
+        recovered = len(beats)
+        await anyio.sleep(2.0)
+        # One more pause of at most 1 s, then every 0.1 s again.
+        assert len(beats) - recovered >= 5, beats
+        await session.finish("completed")
+        settled = len(beats)
+        await anyio.sleep(0.5)
+        assert len(beats) == settled
+    finally:
+        await session.close()
+        await client.aclose()
 
 
 # --- bad input -------------------------------------------------------------------------
