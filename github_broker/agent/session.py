@@ -102,7 +102,7 @@ class AgentSession:
             roles, repositories, wait_seconds, previous="abandoned", request_id=request_id
         )
         if task is not None:
-            self.task, self._notify, self.lost = task, notify, None
+            self.task, self._notify = task, notify
             self._start_watch(task)
             await self._changed()
         return task
@@ -203,7 +203,10 @@ class AgentSession:
     async def _lose(self, task: Task, reason: str | None) -> None:
         if self.task is not task:
             return
-        self.task, self._watch = None, None
+        self.task = None
+        watch, self._watch = self._watch, None
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()  # the heartbeat tool found the loss first
         notice = self.lost = lost_notice(task, reason)
         logger.info("%s: lease on %s lost (%s)", self.agent_id, where(task), reason)
         if self._notify is not None:
