@@ -2,23 +2,49 @@
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, get_args
 
-from mcp.server.fastmcp import Context, FastMCP
-from mcp.server.fastmcp.exceptions import ToolError
-from pydantic import Field
+from mcp.server import ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.shared.subscriptions import ResourceUpdated
+from mcp.types import (
+    EmptyResult,
+    LoggingLevel,
+    LoggingMessageNotification,
+    LoggingMessageNotificationParams,
+    SetLevelRequestParams,
+)
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ConfigDict, Field
 
+from github_broker import __version__
 from github_broker.agent.aio import AsyncBrokerClient
 from github_broker.agent.client import BrokerClientError, BrokerUnavailable, Unauthorized
+from github_broker.agent.mcp_http import HttpEndpoint
 from github_broker.agent.runner import public_json
 from github_broker.agent.session import AgentSession, NoTask, TaskHeld, where
+from github_broker.api.schemas import MAX_LIST_ITEMS, REQUEST_ID_PATTERN, RepoName, RoleName
 from github_broker.models import Task
 
 logger = logging.getLogger(__name__)
 
 #: Long-poll (seconds) of request_task when the agent does not say.
 DEFAULT_WAIT_S = 10.0
+#: Log messages 2025-era clients get until they send logging/setLevel.
+DEFAULT_LOG_LEVEL: LoggingLevel = "info"
+#: The resource a client watches to learn that its task changed (claimed, settled, lost).
+CURRENT_TASK_URI = "task://current"
+LOGGER_NAME = "github-broker"
+#: RFC 5424 severities, least severe first (the order of the protocol's LoggingLevel).
+LEVELS: tuple[str, ...] = get_args(LoggingLevel)
 
 INSTRUCTIONS = """\
 This server hands you GitHub issues to work on, one at a time, from a github-broker.
@@ -28,8 +54,13 @@ complete; if you cannot finish call release (failed or abandoned) with a reason.
 broker takes the task back (issue closed, lease revoked) you are told: stop and ask again.
 When no task comes, explain says why."""
 
+Roles = Annotated[
+    list[RoleName] | None,
+    Field(max_length=MAX_LIST_ITEMS, description="Roles you accept; omit for the defaults."),
+]
 
-def describe(task: Task) -> str:
+
+def describe(task: Task, check_interval_s: float) -> str:
     """What an LLM needs to start: where, which branch, what to do next, then the prompt."""
     lines = [
         f"You now hold {where(task)}: {task.title!r} "
@@ -40,8 +71,8 @@ def describe(task: Task) -> str:
     if task.pr_url:
         lines.append(f"Pull request: {task.pr_url}")
     lines += [
-        f"Lease until {task.lease.expires_at}; this server renews it every "
-        f"{task.lease.heartbeat_interval_s}s while you work.",
+        f"Lease until {task.lease.expires_at}; this server renews it while you work and checks "
+        f"it every {check_interval_s:g}s.",
         "When the work is pushed, call complete. If you cannot finish, call release with "
         "outcome failed (or abandoned) and a reason.",
         "",
@@ -65,36 +96,105 @@ def describe_verdicts(data: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+class ClientLog:
+    """Log messages to 2025-era clients, at or above the level set by `logging/setLevel`.
+
+    One level for the server: it serves one agent, usually through one client. A 2026-07-28
+    client has no standing channel for them (the revision retires protocol logging); it
+    watches `task://current` through `subscriptions/listen` instead."""
+
+    def __init__(self) -> None:
+        self.level: LoggingLevel = DEFAULT_LOG_LEVEL
+
+    def wants(self, level: LoggingLevel) -> bool:
+        return LEVELS.index(level) >= LEVELS.index(self.level)
+
+    async def set_level(
+        self, ctx: ServerRequestContext[Any, Any], params: SetLevelRequestParams
+    ) -> EmptyResult:
+        self.level = params.level
+        return EmptyResult()
+
+    async def send(
+        self,
+        session: ServerSession,
+        level: LoggingLevel,
+        text: str,
+        request_id: str | int | None = None,
+    ) -> None:
+        """Send `text` unless the client asked for less; `request_id` ties it to a request."""
+        if session.protocol_version in MODERN_PROTOCOL_VERSIONS or not self.wants(level):
+            return
+        message = LoggingMessageNotificationParams(level=level, data=text, logger=LOGGER_NAME)
+        await session.send_notification(
+            LoggingMessageNotification(params=message), related_request_id=request_id
+        )
+
+
+class _StrictMetadata(FuncMetadata):
+    """Arguments taken exactly as the published schema says: no JSON text read as a list."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        return data
+
+
+def strict_tool(fn: Callable[..., Any]) -> Tool:
+    """`fn` as a tool that refuses what the broker would: unknown arguments, `"5"` for a
+    number, `true` for a string (the published inputSchema says `additionalProperties:
+    false`, and the same model validates every call)."""
+    tool = Tool.from_function(fn)
+    loose = tool.fn_metadata.arg_model
+
+    class Arguments(loose):  # type: ignore[valid-type, misc]
+        model_config = ConfigDict(extra="forbid", strict=True)
+
+    Arguments.__name__ = loose.__name__
+    strict: type[ArgModelBase] = Arguments
+    meta = tool.fn_metadata
+    tool.fn_metadata = _StrictMetadata(
+        arg_model=strict,
+        output_schema=meta.output_schema,
+        output_model=meta.output_model,
+        wrap_output=meta.wrap_output,
+    )
+    tool.parameters = strict.model_json_schema(by_alias=True)
+    return tool
+
+
 def build_server(
     session: AgentSession,
     *,
     explainer: AsyncBrokerClient | None = None,
     roles: list[str] | None = None,
     repositories: list[str] | None = None,
-    host: str = "127.0.0.1",
-    port: int = 8765,
-) -> FastMCP:
+) -> MCPServer:
     """An MCP server for one agent: five tools and the current task as resources.
 
     `roles`/`repositories` are the defaults of request_task; `explainer` is the client
-    explain uses (the broker answers /explain to its admin token).
+    explain uses (the broker answers /explain to its admin token). Both protocol eras are
+    served: 2025-era clients (the `initialize` handshake) get log messages, 2026-07-28
+    clients an update of `task://current` on their `subscriptions/listen` stream.
     """
-    mcp = FastMCP("github-broker", instructions=INSTRUCTIONS, host=host, port=port)
     explainer = explainer or session.client
     default_roles, default_repositories = roles, repositories
+    client_log = ClientLog()
+    bus = InMemorySubscriptionBus()
+
+    async def task_changed() -> None:
+        await bus.publish(ResourceUpdated(uri=CURRENT_TASK_URI))
+
+    session.on_change = task_changed
 
     def prefixed(text: str) -> str:
         notice = session.take_lost()
         return f"{notice}\n\n{text}" if notice else text
 
-    @mcp.tool()
     async def request_task(
         ctx: Context,
-        roles: Annotated[
-            list[str] | None, Field(description="Roles you accept; omit for the defaults.")
-        ] = None,
+        roles: Roles = None,
         repositories: Annotated[
-            list[str] | None, Field(description="owner/name list; omit for all.")
+            list[RepoName] | None,
+            Field(max_length=MAX_LIST_ITEMS, description="owner/name list; omit for all."),
         ] = None,
         wait_seconds: Annotated[
             float, Field(ge=0, le=60, description="Wait up to this long for a task.")
@@ -102,17 +202,16 @@ def build_server(
         request_id: Annotated[
             str | None,
             Field(
-                max_length=100,
+                pattern=REQUEST_ID_PATTERN,
                 description="Reuse the same id when you retry this call after an error.",
             ),
         ] = None,
     ) -> str:
         """Ask the broker for the next task for you: an issue to work on, with its prompt."""
+        client_session = ctx.session
 
         async def notify(message: str) -> None:
-            await ctx.session.send_log_message(
-                level="warning", data=message, logger="github-broker"
-            )
+            await client_log.send(client_session, "warning", message)
 
         chosen_roles = roles or default_roles
         try:
@@ -128,10 +227,9 @@ def build_server(
                 f"No task for you right now (roles {', '.join(chosen_roles or ['any'])}, "
                 f"waited {wait_seconds:g}s). Call explain to see why, or ask again later."
             )
-        await ctx.info(f"claimed {where(task)}")
-        return prefixed(describe(task))
+        await client_log.send(ctx.session, "info", f"claimed {where(task)}", ctx.request_id)
+        return prefixed(describe(task, session.check_interval_s))
 
-    @mcp.tool()
     async def heartbeat() -> str:
         """Renew the lease on your task now (this server also does it on its own)."""
         try:
@@ -142,7 +240,6 @@ def build_server(
             raise ToolError(broker_error(e)) from e
         return f"Lease on {where(session.held())} renewed until {expires}."
 
-    @mcp.tool()
     async def complete(
         summary: Annotated[str, Field(max_length=4000, description="What you did.")] = "",
     ) -> str:
@@ -159,7 +256,6 @@ def build_server(
         )
         return f"Completed {where(task)}; {after}. Call request_task for more work."
 
-    @mcp.tool()
     async def release(
         outcome: Annotated[
             Literal["failed", "abandoned"],
@@ -177,12 +273,17 @@ def build_server(
         logger.info("%s released %s as %s: %s", session.agent_id, where(task), outcome, reason)
         return f"Released {where(task)} as {outcome}. Call request_task for other work."
 
-    @mcp.tool()
     async def explain(
         roles: Annotated[
-            list[str] | None, Field(description="Roles to explain for; omit for the defaults.")
+            list[RoleName] | None,
+            Field(
+                max_length=MAX_LIST_ITEMS,
+                description="Roles to explain for; omit for the defaults.",
+            ),
         ] = None,
-        repository: Annotated[str | None, Field(description="owner/name; omit for all.")] = None,
+        repository: Annotated[
+            RepoName | None, Field(description="owner/name; omit for all.")
+        ] = None,
     ) -> str:
         """Why no task is available: each open issue's verdict for an agent with these roles."""
         try:
@@ -196,15 +297,31 @@ def build_server(
             raise ToolError(broker_error(e)) from e
         return prefixed(describe_verdicts(data))
 
+    mcp = MCPServer(
+        "github-broker",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        tools=[strict_tool(f) for f in (request_task, heartbeat, complete, release, explain)],
+        subscriptions=bus,
+    )
+    # MCPServer has no public hook for logging/setLevel yet; the SDK's migration guide names
+    # this one. Registering it is what declares the `logging` capability.
+    mcp._lowlevel_server.add_request_handler(
+        "logging/setLevel", SetLevelRequestParams, client_log.set_level
+    )
+
     @mcp.resource(
-        "task://current",
+        CURRENT_TASK_URI,
         name="current-task",
-        description="The task you hold (JSON, without the lease token), or null.",
+        description="The task you hold (JSON, without the lease token); null when you hold "
+        'none; {"lost": why} after the broker took it back, until your next tool call.',
         mime_type="application/json",
     )
-    def current_task() -> str:
+    async def current_task() -> str:
         task = session.task
-        return "null" if task is None else public_json(task)
+        if task is not None:
+            return public_json(task)
+        return "null" if session.lost is None else json.dumps({"lost": session.lost})
 
     @mcp.resource(
         "task://current/prompt",
@@ -212,7 +329,7 @@ def build_server(
         description="The prompt of the task you hold.",
         mime_type="text/markdown",
     )
-    def current_prompt() -> str:
+    async def current_prompt() -> str:
         task = session.task
         return "You hold no task: call request_task." if task is None else task.prompt
 
@@ -229,16 +346,17 @@ def broker_error(e: BrokerClientError) -> str:
 
 async def serve(
     session: AgentSession,
-    mcp: FastMCP,
-    transport: Literal["stdio", "http"],
+    mcp: MCPServer,
+    http: HttpEndpoint | None = None,
     explainer: AsyncBrokerClient | None = None,
 ) -> None:
-    """Run until the client goes away (stdio) or a signal stops it; release what is held."""
+    """Serve over stdio, or over `http` when given, until the client goes away (stdio) or a
+    signal stops it; release what is held."""
     try:
-        if transport == "stdio":
+        if http is None:
             await mcp.run_stdio_async()
         else:
-            await mcp.run_streamable_http_async()
+            await http.serve(mcp)
     finally:
         await session.close()
         await session.client.aclose()

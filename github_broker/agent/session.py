@@ -1,4 +1,4 @@
-"""The one task an MCP client holds: claiming, automatic heartbeats, settling, lost leases."""
+"""The one task an MCP client holds: claiming, the lease watch, settling, lost leases."""
 
 from __future__ import annotations
 
@@ -6,16 +6,26 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from github_broker.agent.aio import AsyncBrokerClient
 from github_broker.agent.client import BrokerClientError, LeaseLost
-from github_broker.models import Task
+
+if TYPE_CHECKING:  # httpx stays out of the CLI's start-up until `mcp` runs
+    from github_broker.agent.aio import AsyncBrokerClient
+    from github_broker.models import Task
 
 logger = logging.getLogger(__name__)
 
-#: Called with a message when the broker takes a held task back between two tool calls.
+#: Seconds between two lease checks while a task is held. A check is a heartbeat (an agent's
+#: only lease call), so a lease the broker ended (revoked, expired, issue closed) is told to the
+#: client within this plus one round trip, whatever the lease's heartbeat interval (200 s with
+#: the default 600 s lease). Cost: one heartbeat request, one Redis script, per held task.
+DEFAULT_CHECK_INTERVAL_S = 3.0
+
+#: Called with a message when the broker takes the held task back between two tool calls.
 Notify = Callable[[str], Awaitable[None]]
+#: Called when the held task changes: claimed, settled, or taken back.
+OnChange = Callable[[], Awaitable[None]]
 
 
 class NoTask(Exception):
@@ -30,16 +40,28 @@ def where(task: Task) -> str:
     return f"{task.repository}#{task.issue_id}"
 
 
-class AgentSession:
-    """Holds at most one task, renews its lease in the background until it is settled, and
-    keeps the news of a lost lease until the agent's next call."""
+def lost_notice(task: Task, reason: str | None) -> str:
+    return f"The broker took {where(task)} back: your lease ended ({reason or 'unknown'})."
 
-    def __init__(self, client: AsyncBrokerClient) -> None:
+
+class AgentSession:
+    """Holds at most one task, checks (and so renews) its lease every few seconds until it is
+    settled, and keeps the news of a lost lease until the agent's next call."""
+
+    def __init__(
+        self,
+        client: AsyncBrokerClient,
+        *,
+        check_interval_s: float = DEFAULT_CHECK_INTERVAL_S,
+        on_change: OnChange | None = None,
+    ) -> None:
         self.client = client
+        self.check_interval_s = check_interval_s
+        self.on_change = on_change
         self.task: Task | None = None
         #: Why the broker took the last task back, until the agent has been told.
         self.lost: str | None = None
-        self._beat: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
         self._notify: Notify | None = None
 
     @property
@@ -68,6 +90,7 @@ class AgentSession:
         request_id: str | None,
         notify: Notify | None,
     ) -> Task | None:
+        """Ask for a task; `notify` is told if the broker later takes it back."""
         if self.task is not None:
             raise TaskHeld(
                 f"you still hold {where(self.task)}: call complete or release before asking "
@@ -80,22 +103,23 @@ class AgentSession:
         )
         if task is not None:
             self.task, self._notify = task, notify
-            self._beat = asyncio.create_task(self._heartbeats(task), name=f"beat-{where(task)}")
+            self._start_watch(task)
+            await self._changed()
         return task
 
     async def heartbeat(self) -> str:
-        """One heartbeat now (the background loop keeps going)."""
+        """One heartbeat now (the watch keeps going)."""
         task = self.held()
         try:
-            return await self.client.heartbeat(task)
-        except LeaseLost as e:
-            await self._lose(task, e.reason)
-            raise NoTask(f"{self.take_lost()} Stop working on it.") from e
+            return await self._beat(task)
+        except NoTask:
+            self.take_lost()  # this call's answer tells the agent
+            raise
 
     async def finish(self, outcome: Literal["completed", "failed", "abandoned"]) -> Task:
         """Complete or release the held task; the lease ends either way."""
         task = self.held()
-        await self._stop_beat()
+        await self._stop_watch()
         try:
             if outcome == "completed":
                 await self.client.complete(task)
@@ -103,20 +127,22 @@ class AgentSession:
                 await self.client.release(task, outcome)
         except LeaseLost as e:
             self.task = None
+            await self._changed()
             raise NoTask(
                 f"the broker refused: the lease on {where(task)} had already ended ({e.reason})."
             ) from e
         except BrokerClientError:
-            # Unreachable broker: keep the task so the agent can try again; beats resume.
-            self._beat = asyncio.create_task(self._heartbeats(task))
+            # Unreachable broker: keep the task so the agent can try again; checks resume.
+            self._start_watch(task)
             raise
         self.task = None
+        await self._changed()
         return task
 
     async def close(self) -> None:
         """On shutdown: a task still held goes back to the pool."""
         task = self.task
-        await self._stop_beat()
+        await self._stop_watch()
         if task is None:
             return
         self.task = None
@@ -128,36 +154,71 @@ class AgentSession:
                 "%s: could not release %s on shutdown: %s", self.agent_id, where(task), e
             )
 
-    async def _stop_beat(self) -> None:
-        beat, self._beat = self._beat, None
-        if beat is not None and beat is not asyncio.current_task():
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
+    async def _beat(self, task: Task) -> str:
+        """One heartbeat and what its answer means: the new lease expiry, or NoTask when the
+        broker ended the lease. Every heartbeat answer (the watch's and the tool's) is read
+        here and only here."""
+        try:
+            return await self.client.heartbeat(task)
+        except LeaseLost as e:
+            await self._lose(task, e.reason)
+            raise NoTask(f"{self.lost or lost_notice(task, e.reason)} Stop working on it.") from e
 
-    async def _heartbeats(self, task: Task) -> None:
-        interval_s = max(1, task.lease.heartbeat_interval_s)
+    def _start_watch(self, task: Task) -> None:
+        self._watch = asyncio.create_task(self._watch_lease(task), name=f"watch-{where(task)}")
+
+    async def _stop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+
+    async def _watch_lease(self, task: Task) -> None:
+        # Checking renews too, so the lease's own interval only bounds the pause after failed
+        # checks: an unreachable broker is asked less and less often, never less than the
+        # lease needs (it lasts three heartbeat intervals).
+        every = min(self.check_interval_s, max(1.0, task.lease.heartbeat_interval_s))
+        slowest = max(every, float(task.lease.heartbeat_interval_s))
+        pause = every
         while self.task is task:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(pause)
             try:
-                expires = await self.client.heartbeat(task)
-            except LeaseLost as e:
-                await self._lose(task, e.reason)
+                expires = await self._beat(task)
+            except NoTask:
                 return
             except BrokerClientError as e:
-                # The lease lasts three intervals: one missed beat does not cost it.
-                logger.warning("%s: heartbeat on %s failed: %s", self.agent_id, where(task), e)
+                pause = min(pause * 2, slowest)
+                logger.warning(
+                    "%s: lease check on %s failed (next in %.0fs): %s",
+                    self.agent_id,
+                    where(task),
+                    pause,
+                    e,
+                )
             else:
+                pause = every
                 logger.debug("%s: lease on %s until %s", self.agent_id, where(task), expires)
 
     async def _lose(self, task: Task, reason: str | None) -> None:
         if self.task is not task:
             return
-        self.task, self._beat = None, None
-        self.lost = f"The broker took {where(task)} back: your lease ended ({reason or 'unknown'})."
-        logger.warning("%s: lease on %s lost (%s)", self.agent_id, where(task), reason)
+        self.task = None
+        watch, self._watch = self._watch, None
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()  # the heartbeat tool found the loss first
+        notice = self.lost = lost_notice(task, reason)
+        logger.info("%s: lease on %s lost (%s)", self.agent_id, where(task), reason)
         if self._notify is not None:
-            try:
-                await self._notify(self.lost)
-            except Exception as e:  # the client may be gone; the next call still tells it
-                logger.info("%s: could not notify the MCP client: %s", self.agent_id, e)
+            await self._tell(self._notify(notice))
+        await self._changed()
+
+    async def _changed(self) -> None:
+        if self.on_change is not None:
+            await self._tell(self.on_change())
+
+    async def _tell(self, call: Awaitable[None]) -> None:
+        try:
+            await call
+        except Exception as e:  # the client may be gone; its next call still tells it
+            logger.info("%s: could not notify the MCP client: %s", self.agent_id, e)
