@@ -1,4 +1,5 @@
-"""The /_sim control API: stats, faults, issue edits, renames for tests driving a process."""
+"""The /_sim control API: stats, faults, issue edits, renames, pushes and collaborators for
+tests and the sandbox driving a simulator process."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ logger = logging.getLogger(__name__)
 _ISSUE_PATH = re.compile(r"/_sim/issues/(?P<owner>[^/]+)/(?P<repo>[^/]+)/(?P<number>\d+)")
 _FAULT_PATH = re.compile(r"/_sim/faults/(?P<id>\d+)")
 _RENAME_PATH = re.compile(r"/_sim/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/rename")
+_PUSH_PATH = re.compile(r"/_sim/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/push")
+_COLLABORATORS_PATH = re.compile(
+    r"/_sim/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/collaborators(?:/(?P<login>[^/]+))?"
+)
 
 
 def handle(
@@ -65,6 +70,12 @@ def _dispatch(svc: Services, method: str, path: str, body: Any, base_url: str) -
         owner = str(target.get("owner") or rename["owner"])
         svc.state.rename_repo(rename["owner"], rename["repo"], owner, str(target["name"]))
         return Response(200, svc.state.get_repo(owner, str(target["name"]), base_url=base_url))
+    push = _PUSH_PATH.fullmatch(path)
+    if push and method == "POST":
+        return _push(svc, push["owner"], push["repo"], _object(body))
+    collaborators = _COLLABORATORS_PATH.fullmatch(path)
+    if collaborators:
+        return _collaborators(svc, method, collaborators, body)
     issue = _ISSUE_PATH.fullmatch(path)
     if issue:
         return _issue(
@@ -130,6 +141,36 @@ def _issue(
         base_url=base_url,
     )
     return Response(200, issue)
+
+
+def _push(svc: Services, owner: str, repo: str, body: dict[str, Any]) -> Response:
+    """{"branch", "message"?, "author"?, "count"?, "parent"?, "base"?}: see RefStore.push."""
+    pushed = svc.state.push(
+        owner,
+        repo,
+        str(body["branch"]),
+        message=str(body.get("message") or "Work in progress"),
+        author=str(body.get("author") or "octocat"),
+        count=int(body.get("count", 1)),
+        parent=body.get("parent"),
+        base=body.get("base"),
+    )
+    return Response(201, pushed)
+
+
+def _collaborators(svc: Services, method: str, found: re.Match[str], body: Any) -> Response:
+    """GET the list; PUT {"permission": role} on a login; DELETE a login."""
+    owner, repo, login = found["owner"], found["repo"], found["login"]
+    if login is None and method == "GET":
+        return Response(200, {"collaborators": svc.state.collaborators(owner, repo)})
+    if login is not None and method == "PUT":
+        role = str(_object(body)["permission"])
+        listed = svc.state.set_collaborator(owner, repo, login, role)
+        return Response(200, {"collaborators": listed})
+    if login is not None and method == "DELETE":
+        svc.state.remove_collaborator(owner, repo, login)
+        return Response(204)
+    raise ApiError(404, "Not Found")
 
 
 def _object(body: Any) -> dict[str, Any]:

@@ -68,6 +68,12 @@ class Repo:
     updates: list[tuple[str, int]] | None = None
     #: Numbers of the pull requests (a record is a pull from its creation on).
     pulls: set[int] = field(default_factory=set)
+    #: sha -> commit record (simulator/commits.py): parents, message, author, seq.
+    commits: dict[str, Record] = field(default_factory=dict)
+    #: lower-cased login -> (login, role): admin, maintain, write, triage or read.
+    collaborators: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: When a ref last moved; None until the first push (GitHub then shows created_at).
+    pushed_at: str | None = None
 
     @property
     def full_name(self) -> str:

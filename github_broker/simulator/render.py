@@ -159,7 +159,7 @@ def repository(ctx: Ctx, repo: Repo) -> dict[str, Any]:
         "clone_url": f"{ctx.html(repo)}.git",
         "created_at": repo.created_at,
         "updated_at": repo.created_at,
-        "pushed_at": repo.created_at,
+        "pushed_at": repo.pushed_at or repo.created_at,
         "default_branch": repo.default_branch,
         "open_issues_count": repo.open_issues_count(),
         "open_issues": repo.open_issues_count(),
@@ -256,7 +256,9 @@ def pull(ctx: Ctx, repo: Repo, rec: Record) -> dict[str, Any]:
     api = ctx.api(repo)
     url = f"{api}/pulls/{number}"
     html = f"{ctx.html(repo)}/pull/{number}"
-    head_sha = repo.refs.get(f"refs/heads/{pr['head']}", pr["head_sha"])
+    # The head as the PR last saw it: pushes to an open PR's branch move it (refs.py), a
+    # closed PR keeps the head it closed with, as on GitHub.
+    head_sha = pr["head_sha"]
     base_sha = repo.refs.get(f"refs/heads/{pr['base']}", pr["base_sha"])
     assignees = [ctx.user(login) for login in rec["assignees"]]
     return {
@@ -375,10 +377,33 @@ def review_comment(ctx: Ctx, repo: Repo, number: int, rec: Record) -> dict[str, 
     return data
 
 
+#: The reactions GitHub knows, in the order its reaction summaries list them.
+REACTIONS = ("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes")
+
+
+def reaction_rollup(url: str, reactions: list[Record]) -> dict[str, Any]:
+    """A comment's or issue's `reactions` summary: how many of each, and in all."""
+    counts = dict.fromkeys(REACTIONS, 0)
+    for rec in reactions:
+        counts[rec["content"]] += 1
+    return {"url": f"{url}/reactions", "total_count": len(reactions), **counts}
+
+
+def reaction(ctx: Ctx, rec: Record) -> dict[str, Any]:
+    return {
+        "id": rec["id"],
+        "node_id": f"REA_{rec['id']}",
+        "user": ctx.user(rec["user"]),
+        "content": rec["content"],
+        "created_at": rec["created_at"],
+    }
+
+
 def issue_comment(ctx: Ctx, repo: Repo, number: int, rec: Record) -> dict[str, Any]:
     api = ctx.api(repo)
+    url = f"{api}/issues/comments/{rec['id']}"
     return {
-        "url": f"{api}/issues/comments/{rec['id']}",
+        "url": url,
         "html_url": f"{ctx.html(repo)}/issues/{number}#issuecomment-{rec['id']}",
         "issue_url": f"{api}/issues/{number}",
         "id": rec["id"],
@@ -389,6 +414,7 @@ def issue_comment(ctx: Ctx, repo: Repo, number: int, rec: Record) -> dict[str, A
         "author_association": "MEMBER",
         "body": rec["body"],
         "performed_via_github_app": None,
+        "reactions": reaction_rollup(url, rec.get("reactions", [])),
     }
 
 

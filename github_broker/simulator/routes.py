@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlencode
 
+from .commits import COMPARE_COMMITS
 from .messages import ApiError, Request, Response, validation_failed
 
 if TYPE_CHECKING:
@@ -450,26 +451,55 @@ def create_ref(svc: Services, req: Request, p: Params) -> Response:
     if not body.get("ref") or not body.get("sha"):
         raise ApiError(422, 'Invalid request.\n\n"ref" and "sha" wasn\'t supplied.')
     ref = svc.state.create_ref(
-        p["owner"], p["repo"], str(body["ref"]), str(body["sha"]), base_url=req.base_url
+        p["owner"],
+        p["repo"],
+        str(body["ref"]),
+        str(body["sha"]),
+        pusher=req.require_login(),
+        base_url=req.base_url,
     )
     return Response(201, ref, {"Location": ref["url"]})
 
 
 @route("PATCH", "/repos/{owner}/{repo}/git/refs/{ref+}")
 def update_ref(svc: Services, req: Request, p: Params) -> Response:
-    req.require_login()
-    sha = str(req.json_object().get("sha") or "")
+    login = req.require_login()
+    body = req.json_object()
+    sha = str(body.get("sha") or "")
     if not sha:
         raise ApiError(422, 'Invalid request.\n\n"sha" wasn\'t supplied.')
-    ref = svc.state.update_ref(p["owner"], p["repo"], p["ref"], sha, base_url=req.base_url)
+    ref = svc.state.update_ref(
+        p["owner"],
+        p["repo"],
+        p["ref"],
+        sha,
+        force=body.get("force") is True,
+        pusher=login,
+        base_url=req.base_url,
+    )
     return Response(200, ref)
 
 
 @route("DELETE", "/repos/{owner}/{repo}/git/refs/{ref+}")
 def delete_ref(svc: Services, req: Request, p: Params) -> Response:
-    req.require_login()
-    svc.state.delete_ref(p["owner"], p["repo"], p["ref"])
+    svc.state.delete_ref(p["owner"], p["repo"], p["ref"], pusher=req.require_login())
     return Response(204)
+
+
+@route("GET", "/repos/{owner}/{repo}/compare/{basehead+}")
+def compare(svc: Services, req: Request, p: Params) -> Response:
+    """Without `page`/`per_page` GitHub lists the first COMPARE_COMMITS commits; with them,
+    that page of the commits (and the Link header)."""
+    summary, ahead = svc.state.compare(p["owner"], p["repo"], p["basehead"], base_url=req.base_url)
+    if "page" not in req.query and "per_page" not in req.query:
+        return Response(200, {**summary, "commits": ahead[:COMPARE_COMMITS]})
+    page, per_page = page_args(req)
+    start = (page - 1) * per_page
+    answer = Response(200, {**summary, "commits": ahead[start : start + per_page]})
+    link = link_header(req, page, per_page, len(ahead))
+    if link:
+        answer.headers["Link"] = link
+    return answer
 
 
 # ----- pull requests ---------------------------------------------------------------------------
@@ -547,7 +577,16 @@ def is_merged(svc: Services, req: Request, p: Params) -> Response:
 
 @route("PUT", "/repos/{owner}/{repo}/pulls/{number}/merge")
 def merge_pull(svc: Services, req: Request, p: Params) -> Response:
-    result = svc.state.merge_pull(p["owner"], p["repo"], int(p["number"]), user=req.require_login())
+    login = req.require_login()
+    body = req.json_object()
+    result = svc.state.merge_pull(
+        p["owner"],
+        p["repo"],
+        int(p["number"]),
+        user=login,
+        sha=body.get("sha"),
+        commit_title=body.get("commit_title"),
+    )
     return Response(200, result)
 
 

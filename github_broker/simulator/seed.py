@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .collaborators import role_name
 from .model import format_time
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ def load_seed(source: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def apply_seed(state: SimState, seed: Mapping[str, Any]) -> None:
-    """Create the seed's repositories, labels, branches, issues and pull requests."""
+    """Create the seed's repositories, labels, branches, collaborators (``login: role``),
+    issues and pull requests."""
     for repo in seed.get("repositories") or []:
         owner, name = repo.get("owner"), repo.get("name")
         if not owner or not name:
@@ -87,6 +89,11 @@ def apply_seed(state: SimState, seed: Mapping[str, Any]) -> None:
                 labels=repo.get("labels") or (),
                 branches=repo.get("branches") or (),
             )
+        for login, role in (repo.get("collaborators") or {}).items():
+            try:
+                state.set_collaborator(owner, name, str(login), str(role_name(str(role))))
+            except ValueError as exc:
+                raise ValueError(f"seed collaborator {login!r} of {owner}/{name}: {exc}") from exc
         for issue in repo.get("issues") or []:
             _seed_issue(state, owner, name, issue)
         for pull in repo.get("pulls") or []:

@@ -1,4 +1,5 @@
-"""SimState: the whole in-memory GitHub — issues (from IssueStore) plus refs, pulls and reviews."""
+"""SimState: the whole in-memory GitHub — issues, refs, collaborators and reactions (from the
+stores it is made of) plus pull requests and reviews."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import re
 from typing import Any
 
 from . import render
-from .issues import IssueStore, TimeLike
+from .collaborators import CollaboratorStore
+from .issues import TimeLike
 from .messages import ApiError, NotFound, validation_failed
-from .model import Record, Repo, fake_sha, normalize_time
+from .model import Record, Repo, normalize_time
+from .reactions import ReactionStore
+from .refs import RefStore
 
 logger = logging.getLogger(__name__)
 
@@ -24,121 +28,11 @@ _REVIEW_STATES = {
 }
 # GitHub closes these issues when a PR carrying the keyword merges into the default branch.
 _CLOSING_KEYWORD = re.compile(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s*:?\s+#(\d+)", re.I)
-_SHA = re.compile(r"[0-9a-f]{40}")
-_BAD_REF = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]|\.\.|@\{|//|/\.|\.lock(/|$)|[/.]$")
-
-
-def valid_ref_name(ref: str) -> bool:
-    """git check-ref-format's rules, which GitHub applies to refs it creates."""
-    return not _BAD_REF.search(ref) and ref != "@"
-
-
 _PULL_SORTS = {"created": "created", "updated": "updated", "popularity": "comments"}
 
 
-class SimState(IssueStore):
+class SimState(RefStore, CollaboratorStore, ReactionStore):
     """Thread-safe store of the simulated GitHub; see IssueStore for the conventions."""
-
-    # ----- git refs and branches -------------------------------------------------------------
-
-    def branches(self, owner: str, repo: str) -> dict[str, str]:
-        with self.lock:
-            prefix = "refs/heads/"
-            return {
-                ref[len(prefix) :]: sha
-                for ref, sha in self.repo(owner, repo).refs.items()
-                if ref.startswith(prefix)
-            }
-
-    def create_ref(
-        self,
-        owner: str,
-        repo: str,
-        ref: str,
-        sha: str | None = None,
-        *,
-        base_url: str | None = None,
-    ) -> dict[str, Any]:
-        """Create ``refs/heads/x`` or any ``refs/...``; ``sha`` defaults to the default branch."""
-        with self.lock:
-            r = self.repo(owner, repo)
-            if not ref.startswith("refs/") or ref.count("/") < 2:
-                raise ApiError(422, "Reference name must start with 'refs/' and have two slashes")
-            if not valid_ref_name(ref):
-                raise ApiError(422, f"{ref} is not a valid ref name.")
-            if ref in r.refs:
-                raise ApiError(422, "Reference already exists")
-            # Refs are files to git: a ref cannot sit under another one, nor hold one.
-            if any(o.startswith(ref + "/") or ref.startswith(o + "/") for o in r.refs):
-                raise ApiError(422, "Reference update failed")
-            if sha is not None and not _sha_known(r, sha):
-                raise ApiError(422, "Object does not exist")
-            r.refs[ref] = sha or r.refs[f"refs/heads/{r.default_branch}"]
-            return render.git_ref(self.ctx(base_url), r, ref, r.refs[ref])
-
-    def get_ref(
-        self, owner: str, repo: str, ref: str, *, base_url: str | None = None
-    ) -> dict[str, Any]:
-        with self.lock:
-            r = self.repo(owner, repo)
-            full = ref if ref.startswith("refs/") else f"refs/{ref}"
-            if full not in r.refs:
-                raise NotFound()
-            return render.git_ref(self.ctx(base_url), r, full, r.refs[full])
-
-    def list_refs(
-        self, owner: str, repo: str, prefix: str = "", *, base_url: str | None = None
-    ) -> list[dict[str, Any]]:
-        with self.lock:
-            r = self.repo(owner, repo)
-            full = prefix if prefix.startswith("refs/") else f"refs/{prefix}"
-            ctx = self.ctx(base_url)
-            return [
-                render.git_ref(ctx, r, ref, sha)
-                for ref, sha in sorted(r.refs.items())
-                if ref.startswith(full)
-            ]
-
-    def update_ref(
-        self, owner: str, repo: str, ref: str, sha: str, *, base_url: str | None = None
-    ) -> dict[str, Any]:
-        with self.lock:
-            r = self.repo(owner, repo)
-            full = ref if ref.startswith("refs/") else f"refs/{ref}"
-            if full not in r.refs:
-                raise ApiError(422, "Reference does not exist")
-            r.refs[full] = sha
-            r.version += 1
-            return render.git_ref(self.ctx(base_url), r, full, sha)
-
-    def delete_ref(self, owner: str, repo: str, ref: str) -> None:
-        with self.lock:
-            r = self.repo(owner, repo)
-            full = ref if ref.startswith("refs/") else f"refs/{ref}"
-            if full not in r.refs:
-                raise ApiError(422, "Reference does not exist")
-            del r.refs[full]
-
-    def get_branch(
-        self, owner: str, repo: str, branch: str, *, base_url: str | None = None
-    ) -> dict[str, Any]:
-        with self.lock:
-            r = self.repo(owner, repo)
-            sha = r.refs.get(f"refs/heads/{branch}")
-            if sha is None:
-                raise NotFound("Branch not found")
-            return render.branch(self.ctx(base_url), r, branch, sha)
-
-    def list_branches(
-        self, owner: str, repo: str, *, base_url: str | None = None
-    ) -> list[dict[str, Any]]:
-        ctx = self.ctx(base_url)
-        with self.lock:
-            r = self.repo(owner, repo)
-            return [
-                render.branch(ctx, r, name, sha)
-                for name, sha in sorted(self.branches(owner, repo).items())
-            ]
 
     # ----- pull requests ---------------------------------------------------------------------
 
@@ -178,7 +72,10 @@ class SimState(IssueStore):
                 if pr and rec["state"] == "open" and pr["head"] == head and pr["base"] == base:
                     raise _pull_error(f"A pull request already exists for {r.owner}:{head}.")
             head_ref = f"refs/heads/{head}"
-            r.refs.setdefault(head_ref, fake_sha(r.full_name, head, self.next_id()))
+            if head_ref not in r.refs:
+                # The branch arrives as `git push` would have left it: one commit on the base.
+                base_tip = r.refs[f"refs/heads/{base}"]
+                r.refs[head_ref] = self.commit(r, [base_tip], message=title, author=user)["sha"]
             pull_id = self.next_id()
             pull: Record = {
                 "id": pull_id,
@@ -230,23 +127,38 @@ class SimState(IssueStore):
             return render.pull(self.ctx(base_url), r, rec)
 
     def merge_pull(
-        self, owner: str, repo: str, number: int, *, user: str = "octocat"
+        self,
+        owner: str,
+        repo: str,
+        number: int,
+        *,
+        user: str = "octocat",
+        sha: str | None = None,
+        commit_title: str | None = None,
     ) -> dict[str, Any]:
+        """Merge with a merge commit on the base branch (a `push` to it), close the PR, and
+        close the issues its body closes when the base is the default branch. ``sha``: the
+        head the caller reviewed; another head answers 409, as on GitHub."""
         with self.lock:
             r = self.repo(owner, repo)
             rec = self.pull_record(r, number)
             pr = rec["pull"]
             if pr["merged"] or rec["state"] != "open":
                 raise ApiError(405, "Pull Request is not mergeable")
-            sha = fake_sha(r.full_name, "merge", number)
+            if sha is not None and sha != pr["head_sha"]:
+                raise ApiError(409, "Head branch was modified. Review and try the merge again.")
+            base_ref = f"refs/heads/{pr['base']}"
+            title = commit_title or f"Merge pull request #{number} from {r.owner}/{pr['head']}"
+            parents = [r.refs.get(base_ref, pr["base_sha"]), pr["head_sha"]]
+            merge = self.commit(r, parents, message=title, author=user)["sha"]
+            self._move(r, base_ref, merge, self.user(user))
             now = self.now()
-            pr.update(merged=True, merged_at=now, merged_by=self.user(user), merge_commit_sha=sha)
-            r.refs[f"refs/heads/{pr['base']}"] = sha
+            pr.update(merged=True, merged_at=now, merged_by=self.user(user), merge_commit_sha=merge)
             self.apply_update(r, rec, state="closed")
             self.touch(r, rec)
             if pr["base"] == r.default_branch:
                 self._close_linked_issues(r, rec)
-            return {"sha": sha, "merged": True, "message": "Pull Request successfully merged"}
+            return {"sha": merge, "merged": True, "message": "Pull Request successfully merged"}
 
     def _close_linked_issues(self, repo: Repo, pull_rec: Record) -> None:
         for match in _CLOSING_KEYWORD.finditer(pull_rec["body"] or ""):
@@ -433,18 +345,6 @@ class SimState(IssueStore):
                 for c in r.review_comments.get(pr_number, [])
                 if c["updated_at"] >= since_text
             ]
-
-
-def _sha_known(repo: Repo, sha: str) -> bool:
-    """A commit the simulated repository has: a ref's tip or a pull request's end."""
-    if not _SHA.fullmatch(sha):
-        return False
-    if sha in repo.refs.values():
-        return True
-    return any(
-        rec["pull"] and sha in (rec["pull"]["head_sha"], rec["pull"]["base_sha"])
-        for rec in repo.issues.values()
-    )
 
 
 def _pull_error(message: str) -> ApiError:

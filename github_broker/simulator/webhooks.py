@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import render
+from . import pushes, render
 from .messages import ApiError, Response
 from .model import Record, Repo
 
@@ -145,6 +145,7 @@ class WebhookDispatcher:
             if state.observer is None:
                 self._snapshot_all(state)
                 state.observer = self.observe
+                state.push_observer = self.pushed
             with self._lock:
                 self._hooks.append(hook)
             for repo in state.repo_records():
@@ -263,6 +264,23 @@ class WebhookDispatcher:
             payload = {"comment": render.review_comment(ctx, repo, n, c), "pull_request": simple}
             self._emit(state, repo, "pull_request_review_comment", "created", payload)
 
+    def pushed(self, state: Any, repo: Repo, push: Record) -> None:
+        """A ref moved (simulator/refs.py): GitHub's `push`, then `synchronize` for each open
+        pull request whose head it moved, both sent by the pusher."""
+        if not self._hooks:
+            return
+        ctx = state.ctx(None)
+        pusher = push["pusher"]
+        self._emit(state, repo, "push", "", pushes.payload(ctx, repo, push), sender=pusher)
+        for number in push["pulls"]:
+            fields = {
+                "number": number,
+                "before": push["before"],
+                "after": push["after"],
+                "pull_request": render.pull(ctx, repo, repo.issues[number]),
+            }
+            self._emit(state, repo, "pull_request", "synchronize", fields, sender=pusher)
+
     def _emit(
         self,
         state: Any,
@@ -271,12 +289,17 @@ class WebhookDispatcher:
         action: str,
         fields: dict[str, Any],
         hooks: list[Hook] | None = None,
+        *,
+        sender: str | None = None,
     ) -> None:
         ctx = state.ctx(None)
         payload = {**({"action": action} if action else {}), **fields}
         payload["repository"] = render.repository(ctx, repo)
-        payload["sender"] = ctx.user(repo.owner)
-        body = json.dumps(_hook_shape(payload)).encode()
+        payload["sender"] = ctx.user(sender or repo.owner)
+        shaped = _hook_shape(payload)
+        if event == "push":
+            shaped["repository"] = pushes.repository(shaped["repository"], repo)
+        body = json.dumps(shaped).encode()
         with self._lock:
             targets = [h for h in (hooks or self._hooks) if h.wants(repo.full_name, event)]
             self._pending += len(targets)
@@ -444,10 +467,8 @@ def _hook_shape(value: Any) -> Any:
 
 
 def _reactions(url: str) -> dict[str, Any]:
-    counts = dict.fromkeys(
-        ("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes"), 0
-    )
-    return {"url": f"{url}/reactions", "total_count": 0, **counts}
+    """The summary of an object the simulator keeps no reactions for (issues, PR comments)."""
+    return render.reaction_rollup(url, [])
 
 
 def _hook_repository(rest: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,66 @@
+"""REST routes about people: a collaborator's permission, and reactions on issue comments.
+
+Registered on routes.ROUTER when imported (gateway.py does).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .messages import NotFound, Request, Response
+from .routes import Params, paged_list, route
+
+if TYPE_CHECKING:
+    from .gateway import Services
+
+logger = logging.getLogger(__name__)
+
+
+def _comment_id(p: Params) -> int:
+    if not p["comment_id"].isdigit():
+        raise NotFound()
+    return int(p["comment_id"])
+
+
+@route("GET", "/repos/{owner}/{repo}/collaborators/{username}/permission")
+def collaborator_permission(svc: Services, req: Request, p: Params) -> Response:
+    answer = svc.state.permission(
+        p["owner"], p["repo"], p["username"], viewer=req.login, base_url=req.base_url
+    )
+    return Response(200, answer)
+
+
+@route("GET", "/repos/{owner}/{repo}/issues/comments/{comment_id}")
+def get_issue_comment(svc: Services, req: Request, p: Params) -> Response:
+    comment = svc.state.get_issue_comment(
+        p["owner"], p["repo"], _comment_id(p), base_url=req.base_url
+    )
+    return Response(200, comment)
+
+
+@route("GET", "/repos/{owner}/{repo}/issues/comments/{comment_id}/reactions")
+def list_comment_reactions(svc: Services, req: Request, p: Params) -> Response:
+    reactions = svc.state.list_reactions(
+        p["owner"],
+        p["repo"],
+        _comment_id(p),
+        content=req.arg("content"),
+        base_url=req.base_url,
+    )
+    return paged_list(req, reactions)
+
+
+@route("POST", "/repos/{owner}/{repo}/issues/comments/{comment_id}/reactions")
+def create_comment_reaction(svc: Services, req: Request, p: Params) -> Response:
+    """201 with a new reaction; 200 with the one `user` already gave, as GitHub answers."""
+    login = req.require_login()
+    reaction, created = svc.state.add_reaction(
+        p["owner"],
+        p["repo"],
+        _comment_id(p),
+        user=login,
+        content=req.json_object().get("content"),
+        base_url=req.base_url,
+    )
+    return Response(201 if created else 200, reaction)
