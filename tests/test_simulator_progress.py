@@ -408,6 +408,8 @@ def test_permission_of_an_unknown_account_is_404_and_a_reader_may_not_ask(
     assert refused.status_code == 403
     assert refused.json()["message"] == "Must have push access to view collaborator permission."
     assert call(sim, "GET", f"{API}/collaborators/dave/permission", "t-alice").status_code == 200
+    anonymous = call(sim, "GET", f"{API}/collaborators/dave/permission", token=None)
+    assert anonymous.status_code == 401
     repo = gh.get_repo(REPO)
     assert repo.get_collaborator_permission("carol") == "write"
     assert repo.get_collaborator_role_name("carol") == "maintain"

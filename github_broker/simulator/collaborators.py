@@ -76,6 +76,7 @@ class CollaboratorStore(IssueStore):
         viewer: str | None = None,
         base_url: str | None = None,
     ) -> dict[str, Any]:
+        """What GitHub answers `viewer` (None: a Python caller, who may ask) about `login`."""
         with self.lock:
             r = self.repo(owner, repo)
             listed = r.collaborators.get((viewer or "").lower())

@@ -304,7 +304,7 @@ class RefStore(IssueStore):
             del repo.refs[ref]
         else:
             repo.refs[ref] = after
-        repo.version += 1
+        # No repo.version bump: cached listings hold records and read refs when rendered.
         repo.pushed_at = self.now()
         push: Record = {
             "ref": ref,

@@ -25,8 +25,9 @@ def _comment_id(p: Params) -> int:
 
 @route("GET", "/repos/{owner}/{repo}/collaborators/{username}/permission")
 def collaborator_permission(svc: Services, req: Request, p: Params) -> Response:
+    """Only for callers with push access: an anonymous one is asked to authenticate."""
     answer = svc.state.permission(
-        p["owner"], p["repo"], p["username"], viewer=req.login, base_url=req.base_url
+        p["owner"], p["repo"], p["username"], viewer=req.require_login(), base_url=req.base_url
     )
     return Response(200, answer)
 
