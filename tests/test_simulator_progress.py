@@ -190,7 +190,12 @@ def test_control_api_pushes_a_new_branch_with_several_commits(
 def test_control_push_github_would_refuse_is_refused(
     sim: Simulator, spec: dict[str, Any], status: int
 ) -> None:
+    branches = sim.state.branches(OWNER, NAME)
     assert control(sim, "POST", f"/repos/{REPO}/push", json=spec).status_code == status
+    assert sim.state.branches(OWNER, NAME) == branches
+
+
+def test_control_push_to_an_unknown_repository_is_404(sim: Simulator) -> None:
     assert control(sim, "POST", "/repos/acme/nope/push", json={"branch": "x"}).status_code == 404
 
 
