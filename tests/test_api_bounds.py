@@ -338,6 +338,30 @@ EXTRA_STATUSES: dict[tuple[str, str], set[int]] = {
     ("GET", "/ui/login"): {413},
     ("POST", "/ui/login"): {303, 401, 413, 415},
     ("POST", "/ui/logout"): {413},
+    **{
+        ("POST", f"/admin/tasks/{{owner}}/{{repo}}/{{number}}/{verb}"): {
+            401,
+            403,
+            404,
+            413,
+            422,
+            503,
+        }
+        for verb in ("revoke", "reassign", "note", "retry")
+    },
+    **{
+        ("POST", f"/admin/agents/{{agent_id}}/{verb}"): {401, 403, 413, 422, 503}
+        for verb in ("pause", "stop", "resume")
+    },
+    **{
+        ("POST", f"/admin/repos/{{owner}}/{{repo}}/{verb}"): {401, 403, 404, 413, 422, 503}
+        for verb in ("pause", "resume")
+    },
+    **{
+        ("POST", f"/admin/broker/{verb}"): {401, 403, 413, 422, 503} for verb in ("pause", "resume")
+    },
+    ("GET", "/admin/audit"): {401, 403, 413, 422, 503},
+    ("GET", "/admin/agents"): {401, 403, 413, 503},
 }
 
 
@@ -366,7 +390,7 @@ def _answers(c: TestClient, method: str, path: str) -> set[tuple[int, str | None
     """What one route answers to odd and ordinary requests, as (status, media type; None for
     an empty body): no, unknown, agent and admin tokens; no body, a JSON body, a broken one,
     a form, one over the body cap."""
-    url = path.format(owner="acme", repo="widgets", number=1)
+    url = path.format(owner="acme", repo="widgets", number=1, agent_id="a1")
     bodies: list[tuple[bytes | None, str | None]] = [
         (None, None),
         (b'{"agent_id": "a1", "token": "t"}', "application/json"),
@@ -684,13 +708,17 @@ def test_lease_hot_path_answers_a_live_lease_as_the_declared_route(
     declared = client.post(f"{base}/heartbeat", json=lease, headers=AGENT)
     assert hot.status_code == declared.status_code == 200
     assert hot.headers.keys() == declared.headers.keys()
-    assert set(hot.json()) == set(declared.json()) == {
-        "expires_at",
-        "state",
-        "notes",
-        "paused",
-        "agent_paused",
-    }
+    assert (
+        set(hot.json())
+        == set(declared.json())
+        == {
+            "expires_at",
+            "state",
+            "notes",
+            "paused",
+            "agent_paused",
+        }
+    )
     assert hot.json()["state"] == "in_progress"
     client.app.take_request_task(1 << 20)  # type: ignore[attr-defined]
     done = client.post(f"{base}/complete", json=lease, headers=AGENT)
