@@ -122,7 +122,14 @@ def test_flushall_during_work_keeps_every_holder_and_tells_no_agent_its_lease_en
 ) -> None:
     agents = 20
     with simulated(generate_issues(40, priorities=("P1",))) as sim:
-        env = broker_env(redis_url, sim.base_url, REPO, GITHUB_BROKER_POLL__INTERVAL_S="3")
+        env = broker_env(
+            redis_url,
+            sim.base_url,
+            REPO,
+            GITHUB_BROKER_POLL__INTERVAL_S="3",
+            # The newcomer gives back every task it probes with: not a broken agent here.
+            GITHUB_BROKER_FAILURES__BREAKER_STREAK="0",
+        )
         brokers = start_all([BrokerProcess(env, tmp_path, f"b{i}") for i in range(2)])
         client = redis.Redis.from_url(redis_url)
         try:
