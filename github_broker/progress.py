@@ -239,6 +239,8 @@ def _match(
         after = str(payload.get("after") or "")
         if payload.get("deleted") or branch == ref:
             return None, "", ""
+        if payload.get("created") and not payload.get("commits"):
+            return None, "", ""  # the branch made from the base (the broker's own write)
         return by_branch.get(branch), "push", f"{branch} at {after[:7]}"
     pull = payload.get("pull_request")
     if not isinstance(pull, dict):

@@ -144,3 +144,54 @@ def test_deliveries_queued_while_the_leader_is_dead_are_applied_by_the_next(
         client.close()
     finally:
         receiver.stop()
+
+
+def test_a_push_delivery_is_a_held_tasks_progress_and_clears_its_stall(
+    sim: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    """With webhooks, GitHub's `push` to the task's branch is its progress at once; no branch
+    is polled (0 branch reads per held task)."""
+    env = broker_env(
+        redis_url,
+        sim.base_url,
+        "acme/widgets",
+        GITHUB_BROKER_POLL__INTERVAL_S="3600",
+        GITHUB_BROKER_WEBHOOKS__SECRET=SECRET,
+        GITHUB_BROKER_PROGRESS__STALL_AFTER_S="1",
+        GITHUB_BROKER_PROGRESS__CHECK_INTERVAL_S="0.2",
+        GITHUB_BROKER_PROGRESS__BRANCH_CHECK_INTERVAL_S="0.2",
+    )
+    broker = BrokerProcess(env, tmp_path, "broker").start()
+    client = sync_client(redis_url)
+    try:
+        sim.webhooks.add_hook(
+            sim.state,
+            {"url": f"{broker.url}/github/webhook", "secret": SECRET, "repository": "acme/widgets"},
+        )
+        sim.state.add_labels("acme", "widgets", 1, ["P1"])  # a delivery: webhooks are healthy
+        deadline = time.monotonic() + 10
+        while (got := ask(broker)).status_code != 200:
+            assert time.monotonic() < deadline, "the labelled issue never became claimable"
+            time.sleep(0.1)
+        task = got.json()
+        lease = KEYS.lease(1)
+        deadline = time.monotonic() + 10
+        while not client.hget(lease, "stalled"):
+            assert time.monotonic() < deadline, "never flagged stalled"
+            time.sleep(0.1)
+        branch_reads = sim.stats.snapshot()["by_route"].get(
+            "GET /repos/{owner}/{repo}/git/ref/{ref}", 0
+        )
+        sim.state.push("acme", "widgets", task["branch_name"], message="Parse the header")
+        deadline = time.monotonic() + 5
+        while client.hget(lease, "stalled"):
+            assert time.monotonic() < deadline, "the push did not clear the stall"
+            time.sleep(0.05)
+        progress = (client.hget(lease, "progress") or b"").decode()
+        assert progress.startswith(f"push: {task['branch_name']} at ")
+        after = sim.stats.snapshot()["by_route"].get("GET /repos/{owner}/{repo}/git/ref/{ref}", 0)
+        # The base branch's tip is read to create the task branch; the task branch never.
+        assert after == branch_reads
+    finally:
+        client.close()
+        broker.stop()
