@@ -8,19 +8,23 @@ import logging
 
 from github_broker.background import stop_task
 from github_broker.errors import BrokerError
+from github_broker.repo_index import RELOAD_S, RepoIndex
 from github_broker.store import Store
 
 logger = logging.getLogger(__name__)
 
 
 class ReadyWaker:
-    """One Redis subscription per process, fanned out to every waiting request."""
+    """One Redis subscription per process, fanned out to every waiting request; it also keeps
+    the process's copy of the index of repositories with work (repo_index.py)."""
 
-    def __init__(self, recheck_s: float) -> None:
+    def __init__(self, recheck_s: float, index: RepoIndex | None = None) -> None:
         # A missed message (Redis reconnecting) costs a waiter at most recheck_s.
         self.recheck_s = recheck_s
+        self.index = index or RepoIndex()
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._reloads: asyncio.Task[None] | None = None
         #: Set once the process is shutting down: waiting requests answer "no task" at once.
         self.closing = False
 
@@ -41,21 +45,40 @@ class ReadyWaker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout=min(timeout_s, self.recheck_s))
 
+    @property
+    def listening(self) -> bool:
+        """Whether this process keeps the index up to date (`start`ed): otherwise a claim
+        across repositories reads every repository's line itself (embedded use, tests)."""
+        return self._task is not None
+
     def start(self, store: Store) -> None:
         self._task = asyncio.create_task(self._listen(store))
+        if len(store.repos) > 1:
+            self._reloads = asyncio.create_task(self._reload_index(store))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await stop_task(self._task)
-            self._task = None
+        for task in (self._task, self._reloads):
+            if task is not None:
+                await stop_task(task)
+        self._task = self._reloads = None
 
     async def _listen(self, store: Store) -> None:
         while True:
             try:
                 async with store.ready_events() as queue:
                     while True:
-                        await queue.get()
+                        self.index.apply(await queue.get())
                         self.notify()
             except BrokerError as e:
                 logger.warning("ready events unavailable, retrying: %s", e)
                 await asyncio.sleep(1.0)
+
+    async def _reload_index(self, store: Store) -> None:
+        """Every repository's index line again, now and then: pub/sub loses messages while
+        Redis reconnects."""
+        while True:
+            try:
+                await self.index.reload(store)
+            except BrokerError as e:
+                logger.debug("index of repositories with work not reloaded: %s", e)
+            await asyncio.sleep(RELOAD_S)

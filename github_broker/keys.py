@@ -57,7 +57,9 @@ Added by this project (no TTL unless said):
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
                                  review_done, needs_human, link (JSON: linked PR or null,
                                  due time); deleted with the needs-review label
-``events``               pubsub  "ready" whenever a task becomes claimable
+``idx``                  string  this repository's line in the deployment's index of
+                                 repositories with work: ``<bucket>|<any ready>|<roles with
+                                 ready tasks>`` (several repositories only; repo_index.py)
 ``timeline``             stream  recent events (kind, n, agent, detail): claims, lease ends,
                                  GitHub writes; capped ``MAXLEN ~ 2000``
 ``outbox:stats``         hash    applied, refused, dropped: GitHub write outcomes so far
@@ -114,13 +116,18 @@ Added by this project (no TTL unless said):
                                  (``~`` once deleted or transferred); TTL 1 day
 =======================  ======  ==============================================================
 
-Deployment-wide keys: ``{key_prefix}:leader`` (the poller's leader lease: ``id`` of the
-holder), ``{{key_prefix}:leader}:epoch`` (the last leader epoch handed out; same Cluster slot
-as the leader key; never expires), ``{key_prefix}:quota`` (the last GitHub rate-limit
-headers seen) and ``{key_prefix}:timeline`` (stream of deployment-wide events such as leader
-changes, capped like the repositories' ones) and ``{key_prefix}:agent_busy:{agent}`` (a
-short mutex, 10 s at most, held while one request of that agent settles and claims across
-several repositories, so concurrent requests of one agent never claim in two of them),
+Deployment-wide keys: ``{key_prefix}:events`` (pub/sub: ``ready`` whenever a task becomes
+claimable in any repository, ``idx <repository> <line>`` whenever a repository's ``idx``
+changes), ``{key_prefix}:agent_repos:{agent}`` (sorted set: the repositories where the agent
+may hold a task or a remembered request id -> when it last claimed there (ms); a request
+settles and replays in those alone), ``{key_prefix}:leader`` (the poller's leader lease:
+``id`` of the holder), ``{{key_prefix}:leader}:epoch`` (the last leader epoch handed out;
+same Cluster slot as the leader key; never expires), ``{key_prefix}:quota`` (the last GitHub
+rate-limit headers seen) and ``{key_prefix}:timeline`` (stream of deployment-wide events
+such as leader changes, capped like the repositories' ones) and
+``{key_prefix}:agent_busy:{agent}`` (a short mutex, held while one request of that agent
+settles and claims across several repositories, so concurrent requests of one agent never
+claim in two of them),
 ``{key_prefix}:agents`` (hash: agent id -> JSON pause, the deployment's record that each
 repository's ``paused_agents`` copies), ``{key_prefix}:control`` (hash: ``broker`` -> JSON
 pause of the whole broker), ``{key_prefix}:audit`` (stream: deployment-wide actions such as
@@ -173,7 +180,9 @@ class RepoKeys:
         self.outbox = self.base + "outbox"
         self.outbox_data = self.base + "outbox:data"
         self.outbox_attempts = self.base + "outbox:attempts"
-        self.events = self.base + "events"
+        # The deployment's channel: one subscription per process, however many repositories.
+        self.events = f"{key_prefix}:events"
+        self.idx = self.base + "idx"
         self.reviewing = self.base + "reviewing"
         self.timeline = self.base + "timeline"
         self.outbox_stats = self.base + "outbox:stats"
@@ -254,11 +263,16 @@ class GlobalKeys:
         self.events = f"{key_prefix}:events"
         self.timeline = f"{key_prefix}:timeline"
         self.agent_busy_prefix = f"{key_prefix}:agent_busy:"
+        self.agent_repos_prefix = f"{key_prefix}:agent_repos:"
         self.agents = f"{key_prefix}:agents"
         self.control = f"{key_prefix}:control"
         self.audit = f"{key_prefix}:audit"
         self.webhooks_refused = f"{key_prefix}:webhooks:refused"
         self.audit_exported = f"{key_prefix}:audit:exported"
+
+    def agent_repos(self, agent_id: str) -> str:
+        """Where `agent_id` may hold a task: repository -> when it last claimed there (ms)."""
+        return f"{self.agent_repos_prefix}{agent_id}"
 
     def agent_busy(self, agent_id: str) -> str:
         """Held while one request of `agent_id` settles and claims across repositories."""

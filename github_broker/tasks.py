@@ -45,6 +45,11 @@ FALLBACK_BASE_BRANCH = "main"
 KNOWN_AGENTS_MAX = 10_000
 #: Where a repository with nothing to say comes in the claim order.
 LAST = (1, 1 << 30)
+#: Most repositories one request claims in (in the claim's order), when several have work
+#: for the agent's roles; the mutex that serialises an agent's requests is held for as many.
+MAX_CLAIM_REPOS = 16
+#: Repositories not mirrored yet whose sync failure a request with no task looks up.
+MAX_FAILING_LOOKUPS = 10
 
 
 def claim_order(settled: NoTask) -> tuple[int, int]:
@@ -221,68 +226,138 @@ class TaskService:
             return await self._claim_in(stores, agent_id, roles, attempt)
         # Several repositories: settling and claiming span one script per repository, so two
         # concurrent requests of one agent could each claim in a different one. Serialise them.
-        async with self.store.agent_mutex(agent_id):
+        async with self.store.agent_mutex(agent_id, repos=MAX_CLAIM_REPOS):
             return await self._claim_in(stores, agent_id, roles, attempt)
 
     async def _claim_in(
         self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: _Attempt
     ) -> Claimed | None:
-        mode = self.settings.priority_mode
-        everywhere = list(self.store.repos.values())
-        if len(everywhere) > 1:
-            if attempt.request_id is not None and await self._replayed_elsewhere(
-                everywhere, agent_id, roles, attempt
-            ):
-                return attempt.granted
-            # One live task per agent across repositories: settle it wherever it is held
-            # (also outside the ones asked for), learning each repository's bucket.
-            settled: list[Any] = await asyncio.gather(
-                *(
-                    s.claim(
-                        agent_id,
-                        previous=attempt.previous,
-                        mode=mode,
-                        base_branch="",
-                        roles=roles,
-                        settle_only=True,
-                        request_id=attempt.request_id,
-                    )
-                    for s in everywhere
-                ),
-                return_exceptions=True,
-            )
-            out = await self._out_of_service(everywhere, settled)
-            order: dict[str, tuple[int, int]] = {}
-            for s, result in zip(everywhere, settled, strict=True):
-                if isinstance(result, BaseException):
-                    continue  # out of service (above)
-                log_settled(s.repository, agent_id, result)
-                if isinstance(result, Claimed):
-                    return result  # the hand-out this request (or a concurrent one) already got
-                if isinstance(result, NoTask):
-                    attempt.note(s.repository, result)
-                    order[s.repository] = claim_order(result)
-            if attempt.replayed:
-                return None
-            usable = [s for s in stores if s.repository not in out]
-            if not usable:
-                raise MirrorRebuilding(
-                    "the mirror of "
-                    + ", ".join(f"{s.repository} ({out[s.repository]})" for s in stores)
-                    + " is not rebuilt: its sync keeps failing; retry later"
+        if len(self.store.repos) > 1:
+            return await self._claim_across(stores, agent_id, roles, attempt)
+        return await self._claim_each(stores, agent_id, roles, attempt, pointed=set())
+
+    async def _claim_across(
+        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: _Attempt
+    ) -> Claimed | None:
+        """Several repositories: the request touches only those where the agent may hold a
+        task (its own key, `agent_repos`) and those the index says have work for its roles
+        (repo_index.py): its cost does not grow with the number configured."""
+        keep_ms = self.settings.leases.agent_task_ttl_s * 1000
+        pointed = [self.store.repo(n) for n in await self.store.agent_repos(agent_id, keep_ms)]
+        if (
+            attempt.request_id is not None
+            and pointed
+            and await self._replayed_elsewhere(pointed, agent_id, roles, attempt)
+        ):
+            return attempt.granted
+        # One live task per agent across repositories: settle it wherever it may be held
+        # (also outside the ones asked for), learning those repositories' buckets.
+        settled: list[Any] = await asyncio.gather(
+            *(
+                s.claim(
+                    agent_id,
+                    previous=attempt.previous,
+                    mode=self.settings.priority_mode,
+                    base_branch="",
+                    roles=roles,
+                    settle_only=True,
+                    request_id=attempt.request_id,
                 )
-            stores = sorted(usable, key=lambda s: order.get(s.repository, LAST))
+                for s in pointed
+            ),
+            return_exceptions=True,
+        )
+        out = await self._out_of_service(pointed, settled)
+        order: dict[str, tuple[int, int]] = {}
+        waits = set()
+        for s, result in zip(pointed, settled, strict=True):
+            if isinstance(result, BaseException):
+                continue  # out of service (above)
+            log_settled(s.repository, agent_id, result)
+            if isinstance(result, Claimed):
+                return result  # the hand-out this request (or a concurrent one) already got
+            if isinstance(result, NoTask):
+                attempt.note(s.repository, result)
+                order[s.repository] = claim_order(result)
+                if result.detail == "1":
+                    waits.add(s.repository)  # a reassigned task waits for the agent there
+        if attempt.replayed:
+            return None
+        asked = {s.repository for s in stores}
+        index = self.waker.index
+        if not self.waker.listening or index.loaded_at == 0:
+            await index.reload(self.store)
+        with_work = index.with_work(roles, asked)
+        names = (set(with_work) | (waits & asked)) - set(out)
+        for name in names:
+            bucket = with_work.get(name)
+            order.setdefault(name, (1, bucket if bucket is not None else 1 << 30))
+        tries = sorted(names, key=lambda n: order[n])[:MAX_CLAIM_REPOS]
+        # Before claiming there: from now on the agent may hold a task in each of them.
+        await self.store.note_agent_repos(agent_id, tries, keep_ms)
+        stores = [self.store.repo(n) for n in tries]
+        got = await self._claim_each(
+            stores, agent_id, roles, attempt, pointed={s.repository for s in pointed}
+        )
+        if got is None and not attempt.replayed:
+            await self._unless_unmirrored(asked, out)
+        return got
+
+    async def _unless_unmirrored(self, asked: set[str], out: dict[str, str]) -> None:
+        """Nothing was handed out: a request that asked for repositories whose mirror is being
+        built (a first sync, a rebuild) is told to retry (503) rather than that there is no
+        work. Repositories whose sync keeps failing count only when nothing else was asked."""
+        missing = self.waker.index.unmirrored(asked)
+        if not missing:
+            return
+        failing = dict(out)
+        for name in sorted(missing - set(failing))[:MAX_FAILING_LOOKUPS]:
+            reason = await self.store.repo(name).sync_failing()
+            if reason is not None:
+                failing[name] = reason
+        building = missing - set(failing)
+        if building:
+            shown = ", ".join(sorted(building)[:5])
+            more = f" and {len(building) - 5} more" if len(building) > 5 else ""
+            raise MirrorRebuilding(
+                f"the mirror of {shown}{more} is being built from GitHub; retry shortly"
+            )
+        if missing >= asked:
+            raise MirrorRebuilding(
+                "the mirror of "
+                + ", ".join(f"{n} ({failing[n]})" for n in sorted(missing))
+                + " is not rebuilt: its sync keeps failing; retry later"
+            )
+
+    async def _claim_each(
+        self,
+        stores: list[RepoStore],
+        agent_id: str,
+        roles: list[str] | None,
+        attempt: _Attempt,
+        *,
+        pointed: set[str],
+    ) -> Claimed | None:
+        """Claim in `stores`, in order, until one hands out a task. With several
+        repositories, one whose mirror is being rebuilt and where the agent holds nothing
+        (not in `pointed`) is passed over: only what is mirrored is served."""
+        several = len(self.store.repos) > 1
         for rstore in stores:
             base = await self.base_branch(rstore)
-            got = await rstore.claim(
-                agent_id,
-                previous=attempt.previous,
-                mode=mode,
-                base_branch=base,
-                roles=roles,
-                skip_issue=attempt.skip.get(rstore.repository),
-                request_id=attempt.request_id,
-            )
+            try:
+                got = await rstore.claim(
+                    agent_id,
+                    previous=attempt.previous,
+                    mode=self.settings.priority_mode,
+                    base_branch=base,
+                    roles=roles,
+                    skip_issue=attempt.skip.get(rstore.repository),
+                    request_id=attempt.request_id,
+                )
+            except MirrorRebuilding:
+                if several and rstore.repository not in pointed:
+                    continue
+                raise
             log_settled(rstore.repository, agent_id, got)
             if isinstance(got, Claimed):
                 # DEBUG: a line per claim is noise at an agent fleet's pace; the repository's

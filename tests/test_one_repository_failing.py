@@ -41,18 +41,23 @@ async def test_a_repository_github_refuses_does_not_stop_claims_in_the_others(
 
 
 @pytest.mark.anyio
-async def test_a_mirror_being_rebuilt_still_makes_agents_retry(
+async def test_a_mirror_being_rebuilt_makes_only_agents_that_may_hold_a_task_there_retry(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    """Redis lost its data and no sync failed yet: the agent's task in the repository not
-    rebuilt is unknown, so its request is answered 'retry' (503) as before."""
+    """acme/gadgets is being rebuilt (its data lost) and no sync failed yet: an agent that may
+    hold a task there (it claimed there) is told to retry, its task there unknown; an agent
+    that never claimed there gets work from the mirrored acme/widgets."""
     with two_repositories(widgets=2, gadgets=2) as sim:
         repos = ["acme/widgets", "acme/gadgets"]
         async with running_world(sim, redis_url, make_settings, repositories=repos) as w:
             await w.tick()
+            held = await w.tasks.request_task("a1", repositories=["acme/gadgets"])
+            assert held is not None and held.repository == "acme/gadgets"
             await w.store.client.delete(w.store.repo("acme/gadgets").keys.mirror)
             with pytest.raises(MirrorRebuilding):
                 await w.tasks.request_task("a1", repositories=["acme/widgets"])
+            fresh = await w.tasks.request_task("a2")
+            assert fresh is not None and fresh.repository == "acme/widgets"
 
 
 @pytest.mark.anyio

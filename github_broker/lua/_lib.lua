@@ -723,6 +723,27 @@ local function bucket_of(C)
   return nil
 end
 
+-- This repository's line in the deployment's index of repositories with work (several
+-- repositories only): "<1 if the mirror is rebuilt>|<bucket or ->|<1 if any task is
+-- ready>|<roles with a ready task>". Kept
+-- in `idx`; a change is published on the deployment's events channel, so every serve process
+-- keeps its copy (repo_index.py) and a request asks only the repositories with work for it.
+-- Called at the end of every script that can change the ready indexes or the bucket.
+local function publish_index(C)
+  if not C.indexed then return end
+  local roles = {}
+  for _, role in ipairs(C.roles) do
+    if redis.call('EXISTS', C.ready_role .. role) == 1 then roles[#roles + 1] = role end
+  end
+  local bucket = bucket_of(C)
+  local state = redis.call('EXISTS', C.mirror) .. '|' .. (bucket and arg(bucket) or '-') .. '|'
+    .. redis.call('EXISTS', C.K.ready) .. '|' .. table.concat(roles, ',')
+  if redis.call('GET', C.idx) ~= state then
+    redis.call('SET', C.idx, state)
+    redis.call('PUBLISH', C.events, 'idx\t' .. C.repository .. '\t' .. state)
+  end
+end
+
 -- The ready indexes an agent accepting `roles` (ARGV from `first`, none: any role) takes from.
 local function sources_of(C, first)
   local sources = {}

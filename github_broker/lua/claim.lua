@@ -107,19 +107,26 @@ if prev_n then
   end
 end
 
+-- From here on the pool may have changed (settling, the lazy reap): every answer republishes
+-- the repository's line of the index first.
+local function out(reply)
+  publish_index(C)
+  return reply
+end
+
 local bucket = bucket_of(C)
 
 if ARGV[8] == '1' then
   forget_current()
   local waits = ''
   if redis.call('EXISTS', C.reserved .. agent) == 1 then waits = '1' end
-  return {0, 'settled', settled_n, prev_outcome, bucket or -1, waits}
+  return out({0, 'settled', settled_n, prev_outcome, bucket or -1, waits})
 end
 
 local paused = agent_pause(C, agent)
 if paused then
   forget_current()
-  return {0, 'agent_paused', settled_n, prev_outcome, bucket or -1, paused}
+  return out({0, 'agent_paused', settled_n, prev_outcome, bucket or -1, paused})
 end
 
 -- A task a maintainer reassigned to this agent: it continues that work first.
@@ -135,18 +142,18 @@ else
   local held_back = repo_pause(C)
   if held_back then
     forget_current()
-    return {0, 'repo_paused', settled_n, prev_outcome, bucket or -1, held_back}
+    return out({0, 'repo_paused', settled_n, prev_outcome, bucket or -1, held_back})
   end
   best_id, best_score, raw = pick_task(C, sources_of(C, 11), agent, skip_id, ARGV[9], now,
     scan, false)
   if best_id == nil then
     forget_current()
-    return {0, 'empty', settled_n, prev_outcome, bucket or -1, ''}
+    return out({0, 'empty', settled_n, prev_outcome, bucket or -1, ''})
   end
   local priority = math.floor(best_score / C.priority_unit)
   if mode == 'strict' and bucket ~= nil and priority > bucket then
     forget_current()
-    return {0, 'bucket', settled_n, prev_outcome, bucket, ''}
+    return out({0, 'bucket', settled_n, prev_outcome, bucket, ''})
   end
 end
 
@@ -168,4 +175,4 @@ if task_type == 'development' and branch ~= '' and not continues then
   redis.call('HSET', C.K.outbox_data, job, cjson.encode({branch = branch, base = base_branch}))
   redis.call('ZADD', C.K.outbox, arg(now), job)
 end
-return granted(n, best_id, token, expires, settled_n, raw, continues or '')
+return out(granted(n, best_id, token, expires, settled_n, raw, continues or ''))

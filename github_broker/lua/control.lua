@@ -53,6 +53,7 @@ end
 -- Audited here, with the issue concerned (`n`, '' for the repository itself).
 local function done(outcome, agent, reindex)
   audit(C, actor, action, n, agent or '', reason, outcome)
+  publish_index(C)
   return {outcome, agent or '', reindex and '1' or ''}
 end
 

@@ -9,4 +9,5 @@ local now = now_ms()
 local refusal = lease_refusal(C, n, agent, token, now)
 if refusal then return {0, refusal} end
 end_lease(C, n, outcome, now, ARGV[6] == '0')
+publish_index(C)
 return {1, outcome}

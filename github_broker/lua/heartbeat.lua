@@ -53,6 +53,7 @@ if tokens or cost then
   end
   if over and not paused then
     paused = set_aside(C, n, agent, over, now)
+    publish_index(C)
   end
 end
 

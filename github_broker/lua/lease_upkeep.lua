@@ -36,6 +36,7 @@ elseif action == 'stall' then
 elseif action == 'budget' then
   if h[4] then return 0 end
   set_aside(C, n, agent, what, now)
+  publish_index(C)
   return 1
 elseif action == 'feedback' then
   local late = cjson.decode(what)
@@ -59,6 +60,7 @@ elseif action == 'revoke' then
     end
   end
   audit(C, 'broker', 'stall_revoke', n, agent, what, 'lease revoked; task back in the pool')
+  publish_index(C)
   return 1
 end
 return redis.error_reply('ERR unknown lease_upkeep action ' .. action)

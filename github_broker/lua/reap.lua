@@ -11,6 +11,7 @@ local now = now_ms()
 local limit = tonumber(ARGV[2])
 local examined = reap(C, now, limit)
 reap_reservations(C, now, limit)
+publish_index(C)
 local trips = redis.call('LRANGE', C.trips, 0, -1)
 redis.call('DEL', C.trips)
 local trips_json = '[]'

@@ -27,4 +27,5 @@ for _, num in ipairs(numbers) do
   redis.call('SREM', C.K.reviewing, n)
   for _, kind in ipairs({'development', 'review', 'fix'}) do drop_task(C, kind .. ':' .. n) end
 end
+publish_index(C)
 return {removed, revoked}

@@ -21,5 +21,6 @@ if type(drop) == 'table' then
 end
 if ARGV[5] ~= '' and redis.call('HGET', C.sync, 'full_started') == ARGV[5] then
   redis.call('SET', C.mirror, now_ms())
+  publish_index(C)
 end
 return 1

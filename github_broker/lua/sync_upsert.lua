@@ -370,6 +370,7 @@ for _, it in ipairs(items) do
   end
 end
 if readied > 0 then redis.call('PUBLISH', C.events, 'ready') end
+publish_index(C)
 local suspects_json = '[]'
 if #suspects > 0 then suspects_json = cjson.encode(suspects) end
 return {written, readied, revoked, adopted, suspects_json, restored}

@@ -63,4 +63,5 @@ if redis.call('EXISTS', C.lock .. n) == 0 and not PARKED[waits or ''] then
   make_ready(C.K.tasks, C.K.ready, C.ready_role, task_id)
   redis.call('PUBLISH', C.events, 'ready')
 end
+publish_index(C)
 return 1

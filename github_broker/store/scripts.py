@@ -21,6 +21,8 @@ def _load(name: str, with_lib: bool = True) -> str:
 def _lua_literal(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "{" + ", ".join(_lua_literal(v) for v in value) + "}"
     if isinstance(value, int | float):
         return repr(value)
     text = str(value).encode("utf-8")

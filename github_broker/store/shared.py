@@ -140,21 +140,23 @@ class Store:
         return int(res)
 
     @asynccontextmanager
-    async def agent_mutex(self, agent_id: str) -> AsyncIterator[None]:
+    async def agent_mutex(self, agent_id: str, *, repos: int | None = None) -> AsyncIterator[None]:
         """One request of `agent_id` at a time (deployments with several repositories, whose
         claims are one script per repository and so not atomic across them).
 
         The hold is proportional to the work: a request may check a repeated request id
-        (AGENT_MUTEX_REPLAY_CALLS), runs one settling round (one script per repository,
-        concurrently) and, per repository, at most a default-branch lookup and a claim, each
-        bounded by `call_timeout_s`; so the key lives that many call bounds plus a margin, and
+        (AGENT_MUTEX_REPLAY_CALLS), reads where the agent may hold a task, runs one settling
+        round (one script per such repository, concurrently), notes where it will claim and,
+        per repository it claims in (`repos` at most), a default-branch lookup and a claim,
+        each bounded by `call_timeout_s`; so the key lives that many call bounds plus a margin, and
         another request of the agent waits at most as long. A SET or release that got no answer
         (Redis stalled or unreachable) may still be run by Redis later, leaving a mutex nobody
         would release: its compare-and-delete is retried in the background until
         Redis deletes the token, or answers twice in a row (the second sent after the first
         reply, so after anything Redis had queued) that the key no longer holds it."""
         key, token = self.global_keys.agent_busy(agent_id), secrets.token_hex(8)
-        calls = AGENT_MUTEX_REPLAY_CALLS + 1 + 2 * len(self.repos) + AGENT_MUTEX_MARGIN_CALLS
+        touched = len(self.repos) if repos is None else min(repos, len(self.repos))
+        calls = AGENT_MUTEX_REPLAY_CALLS + 2 + 2 * touched + AGENT_MUTEX_MARGIN_CALLS
         hold_s = self.call_timeout_s * calls
 
         async def release() -> bool:
@@ -371,6 +373,38 @@ class Store:
         await self.client.hset(self.global_keys.audit_exported, key, last_id)
 
     @translate_errors
+    async def index_lines(self) -> dict[str, str]:
+        """Every repository's line in the index of repositories with work (one pipeline)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for rstore in self.repos.values():
+                pipe.get(rstore.keys.idx)
+            raw = await pipe.execute()
+        return {name: as_text(v) for name, v in zip(self.repos, raw, strict=True) if v}
+
+    @translate_errors
+    async def agent_repos(self, agent_id: str, keep_ms: int) -> list[str]:
+        """The repositories where `agent_id` may hold a task or a remembered request id:
+        those it claimed in within `keep_ms` (older entries are dropped here)."""
+        key = self.global_keys.agent_repos(agent_id)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zremrangebyscore(key, "-inf", now_ms() - keep_ms)
+            pipe.zrange(key, 0, -1)
+            _, names = await pipe.execute()
+        return [n for n in (as_text(x) for x in names) if n in self.repos]
+
+    @translate_errors
+    async def note_agent_repos(self, agent_id: str, names: list[str], keep_ms: int) -> None:
+        """Before claiming in `names`: the agent may hold a task there from now on."""
+        if not names:
+            return
+        key = self.global_keys.agent_repos(agent_id)
+        stamp = now_ms()
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zadd(key, {n: stamp for n in names})
+            pipe.pexpire(key, keep_ms)
+            await pipe.execute()
+
+    @translate_errors
     async def record_webhook_refused(self, reason: str) -> None:
         """A delivery refused before it was trusted (bad signature, no secret): for health."""
         key = self.global_keys.webhooks_refused
@@ -390,10 +424,12 @@ class Store:
 
     @asynccontextmanager
     async def ready_events(self) -> AsyncIterator[asyncio.Queue[str]]:
-        """Subscribe to every repository's "a task became claimable" channel."""
+        """Subscribe to the deployment's events channel: `ready` whenever a task becomes
+        claimable anywhere, `idx <repository> <line>` whenever a repository's line in the
+        index of repositories with work changes (messages are queued as sent)."""
         queue: asyncio.Queue[str] = asyncio.Queue()
         pubsub = self.pubsub_client.pubsub()
-        channels = [r.keys.events for r in self.repos.values()]
+        channels = [self.global_keys.events] if self.repos else []
         try:
             if channels:
                 try:
@@ -423,4 +459,4 @@ class Store:
                 await asyncio.sleep(1.0)
                 continue
             if msg is not None:
-                queue.put_nowait(as_text(msg["channel"]))
+                queue.put_nowait(as_text(msg["data"]))
