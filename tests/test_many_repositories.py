@@ -1,0 +1,119 @@
+"""One broker for many repositories: a request touches the repositories that can give it
+something, whatever the number configured; what is mirrored is served during a first sync."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import redis as sync_redis
+
+from github_broker.errors import MirrorRebuilding
+from github_broker.events import ReadyWaker
+from github_broker.prompts import Prompts
+from github_broker.rules import Rules
+from github_broker.settings import Settings
+from github_broker.store import Store
+from github_broker.sync import index_item
+from github_broker.tasks import TaskService
+from tests.factories import issue
+
+pytestmark = pytest.mark.anyio
+
+
+def names(count: int) -> list[str]:
+    return [f"acme/repo-{i:04d}" for i in range(count)]
+
+
+async def mirrored(store: Store, name: str, numbers: list[int]) -> None:
+    rstore = store.repo(name)
+    rules = Rules(store.settings)
+    if numbers:
+        await rstore.upsert_issues(
+            [index_item(rules, issue(n, "P1", "BACKENDCODER"), "main") for n in numbers]
+        )
+    await rstore.save_sync_state({}, rebuilt=True)  # as a complete sync pass would
+
+
+def commands(url: str) -> dict[str, int]:
+    """Commands Redis ran since the last reset, by name (scripts' own calls included)."""
+    client = sync_redis.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+
+
+async def redis_work_of_requests(
+    redis_url: str, make_settings: Callable[..., Settings], count: int
+) -> dict[str, int]:
+    """Five agents each ask twice (a claim, then a claim settling the first) in a deployment of
+    `count` repositories with work in the last one only: what Redis ran for it."""
+    settings = make_settings(
+        redis={"url": redis_url}, repositories=names(count), leases={"settle_grace_s": 0}
+    )
+    store = Store.from_settings(settings)
+    waker = ReadyWaker(1.0)
+    waker.start(store)
+    try:
+        for name in names(count)[:-1]:
+            await mirrored(store, name, [])
+        await mirrored(store, names(count)[-1], list(range(1, 21)))
+        await waker.index.reload(store)
+        tasks = TaskService(settings, store, Prompts.load(None), waker)
+        client = sync_redis.Redis.from_url(redis_url)
+        client.config_resetstat()
+        client.close()
+        for round_ in range(2):
+            for agent in range(5):
+                task = await tasks.request_task(f"a{agent}")
+                assert task is not None and task.repository == names(count)[-1], round_
+        return commands(redis_url)
+    finally:
+        await waker.stop()
+        await store.close()
+
+
+async def test_a_request_costs_the_same_redis_work_with_20_or_200_repositories(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    few = await redis_work_of_requests(redis_url, make_settings, 20)
+    sync_redis.Redis.from_url(redis_url).flushall()
+    many = await redis_work_of_requests(redis_url, make_settings, 200)
+    # Scripts run, plain commands sent and the commands inside the scripts: all the same.
+    # At most a settle (once the agent holds a task) and a claim per request.
+    assert few.get("evalsha") == many.get("evalsha")
+    assert few["evalsha"] <= 10 * 2
+    assert sum(few.values()) == sum(many.values()), (few, many)
+
+
+async def test_a_claim_during_the_first_sync_gets_work_from_a_mirrored_repository(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(redis={"url": redis_url}, repositories=names(50))
+    store = Store.from_settings(settings)
+    waker = ReadyWaker(1.0)
+    try:
+        tasks = TaskService(settings, store, Prompts.load(None), waker)
+        # Nothing mirrored yet: retry, not "no work".
+        with pytest.raises(MirrorRebuilding, match="being built"):
+            await tasks.request_task("a1")
+        # The sync has mirrored 3 of 50 repositories; one of them has work.
+        for name in names(50)[:2]:
+            await mirrored(store, name, [])
+        await mirrored(store, names(50)[2], [1, 2])
+        got = await tasks.request_task("a1")
+        assert got is not None and got.repository == names(50)[2]
+        # A request naming a repository not mirrored yet is told to retry.
+        with pytest.raises(MirrorRebuilding, match="being built"):
+            await tasks.request_task("a2", repositories=[names(50)[10]])
+        # The mirrored work is taken: the rest is still being built, so retry (not 204).
+        await tasks.request_task("a3")
+        with pytest.raises(MirrorRebuilding):
+            await tasks.request_task("a4")
+        for name in names(50)[3:]:
+            await mirrored(store, name, [])
+        assert await tasks.request_task("a4") is None  # everything mirrored, nothing left
+    finally:
+        await store.close()
