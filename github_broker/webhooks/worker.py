@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from github_broker.background import stop_task
+from github_broker.commands import CommentCommands
 from github_broker.errors import BrokerError
 from github_broker.gateway import GitHubGateway
 from github_broker.models import Issue
@@ -54,6 +55,8 @@ class WebhookWorker:
         self.syncer = syncer
         self.reviews = reviews
         self.progress = progress
+        #: `/broker` comment commands, on this worker's gateway (the poller reads through it too).
+        self.commands = CommentCommands(settings, store, gateway, syncer)
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -154,6 +157,8 @@ class WebhookWorker:
                 outcome += "; " + await self.progress.from_delivery(repo, event, payload)
         else:
             outcome = "ignored"
+        if event == "issue_comment" and action == "created":
+            outcome += "; " + await self.commands.from_delivery(repo, payload)
         logger.info(
             "webhook %s %s.%s on %s: %s",
             meta["delivery"],
