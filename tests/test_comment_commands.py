@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from github_broker.api.app import create_app
 from github_broker.commands import grammar
+from github_broker.pacing import TokenBucket
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from tests.factories import body
@@ -317,6 +318,8 @@ async def test_comments_without_write_access_change_nothing_and_cost_one_lookup_
         await asyncio.sleep(0.05)
         await b.w.tick()  # the poll reads the same comments again
         assert b.calls(PERMISSION) == 3  # rita, tina, stranger: once each within the cache
+        cached = b.w.store.client.ttl(b.w.rstore.keys.permission("rita"))
+        assert 590 <= await cached <= 600  # commands.permission_cache_s
         assert b.beat(task, "a1").status_code == 200
         assert b.w.labels(n) == labels
         assert await b.audit() == []
@@ -325,6 +328,30 @@ async def test_comments_without_write_access_change_nothing_and_cost_one_lookup_
         assert b.calls("POST /repos/{owner}/{repo}/issues/comments/{comment_id}/reactions") == (
             writes
         )
+
+
+@pytest.mark.anyio
+async def test_a_flood_from_many_accounts_spends_no_more_lookups_than_the_budget(
+    sim: Simulator, redis_url: str, make_settings: Callable[..., Settings], capture: Capture
+) -> None:
+    overrides: dict[str, Any] = {"commands": {"lookups_per_hour": 4}}  # one at once
+    async with broker(sim, redis_url, make_settings, capture, "poll", **overrides) as b:
+        task = b.claim("a1")
+        n = task["issue_id"]
+        for i in range(5):
+            sim.state.add_issue_comment("acme", "widgets", n, user=f"s{i}", body="/broker release")
+        sim.state.add_issue_comment("acme", "widgets", n, user="alice", body="/broker note hi")
+        await b.w.tick()
+        await b.w.tick()
+        assert b.calls(PERMISSION) == 1
+        assert b.beat(task, "a1").json()["notes"] == []  # alice waits her turn
+        # The budget refills: the comments left waiting are read again, none lost, none twice.
+        b.w.daemon.webhooks.commands.access.lookups = TokenBucket(1000, 10)
+        b.w.daemon._not_before.clear()
+        await b.w.tick()
+        assert b.calls(PERMISSION) == 6
+        assert [x["text"] for x in b.beat(task, "a1").json()["notes"]] == ["hi"]
+        assert [e.action for e in await b.audit()] == ["note"]
 
 
 @pytest.mark.anyio
