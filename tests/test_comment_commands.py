@@ -16,12 +16,14 @@ from fastapi.testclient import TestClient
 
 from github_broker.api.app import create_app
 from github_broker.commands import grammar
+from github_broker.models import Outcome
 from github_broker.pacing import TokenBucket
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from tests.factories import body
+from tests.test_review_loop import REVIEW, developed
 from tests.test_webhooks import SECRET, Capture, deliver, hooked
-from tests.world import REPO, World, running_world
+from tests.world import ONE_ISSUE, REPO, World, running_world, simulated
 
 ISSUES = [
     {"number": n, "title": f"Task {n}", "body": body(), "labels": ["P1", "BACKENDCODER"]}
@@ -423,6 +425,27 @@ async def test_the_poll_asks_for_new_comments_conditionally_and_replays_no_histo
         assert statuses[-1] == 200  # the broker's reaction changed the listing once
         await b.w.tick()
         assert statuses[-1] == 304
+
+
+@pytest.mark.anyio
+async def test_a_command_on_a_pull_request_is_not_review_feedback_for_a_fix_round(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    with simulated(ONE_ISSUE) as sim:
+        async with running_world(sim, redis_url, make_settings, review=REVIEW) as w:
+            pr = await developed(w, sim)
+            review = await w.ask("rev-1")
+            assert review is not None
+            await w.tasks.finish(REPO, 1, "rev-1", review.lease.token, Outcome.COMPLETED)
+            await w.tick()
+            sim.state.add_issue_comment("acme", "widgets", pr, user="alice", body="/broker help")
+            await w.tick()
+            await w.tick()
+            assert await w.ask("fix-1") is None
+            sim.state.add_issue_comment("acme", "widgets", pr, user="alice", body="Rename it.")
+            await w.tick()
+            fix = await w.ask("fix-1")
+            assert fix is not None and [c.body for c in fix.review_comments] == ["Rename it."]
 
 
 # --- the command language -------------------------------------------------------------------

@@ -26,6 +26,7 @@ from github_broker.commands.comment import Comment
 from github_broker.commands.scan import CommentScanner
 from github_broker.errors import (
     BrokerError,
+    GitHubError,
     GitHubUnavailable,
     InvalidRequest,
     NotFound,
@@ -86,7 +87,8 @@ class CommentCommands:
             return "no comment"
         try:
             return await self.handle(repo, comment)
-        except (GitHubUnavailable, RateLimited) as e:
+        except (GitHubError, GitHubUnavailable, RateLimited) as e:
+            # The comment was given back (or never taken up): the poll reads it again.
             return f"commands left for the poll: {e}"
 
     async def scan(self, repo: Repository) -> int:

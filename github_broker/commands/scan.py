@@ -48,11 +48,14 @@ class CommentScanner:
         for now (GitHub or Redis failing) stops the look there: the next one reads it again."""
         name = repo.full_name
         ledger = CommentLedger(self.store.repo(name))
-        since, etag = await ledger.cursor()
+        kept = await ledger.cursor()
         now = time.time()
         max_age_s = self.settings.commands.max_age_s
-        if since is None or _epoch(since) < now - 2 * max_age_s:
-            since, etag = _iso(now if since is None else now - max_age_s), None
+        at = _epoch(kept[0]) if kept[0] is not None else None
+        if kept[0] is None or at is None or at < now - 2 * max_age_s:
+            since, etag = _iso(now if at is None else now - max_age_s), None
+        else:
+            since, etag = kept[0], kept[1]
         newest, first_etag, seen = since, etag, 0
         for page in range(1, MAX_PAGES + 1):
             result = await asyncio.to_thread(
@@ -83,12 +86,18 @@ class CommentScanner:
             if len(result.items) < self.settings.github.per_page:
                 break
         # The ETag answers for this `since` only: a moved cursor asks afresh once.
-        await ledger.save_cursor(newest, first_etag if newest == since else None)
+        saved = first_etag if newest == since else None
+        if (newest, saved) != kept:
+            await ledger.save_cursor(newest, saved)
         return seen
 
 
-def _epoch(iso: str) -> float:
-    return datetime.fromisoformat(iso).timestamp()
+def _epoch(iso: str) -> float | None:
+    """Seconds since the epoch; None for a cursor that is not a time (start afresh)."""
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return None
 
 
 def _iso(epoch_s: float) -> str:
