@@ -52,11 +52,11 @@ class WebhookWorker:
         self.settings = settings
         self.store = store
         self.gateway = gateway
+        #: `/broker` comment commands, on this worker's gateway (the poller reads through it too).
+        self.commands = CommentCommands(settings, store, gateway, syncer)
         self.syncer = syncer
         self.reviews = reviews
         self.progress = progress
-        #: `/broker` comment commands, on this worker's gateway (the poller reads through it too).
-        self.commands = CommentCommands(settings, store, gateway, syncer)
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- lifecycle ----------------------------------------------------------------------
