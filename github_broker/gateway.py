@@ -318,6 +318,38 @@ class GitHubGateway:
             if e.get("event") in ("labeled", "unlabeled")
         ]
 
+    def permission(self, full_name: str, login: str) -> str:
+        """`login`'s permission on the repository as GitHub's legacy base roles report it:
+        admin, write (maintain included), read (triage included) or none; `none` for an
+        account that does not exist. Conditional: asking again while it is unchanged is a
+        free 304."""
+        try:
+            data = self._get_cached(
+                f"{self._repo(full_name)}/collaborators/{quote(login, safe='')}/permission"
+            )
+        except GitHubNotFound:
+            return "none"
+        return str((data or {}).get("permission") or "none")
+
+    def comments_page(
+        self, full_name: str, since: str, *, page: int, etag: str | None = None
+    ) -> Page:
+        """One page of the repository's issue and pull request comments updated at or after
+        `since`, least recently updated first (`GET /repos/{repo}/issues/comments`)."""
+        query = {
+            "since": since,
+            "sort": "updated",
+            "direction": "asc",
+            "per_page": self.settings.per_page,
+            "page": page,
+        }
+        status, headers, data = self._request(
+            "GET", f"{self._repo(full_name)}/issues/comments", params=query, etag=etag
+        )
+        if status == 304:
+            return Page(status=304, etag=etag)
+        return Page(status=status, items=list(data or []), etag=headers.get("etag"))
+
     def login(self) -> str:
         """The login the broker acts as on GitHub (its own comments are not feedback)."""
         if self.settings.app_id is not None:
@@ -448,6 +480,20 @@ class GitHubGateway:
             self._request(
                 "DELETE", f"{self._repo(full_name)}/issues/{number}/labels/{quote(label, safe='')}"
             )
+
+    def react(self, full_name: str, comment_id: int, content: str) -> None:
+        """A reaction (`+1`, `confused`, ...) on an issue comment; reacting twice is one."""
+        self._request(
+            "POST",
+            f"{self._repo(full_name)}/issues/comments/{comment_id}/reactions",
+            body={"content": content},
+        )
+
+    def comment(self, full_name: str, number: int, body: str) -> None:
+        """A new comment on an issue or pull request (not idempotent: never retried)."""
+        self._request(
+            "POST", f"{self._repo(full_name)}/issues/{number}/comments", body={"body": body}
+        )
 
     def create_branch(self, full_name: str, branch: str, base: str) -> bool:
         """Create `branch` at the tip of `base`; False when it already exists."""

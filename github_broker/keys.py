@@ -114,6 +114,15 @@ Added by this project (no TTL unless said):
 ``webhook_delivery:{id}`` string X-GitHub-Delivery already queued (TTL ``delivery_ttl_s``)
 ``issue_version:{n}``    string  ``updated_at`` of the newest GitHub state a webhook applied
                                  (``~`` once deleted or transferred); TTL 1 day
+``comments``             hash    the poller's read of new issue comments (comment commands):
+                                 ``since`` (newest ``updated_at`` read) and ``etag`` of the
+                                 listing's first page, so an unchanged listing is a free 304
+``comment:{id}``         string  an issue comment whose ``/broker`` commands were taken up (by
+                                 the webhook worker or the poller), so each runs once; TTL
+                                 ``commands.max_age_s`` + 10 min
+``permission:{login}``   string  the repository permission GitHub reported for that login
+                                 (lower case): ``admin``, ``write``, ``read``, ``none``;
+                                 TTL ``commands.permission_cache_s``
 =======================  ======  ==============================================================
 
 Deployment-wide keys: ``{key_prefix}:events`` (pub/sub: ``ready`` whenever a task becomes
@@ -208,6 +217,9 @@ class RepoKeys:
         self.webhooks_seen = self.base + "webhooks:seen_ms"
         self.webhook_delivery_prefix = self.base + "webhook_delivery:"
         self.issue_version_prefix = self.base + "issue_version:"
+        self.comments = self.base + "comments"
+        self.comment_prefix = self.base + "comment:"
+        self.permission_prefix = self.base + "permission:"
 
     def issue(self, number: int) -> str:
         return f"{self.issue_prefix}{number}"
@@ -250,6 +262,12 @@ class RepoKeys:
 
     def issue_version(self, number: int) -> str:
         return f"{self.issue_version_prefix}{number}"
+
+    def comment(self, comment_id: int) -> str:
+        return f"{self.comment_prefix}{comment_id}"
+
+    def permission(self, login: str) -> str:
+        return f"{self.permission_prefix}{login.lower()}"
 
 
 class GlobalKeys:

@@ -162,6 +162,9 @@ class Daemon:
             name = repo.full_name
             if await self._sync_due(repo):
                 await self._sync_repo(repo)
+                # `/broker` comments the webhooks did not bring (or all, without webhooks).
+                commands = partial(self.webhooks.commands.scan, repo)
+                await self._guarded(f"commands:{name}", f"comment commands of {name}", commands)
             # Review upkeep fails on its own: a PR endpoint the token cannot read must not
             # stop the mirror from syncing.
             await self._guarded(

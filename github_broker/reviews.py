@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from github_broker.clock import ms_from_iso
+from github_broker.commands.grammar import has_command
 from github_broker.errors import BrokerError, Conflict, InvalidRequest, NotFound
 from github_broker.gateway import GitHubGateway
 from github_broker.models import Issue, ReviewComment, TaskType
@@ -427,6 +428,8 @@ class ReviewKeeper:
         author = str(user.get("login", ""))
         if not self._counts(author, str(user.get("type", "")), own):
             return None
+        if kind == "conversation" and has_command(str(data.get("body") or "")):
+            return None  # a `/broker` command is for the broker (commands/), not the agent
         comment = ReviewComment(
             id=int(data["id"]),
             kind=kind,

@@ -384,6 +384,22 @@ class WebhookSettings(_Section):
         return None
 
 
+class CommandSettings(_Section):
+    """`/broker …` commands in issue comments (github_broker/commands/)."""
+
+    #: Read `/broker` lines in issue comments (webhooks and the poll); false ignores them.
+    enabled: bool = True
+    #: Seconds the permission GitHub reports for a commenter is trusted before it is asked
+    #: again (a removed collaborator can steer for at most this long).
+    permission_cache_s: int = Field(600, ge=10, le=86400)
+    #: A comment older than this many seconds when the broker sees it is not acted on (a
+    #: webhook redelivered days later, a poll after a long outage).
+    max_age_s: int = Field(3600, ge=60, le=7 * 86400)
+    #: Permission lookups for commenters not in the cache, per hour (a quarter of it at
+    #: once): a flood of comments from many accounts cannot spend more GitHub calls.
+    lookups_per_hour: int = Field(120, ge=4)
+
+
 class Role(_Section):
     role: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -420,6 +436,7 @@ class Settings(BaseSettings):
     body: BodyPatterns = BodyPatterns()
     server: ServerSettings = ServerSettings()
     webhooks: WebhookSettings = WebhookSettings()
+    commands: CommandSettings = CommandSettings()
     agents: list[Role] = []
 
     @field_validator("repositories", mode="before")

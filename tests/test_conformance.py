@@ -193,6 +193,18 @@ def drive(sim: Simulator, gateway: GitHubGateway) -> None:
     assert len(reviews) == 3 and len(inline) == 1 and len(conversation) == 1
     gateway.pull_feedback(REPO, pr)  # conditional: 304s
     assert gateway.login() == "broker-bot"
+    # Comment commands: who may steer, new comments, the answers.
+    assert gateway.permission(REPO, "acme") == "admin"  # the owner
+    assert gateway.permission(REPO, "alice") == "read"  # not a collaborator, a public repository
+    assert gateway.permission(REPO, "alice") == "read"  # conditional: a 304
+    assert gateway.permission(REPO, "nobody-at-all") == "none"  # 404
+    listing = gateway.comments_page(REPO, "2020-01-01T00:00:00Z", page=1)
+    again = gateway.comments_page(REPO, "2020-01-01T00:00:00Z", page=1, etag=listing.etag)
+    assert again.status == 304
+    comment_id = int(listing.items[-1]["id"])
+    gateway.react(REPO, comment_id, "+1")
+    gateway.react(REPO, comment_id, "+1")  # 200: the same reaction
+    gateway.comment(REPO, pr, "Done.")
     gateway.ping()
 
 

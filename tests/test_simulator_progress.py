@@ -538,6 +538,27 @@ def test_new_comment_delivery_carries_the_reactions_summary(
     assert summary["total_count"] == 0 and summary["url"].endswith("/reactions")
 
 
+def test_repository_comments_are_listed_by_update_time_since_a_moment_pull_requests_too(
+    sim: Simulator,
+) -> None:
+    pr = sim.state.create_pull(OWNER, NAME, title="t", head="feature/login", body="Closes #1")
+    made = []
+    for seconds, n in ((3, 2), (1, 1), (2, pr["number"])):
+        sim.state.clock = lambda s=seconds: T0 + timedelta(seconds=s)
+        made.append(sim.state.add_issue_comment(OWNER, NAME, n, user="alice", body=f"c{n}"))
+    since = (T0 + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def listed(query: str) -> list[str]:
+        answer = call(sim, "GET", f"{API}/issues/comments?{query}")
+        assert answer.status_code == 200, answer.text
+        return [c["body"] for c in answer.json() if c["id"] in {m["id"] for m in made}]
+
+    assert listed(f"sort=updated&direction=asc&since={since}") == [f"c{pr['number']}", "c2"]
+    assert listed("sort=updated&direction=desc") == ["c2", f"c{pr['number']}", "c1"]
+    assert listed("direction=desc") == ["c1", f"c{pr['number']}", "c2"]  # ignored unsorted
+    assert call(sim, "GET", f"{API}/issues/comments?direction=up&sort=created").status_code == 422
+
+
 # ----- merging -----------------------------------------------------------------------------------
 
 
@@ -650,6 +671,12 @@ def test_every_answer_conforms_to_githubs_description(sim: Simulator) -> None:
         call(sim, "POST", f"{API}/issues/comments/{cid}/reactions", json={"content": content})
     call(sim, "GET", f"{API}/issues/comments/{cid}/reactions")
     call(sim, "GET", f"{API}/issues/comments/999999/reactions")
+    call(sim, "POST", f"{API}/issues/1/comments", json={"body": "/broker help"})
+    call(sim, "POST", f"{API}/issues/1/comments", json={})
+    listing = call(sim, "GET", f"{API}/issues/comments?sort=updated&since=2020-01-01T00:00:00Z")
+    etag = {"If-None-Match": listing.headers["ETag"]}
+    call(sim, "GET", f"{API}/issues/comments?sort=updated&since=2020-01-01T00:00:00Z", headers=etag)
+    call(sim, "GET", f"{API}/issues/comments?sort=sideways")
     pr = sim.state.create_pull(OWNER, NAME, title="t", head="feature/login", body="Closes #1")
     call(sim, "GET", f"{API}/pulls/{pr['number']}")
     call(sim, "PUT", f"{API}/pulls/{pr['number']}/merge", json={"sha": main})

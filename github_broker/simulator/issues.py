@@ -730,6 +730,37 @@ class IssueStore:
             ]
 
 
+    def list_repo_issue_comments(
+        self,
+        owner: str,
+        repo: str,
+        *,
+        since: TimeLike | None = None,
+        sort: str = "created",
+        direction: str = "asc",
+        base_url: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """`GET /repos/{o}/{r}/issues/comments`: every issue's and pull request's comments,
+        by creation (or update) time, ascending unless asked; `since` filters on updated_at."""
+        if sort not in ("created", "updated"):
+            raise validation_failed("IssueComment", "sort", "invalid")
+        if direction not in ("asc", "desc"):
+            raise validation_failed("IssueComment", "direction", "invalid")
+        since_text = normalize_time(since) if since is not None else ""
+        field = "updated_at" if sort == "updated" else "created_at"
+        with self.lock:
+            r = self.repo(owner, repo)
+            ctx = self.ctx(base_url)
+            found = [
+                (c[field], c["id"], number, c)
+                for number, comments in r.issue_comments.items()
+                for c in comments
+                if c["updated_at"] >= since_text
+            ]
+            found.sort(key=lambda item: (item[0], item[1]), reverse=direction == "desc")
+            return [render.issue_comment(ctx, r, number, c) for _, _, number, c in found]
+
+
 def _check_state(state: str) -> None:
     if state not in ("open", "closed"):
         raise validation_failed("Issue", "state", "invalid")

@@ -322,6 +322,24 @@ def issue_events(svc: Services, req: Request, p: Params) -> Response:
     return paged_list(req, events)
 
 
+@route("GET", "/repos/{owner}/{repo}/issues/comments")
+def list_repo_issue_comments(svc: Services, req: Request, p: Params) -> Response:
+    """GitHub ignores `direction` without `sort`: oldest first then."""
+    sort = req.arg("sort")
+    try:
+        comments = svc.state.list_repo_issue_comments(
+            p["owner"],
+            p["repo"],
+            since=req.since_arg(),
+            sort=sort or "created",
+            direction=(req.arg("direction") or "asc") if sort else "asc",
+            base_url=req.base_url,
+        )
+    except ValueError as exc:
+        raise validation_failed("IssueComment", "since", "invalid", str(exc)) from exc
+    return paged_list(req, comments)
+
+
 @route("GET", "/repos/{owner}/{repo}/issues/{number}/comments")
 def list_issue_comments(svc: Services, req: Request, p: Params) -> Response:
     comments = svc.state.list_issue_comments(

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from github_broker.background import stop_task
+from github_broker.commands import CommentCommands
 from github_broker.errors import BrokerError
 from github_broker.gateway import GitHubGateway
 from github_broker.models import Issue
@@ -51,6 +52,8 @@ class WebhookWorker:
         self.settings = settings
         self.store = store
         self.gateway = gateway
+        #: `/broker` comment commands, on this worker's gateway (the poller reads through it too).
+        self.commands = CommentCommands(settings, store, gateway, syncer)
         self.syncer = syncer
         self.reviews = reviews
         self.progress = progress
@@ -154,6 +157,8 @@ class WebhookWorker:
                 outcome += "; " + await self.progress.from_delivery(repo, event, payload)
         else:
             outcome = "ignored"
+        if event == "issue_comment" and action == "created":
+            outcome += "; " + await self.commands.from_delivery(repo, payload)
         logger.info(
             "webhook %s %s.%s on %s: %s",
             meta["delivery"],
