@@ -138,7 +138,7 @@ async def test_a_quiet_lease_is_flagged_stalled_once_with_evidence_and_clears_on
             assert "heartbeats" in lease.stalled and "no progress note" in lease.stalled
             events = [e for e in await world.rstore.timeline(100) if e.kind == "stalled"]
             assert len(events) == 1  # once, not at every check
-            sim.state.update_ref("acme", "widgets", "heads/feature/issue-1", "c0ffee" * 6 + "ab")
+            sim.state.push("acme", "widgets", "feature/issue-1", message="Parse the header")
             await asyncio.sleep(0.25)
             await world.daemon.progress_all()
             lease = await world.rstore.lease(1)
@@ -164,8 +164,7 @@ async def test_an_agent_that_pushes_every_so_often_is_never_flagged(
             pushes = 0
             while time.monotonic() - started < 6:
                 pushes += 1
-                sha = f"{pushes:040x}"
-                sim.state.update_ref("acme", "widgets", "heads/feature/issue-1", sha)
+                sim.state.push("acme", "widgets", "feature/issue-1", message=f"Step {pushes}")
                 for _ in range(5):
                     await world.tasks.heartbeat(REPO, 1, "busy", task.lease.token)
                     await world.daemon.progress_all()

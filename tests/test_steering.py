@@ -141,6 +141,9 @@ def test_stop_revokes_the_lease_now(client: TestClient) -> None:
     beat = lease_call(client, task, "a1", "heartbeat")
     assert beat.status_code == 409 and "agent stopped by admin: runaway" in beat.json()["detail"]
     assert client.post("/request-task", json={"agent_id": "a1"}).status_code == 409
+    # Once in the audit log, its outcome naming the lease it revoked.
+    stops = [e for e in audit(client) if e["action"] == "stop_agent"]
+    assert len(stops) == 1 and f"lease on #{task['issue_id']} revoked" in stops[0]["outcome"]
 
 
 def test_reassign_moves_the_lease_keeps_the_branch_and_the_new_task_says_whose_work_it_is(

@@ -200,10 +200,11 @@ elseif action == 'pause_agent' or action == 'stop_agent' then
   local m = redis.call('GET', C.agent .. agent)
   local h = m and live(m)
   if not h or h[1] ~= agent then return {'paused; no live lease here', agent, ''} end
-  n = m
   end_lease(C, m, 'revoked', now, true, h, true, said('agent stopped by ' .. actor))
   if not PARKED[waiting_code(C, m) or ''] then requeue(m) end
-  return done('lease on #' .. m .. ' revoked; task back in the pool', agent)
+  publish_index(C)
+  -- Audited once, by the caller, for the deployment (its outcome names this lease).
+  return {'lease on #' .. m .. ' revoked; task back in the pool', agent, ''}
 
 elseif action == 'resume_agent' then
   local agent = target
