@@ -12,6 +12,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -49,6 +51,22 @@ REMOVE_LABELS = (
     "remove: removeLabelsFromLabelable(input: {labelableId: $id, labelIds: $remove}) "
     "{clientMutationId}"
 )
+
+
+#: The GitHub requests made under `counting_calls` (asyncio.to_thread copies the context,
+#: so calls made in worker threads count too); None outside it.
+_CALLS: ContextVar[list[int] | None] = ContextVar("github_calls", default=None)
+
+
+@contextlib.contextmanager
+def counting_calls() -> Iterator[list[int]]:
+    """Count the GitHub requests this context makes inside the block: `[n]` once it ends."""
+    counter = [0]
+    token = _CALLS.set(counter)
+    try:
+        yield counter
+    finally:
+        _CALLS.reset(token)
 
 
 @dataclass
@@ -131,6 +149,9 @@ class GitHubGateway:
         observe_github(verb, path, str(status), started)
         with self._lock:
             self.calls += 1
+        counter = _CALLS.get()
+        if counter is not None:
+            counter[0] += 1
         resp_headers = {k.lower(): v for k, v in raw_headers.items()}
         self._note_quota(resp_headers)
         data = json.loads(output) if output else None

@@ -112,6 +112,9 @@ Added by this project (no TTL unless said):
                                  when a worker starts, so a crash loses none)
 ``webhooks:seen_ms``     string  ms time of the last verified delivery (webhook health)
 ``webhook_delivery:{id}`` string X-GitHub-Delivery already queued (TTL ``delivery_ttl_s``)
+``webhook_body:{sha256}`` string the SHA-256 of a signed delivery body already queued (TTL
+                                 ``delivery_ttl_s``): a replay under a fresh delivery id is
+                                 refused (the signature covers the body, not the id)
 ``issue_version:{n}``    string  ``updated_at`` of the newest GitHub state a webhook applied
                                  (``~`` once deleted or transferred); TTL 1 day
 ``comments``             hash    the poller's read of new issue comments (comment commands):
@@ -216,6 +219,7 @@ class RepoKeys:
         self.webhooks_inflight = self.base + "webhooks:inflight"
         self.webhooks_seen = self.base + "webhooks:seen_ms"
         self.webhook_delivery_prefix = self.base + "webhook_delivery:"
+        self.webhook_body_prefix = self.base + "webhook_body:"
         self.issue_version_prefix = self.base + "issue_version:"
         self.comments = self.base + "comments"
         self.comment_prefix = self.base + "comment:"
@@ -259,6 +263,9 @@ class RepoKeys:
 
     def webhook_delivery(self, delivery_id: str) -> str:
         return f"{self.webhook_delivery_prefix}{delivery_id}"
+
+    def webhook_body(self, digest: str) -> str:
+        return f"{self.webhook_body_prefix}{digest}"
 
     def issue_version(self, number: int) -> str:
         return f"{self.issue_version_prefix}{number}"

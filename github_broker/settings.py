@@ -375,6 +375,13 @@ class WebhookSettings(_Section):
     delivery_ttl_s: int = Field(86400, ge=60)
     #: Webhooks count as healthy while a verified delivery or ping arrived this recently (s).
     healthy_within_s: float = Field(900.0, gt=0)
+    #: GitHub calls an hour the webhook worker may make (issue and pull request reads, review
+    #: upkeep of PR feedback), apart from polling's; 500 is a tenth of a token's 5,000.
+    github_calls_per_hour: int = Field(500, ge=0)
+    #: GitHub calls the webhook worker may make at once before the hourly rate applies: in
+    #: any hour it spends at most github_burst + github_calls_per_hour. Deliveries over the
+    #: budget wait in the queue; polling covers their changes meanwhile.
+    github_burst: int = Field(50, ge=1)
 
     def resolved_secret(self) -> bytes | None:
         if self.secret is not None:

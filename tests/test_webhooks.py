@@ -216,9 +216,14 @@ async def test_queue_script_dedupes_and_survives_a_crashed_worker(
     store = Store.from_settings(make_settings(redis={"url": lua_redis_url}))
     rstore = store.repo(REPO)
     try:
-        assert await rstore.enqueue_webhook("a", '{"n":1}', 60)
-        assert not await rstore.enqueue_webhook("a", '{"n":1}', 60)
-        assert await rstore.enqueue_webhook("b", '{"n":2}', 60)
+        assert await rstore.enqueue_webhook("a", "d1", '{"n":1}', 60) == "queued"
+        assert await rstore.enqueue_webhook("a", "d1", '{"n":1}', 60) == "duplicate"
+        # The same signed body under a fresh id: a replay, and no proof of a live webhook.
+        client = store.client
+        await client.delete(rstore.keys.webhooks_seen)
+        assert await rstore.enqueue_webhook("z", "d1", '{"n":1}', 60) == "replay"
+        assert not await rstore.webhooks_seen_ms()
+        assert await rstore.enqueue_webhook("b", "d2", '{"n":2}', 60) == "queued"
         assert await rstore.webhooks_seen_ms()
         assert await rstore.take_webhook(0.1) == '{"n":1}'  # oldest first
         # The worker dies here: a new leader puts the delivery back first in line.
@@ -251,8 +256,8 @@ async def test_a_delivery_that_breaks_the_worker_does_not_stop_the_ones_after_it
 
     monkeypatch.setattr(worker, "apply", apply)
     try:
-        assert await rstore.enqueue_webhook("a", '{"n":1}', 60)
-        assert await rstore.enqueue_webhook("b", '{"n":2}', 60)
+        assert await rstore.enqueue_webhook("a", "d1", '{"n":1}', 60) == "queued"
+        assert await rstore.enqueue_webhook("b", "d2", '{"n":2}', 60) == "queued"
         worker.start(lambda: True)
         deadline = time.monotonic() + 10
         while not applied and time.monotonic() < deadline:

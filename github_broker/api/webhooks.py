@@ -10,8 +10,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from github_broker.api.routes import Services
+from github_broker.errors import BrokerError, InvalidRequest, StoreUnavailable
 from github_broker.problems import BODY_LIMIT_RESPONSE, Problem
-from github_broker.webhooks.receiver import WebhookReceiver
+from github_broker.webhooks.receiver import FORM, WebhookReceiver, note_refusal
 
 logger = logging.getLogger(__name__)
 router = APIRouter(responses=BODY_LIMIT_RESPONSE)
@@ -38,6 +39,22 @@ async def _capped_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
+#: The two content types GitHub sends (a webhook's `content_type`: json, or form by default).
+REQUEST_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "application/json": {"schema": {"type": "object"}},
+        FORM: {
+            "schema": {
+                "type": "object",
+                "properties": {"payload": {"type": "string", "description": "the JSON"}},
+                "required": ["payload"],
+            }
+        },
+    },
+}
+
+
 @router.post(
     "/github/webhook",
     status_code=202,
@@ -46,6 +63,7 @@ async def _capped_body(request: Request, limit: int) -> bytes | None:
         200: {"model": WebhookAnswer, "description": "Duplicate, ignored event, or ping."},
         **{code: {"model": Problem} for code in (401, 404, 413, 422, 503)},
     },
+    openapi_extra={"requestBody": REQUEST_BODY},
 )
 async def github_webhook(
     request: Request,
@@ -54,17 +72,29 @@ async def github_webhook(
     x_github_delivery: Annotated[str, Header()] = "",
     x_hub_signature_256: Annotated[str | None, Header()] = None,
 ) -> Any:
-    """GitHub webhook receiver (HMAC-SHA256 signed); the update is applied after answering."""
+    """GitHub webhook receiver (HMAC-SHA256 signed; JSON or GitHub's default form encoding);
+    the update is applied after answering."""
     receiver = WebhookReceiver(svc.settings, svc.store)
     limit = svc.settings.webhooks.max_body_bytes
     body = await _capped_body(request, limit)
+    source = request.client.host if request.client else "unknown"
     if body is None:
+        note_refusal(
+            InvalidRequest(f"larger than {limit} bytes"), x_github_event, x_github_delivery, source
+        )
         return JSONResponse(
             {"detail": f"delivery larger than {limit} bytes", "reason": "too_large"},
             status_code=413,
         )
-    receiver.verify(body, x_hub_signature_256)
-    receipt = await receiver.accept(x_github_event, x_github_delivery, body)
+    try:
+        receiver.verify(body, x_hub_signature_256)
+        content_type = request.headers.get("content-type", "application/json")
+        receipt = await receiver.accept(x_github_event, x_github_delivery, body, content_type)
+    except StoreUnavailable:
+        raise  # not the delivery's fault: the error table logs it
+    except BrokerError as e:
+        note_refusal(e, x_github_event, x_github_delivery, source)
+        raise
     return JSONResponse(
         {"status": receipt.status, "reason": receipt.reason},
         status_code=202 if receipt.status == "queued" else 200,

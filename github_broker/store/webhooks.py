@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import cast
+from typing import Literal, cast
 
 from github_broker.store.base import RepoBase
 from github_broker.store.connection import as_text, awaited, translate_errors
@@ -13,14 +13,19 @@ class WebhookQueue(RepoBase):
     """Webhook deliveries queued for the poller, and the issue versions they carry."""
 
     @translate_errors
-    async def enqueue_webhook(self, delivery_id: str, envelope: str, ttl_s: int) -> bool:
-        """Queue a verified delivery; False when this delivery id was queued before."""
+    async def enqueue_webhook(
+        self, delivery_id: str, body_digest: str, envelope: str, ttl_s: int
+    ) -> Literal["queued", "duplicate", "replay"]:
+        """Queue a verified delivery: `duplicate` when this delivery id was queued before,
+        `replay` when the same signed body (`body_digest`, its SHA-256) came under another id."""
         keys = [
             self.keys.webhook_delivery(delivery_id),
             self.keys.webhooks,
             self.keys.webhooks_seen,
+            self.keys.webhook_body(body_digest),
         ]
-        return bool(int(await self.scripts.webhook_enqueue(keys=keys, args=[envelope, ttl_s])))
+        found = int(await self.scripts.webhook_enqueue(keys=keys, args=[envelope, ttl_s]))
+        return "queued" if found == 1 else "replay" if found == 2 else "duplicate"
 
     @translate_errors
     async def take_webhook(self, timeout_s: float) -> str | None:

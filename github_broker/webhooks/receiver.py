@@ -6,13 +6,25 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
 
-from github_broker.errors import AuthError, InvalidRequest, NotFound
+from github_broker.errors import AuthError, BrokerError, InvalidRequest, NotFound
 from github_broker.settings import Settings
 from github_broker.store import Store
 from github_broker.webhooks.payloads import EVENTS, check_shape
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two log lines about refused deliveries (the others are counted).
+REFUSAL_LOG_INTERVAL_S = 60.0
+#: GitHub's default content type for a new webhook: the JSON in a `payload` form field.
+FORM = "application/x-www-form-urlencoded"
 
 
 def signature_ok(secret: bytes, body: bytes, header: str | None) -> bool:
@@ -27,6 +39,68 @@ def signature_ok(secret: bytes, body: bytes, header: str | None) -> bool:
 class Receipt:
     status: str  # queued | duplicate | ignored | pong
     reason: str
+
+
+class RefusalLog:
+    """Refused deliveries (a wrong secret, a repository not served, a body we cannot read) as
+    warnings, at most one per `interval_s`, each saying how many it stands for: a flood of
+    forged deliveries must not flood the log, and a misconfigured secret must not be silent."""
+
+    def __init__(
+        self,
+        interval_s: float = REFUSAL_LOG_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last = float("-inf")
+        self._held = 0
+
+    def note(self, error: BrokerError, event: str, delivery: str, source: str) -> None:
+        with self._lock:
+            now = self._clock()
+            if now - self._last < self.interval_s:
+                self._held += 1
+                return
+            held, self._held, self._last = self._held, 0, now
+        more = f" ({held} more refused since the last report)" if held else ""
+        logger.warning(
+            "webhook delivery %s (%s) from %s refused: %s%s",
+            delivery[:100] or "(no id)",
+            event[:50] or "no event",
+            source,
+            error,
+            more,
+        )
+
+
+#: One per process: every request's receiver reports to it.
+REFUSALS = RefusalLog()
+
+
+def note_refusal(error: BrokerError, event: str, delivery: str, source: str) -> None:
+    """Report a refused delivery to the process's rate-limited log."""
+    REFUSALS.note(error, event, delivery, source)
+
+
+def payload_text(body: bytes, content_type: str) -> str:
+    """The delivery's JSON text: the body itself, or for GitHub's default content type
+    (`application/x-www-form-urlencoded`) its `payload` field. The signature covers the raw
+    body either way."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidRequest(f"the delivery body is not UTF-8: {e}") from e
+    if content_type.split(";")[0].strip().lower() != FORM:
+        return text
+    fields = parse_qs(text, keep_blank_values=True, max_num_fields=10)
+    values = fields.get("payload")
+    if not values or len(values) != 1:
+        raise InvalidRequest(
+            "a form-encoded delivery carries its JSON in one `payload` field; none was found"
+        )
+    return values[0]
 
 
 class WebhookReceiver:
@@ -45,15 +119,17 @@ class WebhookReceiver:
         if not signature_ok(secret, body, signature):
             raise AuthError("X-Hub-Signature-256 does not match the body and the webhook secret")
 
-    async def accept(self, event: str, delivery: str, body: bytes) -> Receipt:
+    async def accept(
+        self, event: str, delivery: str, body: bytes, content_type: str = "application/json"
+    ) -> Receipt:
         """Called with a verified body; refuses repositories not served before touching Redis."""
         if not event or not delivery or len(delivery) > 100:
             raise InvalidRequest("X-GitHub-Event and X-GitHub-Delivery (<= 100 chars) are needed")
+        text = payload_text(body, content_type)
         try:
-            text = body.decode("utf-8")
             payload = json.loads(text)
-        except ValueError as e:  # UnicodeDecodeError included
-            raise InvalidRequest(f"the delivery body is not UTF-8 JSON: {e}") from e
+        except ValueError as e:
+            raise InvalidRequest(f"the delivery payload is not JSON: {e}") from e
         except RecursionError as e:
             raise InvalidRequest("the delivery body is JSON nested too deep") from e
         if not isinstance(payload, dict):
@@ -61,7 +137,7 @@ class WebhookReceiver:
         repository = payload.get("repository")
         full_name = str(repository.get("full_name") or "") if isinstance(repository, dict) else ""
         if event == "ping" and not full_name:
-            return Receipt("pong", "ping from a GitHub App webhook")
+            return await self._ping_without_repository(payload)
         repo = self.settings.repository(full_name) or next(
             (r for r in self.settings.repositories if r.full_name.lower() == full_name.lower()),
             None,
@@ -79,9 +155,37 @@ class WebhookReceiver:
             {"event": event, "delivery": delivery, "received_ms": int(time.time() * 1000)}
         )
         # The raw body follows the envelope line untouched: no re-encoding on the hot path.
-        queued = await rstore.enqueue_webhook(
-            delivery, envelope + "\n" + text, self.settings.webhooks.delivery_ttl_s
+        outcome = await rstore.enqueue_webhook(
+            delivery,
+            hashlib.sha256(body).hexdigest(),
+            envelope + "\n" + text,
+            self.settings.webhooks.delivery_ttl_s,
         )
-        if not queued:
+        if outcome == "duplicate":
             return Receipt("duplicate", f"delivery {delivery} was handled already")
+        if outcome == "replay":
+            return Receipt(
+                "duplicate", "this signed body was delivered before under another delivery id"
+            )
         return Receipt("queued", f"{event} queued")
+
+    async def _ping_without_repository(self, payload: dict[str, Any]) -> Receipt:
+        """A ping names no repository for an organization's webhook (`hook.type` Organization,
+        with `organization`) and for a GitHub App's (`hook.type` App, `hook.app_id`)."""
+        hook = payload.get("hook") if isinstance(payload.get("hook"), dict) else {}
+        assert isinstance(hook, dict)
+        org = payload.get("organization")
+        login = str(org.get("login") or "") if isinstance(org, dict) else ""
+        if hook.get("type") == "App" or (not login and "app_id" in hook):
+            return Receipt("pong", "ping from a GitHub App webhook")
+        if not login:
+            return Receipt("pong", "ping from a webhook that names no repository")
+        served = [r for r in self.settings.repositories if r.owner.lower() == login.lower()]
+        if not served:
+            raise NotFound(f"organization {login} has no repository served by this broker")
+        for repo in served:
+            await self.store.repo(repo.full_name).mark_webhooks_seen()
+        return Receipt(
+            "pong",
+            f"organization webhook of {login} reachable ({len(served)} repositories served)",
+        )

@@ -12,13 +12,14 @@ from typing import Any
 from github_broker.background import stop_task
 from github_broker.commands import CommentCommands
 from github_broker.errors import BrokerError
-from github_broker.gateway import GitHubGateway
+from github_broker.gateway import GitHubGateway, counting_calls
 from github_broker.models import Issue
 from github_broker.progress import ProgressKeeper
 from github_broker.reviews import ReviewKeeper
 from github_broker.settings import Repository, Settings
 from github_broker.store import RepoStore, Store
 from github_broker.sync import Syncer
+from github_broker.webhooks.budget import GitHubBudget
 from github_broker.webhooks.payloads import EVENTS
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,10 @@ class WebhookWorker:
         self.syncer = syncer
         self.reviews = reviews
         self.progress = progress
+        hooks = settings.webhooks
+        #: Shared by every repository's loop: the budget is the worker's, not a repository's.
+        self.budget = GitHubBudget(hooks.github_calls_per_hour, hooks.github_burst)
+        self._over_budget = False
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -88,6 +93,8 @@ class WebhookWorker:
                     if moved:
                         logger.info("%s: re-queued %d webhook deliveries", repo.full_name, moved)
                     recovered = True
+                if await self._over_budget_wait():
+                    continue
                 started = time.monotonic()
                 envelope = await rstore.take_webhook(TAKE_TIMEOUT_S)
                 if envelope is None:
@@ -96,7 +103,11 @@ class WebhookWorker:
                         await asyncio.sleep(NON_BLOCKING_POLL_S)
                     continue
                 try:
-                    await self.apply(repo, rstore, envelope)
+                    with counting_calls() as calls:
+                        try:
+                            await self.apply(repo, rstore, envelope)
+                        finally:
+                            self.budget.spend(calls[0])
                 except (KeyError, TypeError, ValueError) as e:
                     # Signed by GitHub but not the shape we read: retrying cannot help.
                     logger.error("webhook delivery for %s dropped: %r", repo.full_name, e)
@@ -111,6 +122,27 @@ class WebhookWorker:
                 # (deliveries would still mark webhooks healthy and keep polling slowed).
                 logger.exception("webhook delivery for %s failed", repo.full_name)
                 await asyncio.sleep(IDLE_S)
+
+    async def _over_budget_wait(self) -> bool:
+        """While the GitHub budget is spent: wait a little (deliveries stay queued) and say
+        so once; True when the caller should check again before taking a delivery."""
+        wait = self.budget.wait_s()
+        if wait <= 0:
+            if self._over_budget:
+                logger.info("webhook worker's GitHub budget available again: deliveries resume")
+            self._over_budget = False
+            return False
+        if not self._over_budget:
+            hooks = self.settings.webhooks
+            logger.warning(
+                "webhook worker's GitHub budget is spent (%d calls an hour, burst %d): "
+                "deliveries wait in the queue, polling covers their changes meanwhile",
+                hooks.github_calls_per_hour,
+                hooks.github_burst,
+            )
+        self._over_budget = True
+        await asyncio.sleep(min(wait, IDLE_S))
+        return True
 
     async def drain(self, repo: Repository) -> int:
         """Apply every queued delivery now (tests, the CLI); returns how many."""
