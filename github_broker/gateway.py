@@ -139,7 +139,10 @@ class GitHubGateway:
             )
         except requests.exceptions.RequestException as e:
             observe_github(verb, path, "error", started)
-            raise GitHubUnavailable(f"{verb} {path}: {type(e).__name__}: {e}") from e
+            # requests names the host and port (`HTTPConnectionPool(host=...)`): that goes to
+            # the log, the error that may reach a client says what happened.
+            logger.warning("GitHub %s %s failed: %s", verb, path, e)
+            raise GitHubUnavailable(f"{verb} {path}: {network_problem(e)}") from e
         except GithubException as e:
             # Raised by PyGithub itself, e.g. minting a GitHub App installation token.
             observe_github(verb, path, str(e.status), started)
@@ -579,6 +582,22 @@ def _refusal_code(message: str, data: Any) -> str:
     if codes:
         return codes[0] if len(codes) == 1 else ",".join(codes)
     return "already_exists" if "already exists" in message.lower() else "invalid"
+
+
+def network_problem(e: requests.exceptions.RequestException) -> str:
+    """What went wrong on the way to GitHub, without its address."""
+    if isinstance(e, requests.exceptions.Timeout):
+        return "GitHub did not answer in time"
+    if isinstance(e, requests.exceptions.SSLError):
+        return "the TLS handshake with GitHub failed"
+    if isinstance(e, requests.exceptions.ConnectionError):
+        text = str(e)
+        if "Connection refused" in text:
+            return "GitHub cannot be reached: connection refused"
+        if "Name or service not known" in text or "NameResolutionError" in text:
+            return "GitHub cannot be reached: its host name does not resolve"
+        return "GitHub cannot be reached: connection failed"
+    return f"the request to GitHub failed ({type(e).__name__})"
 
 
 def _auth(settings: GitHubSettings) -> Auth.Auth | None:

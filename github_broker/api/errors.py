@@ -20,6 +20,7 @@ from github_broker.errors import (
     GitHubUnavailable,
     InvalidRequest,
     LeaseError,
+    MirrorRebuilding,
     NotFound,
     RateLimited,
     StoreUnavailable,
@@ -29,6 +30,22 @@ logger = logging.getLogger(__name__)
 
 #: Retry-After (seconds) sent with a 503 while Redis or GitHub is down.
 UNAVAILABLE_RETRY_S = 2
+
+#: The `reason` of each error status (409's come with the lease refusal's own reason; a 503
+#: says `rebuilding` while the mirror is rebuilt after a Redis loss and `rate_limited` while
+#: GitHub's limit holds): a client tells answers apart by reason, never by the text.
+REASONS: dict[int, str] = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    422: "invalid_request",
+    429: "too_many_attempts",
+    500: "internal",
+    503: "unavailable",
+}
 
 STATUS: dict[type[BrokerError], int] = {
     InvalidRequest: 422,
@@ -59,11 +76,21 @@ async def broker_error(request: Request, exc: Exception) -> JSONResponse:
         headers = {"Retry-After": str(UNAVAILABLE_RETRY_S)}
     if isinstance(exc, AuthError) and getattr(exc, "forbidden", False):
         status = 403
-    reason = exc.reason if isinstance(exc, LeaseError | AgentPaused) else None
-    if isinstance(exc, InvalidRequest):
-        reason = "invalid_request"  # as every other 422: a client tells refusals by reason
+    reason = exc.reason if isinstance(exc, LeaseError | AgentPaused) else REASONS.get(status)
+    if isinstance(exc, MirrorRebuilding):
+        reason = "rebuilding"
+    elif isinstance(exc, RateLimited):
+        reason = "rate_limited"
     if status >= 500:
-        logger.warning("%s %s -> %d: %s", request.method, request.url.path, status, exc)
+        # The answer says what is wrong; the cause (with addresses) is for the operator.
+        logger.warning(
+            "%s %s -> %d: %s (%s)",
+            request.method,
+            request.url.path,
+            status,
+            exc,
+            exc.__cause__ or "no detail",
+        )
     return _answer(status, str(exc), reason, headers)
 
 
@@ -100,7 +127,7 @@ async def http_error(request: Request, exc: Exception) -> JSONResponse:
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         headers["Allow"] = _allowed_methods(request) or headers.get("Allow", "")
-    return _answer(exc.status_code, str(exc.detail), None, headers or None)
+    return _answer(exc.status_code, str(exc.detail), REASONS.get(exc.status_code), headers or None)
 
 
 #: Methods a 405's `Allow` may name.

@@ -29,7 +29,7 @@ from github_broker.api.schemas import (
     TaskRequest,
 )
 from github_broker.clock import iso_from_ms
-from github_broker.errors import InvalidRequest, LeaseError, NotFound
+from github_broker.errors import BrokerError, InvalidRequest, LeaseError, NotFound
 from github_broker.models import Outcome, ReviewComment, Task
 from github_broker.problems import BODY_LIMIT_RESPONSE, PROBLEM_JSON, Problem
 from github_broker.rules import branch_problem
@@ -82,8 +82,13 @@ async def ready(svc: Services) -> JSONResponse:
     try:
         await svc.store.ping()
         checks["redis"] = "ok"
-    except Exception as e:
+    except BrokerError as e:
+        # The message names no address; its cause (redis-py's, which does) goes to the log.
         ok, checks["redis"] = False, str(e)
+        logger.warning("/ready: %s (%s)", e, e.__cause__ or "no detail")
+    except Exception:
+        ok, checks["redis"] = False, "Redis check failed; the broker logged the details"
+        logger.exception("/ready: the Redis check failed")
     github_ok, why = await svc.github_reachable()
     checks["github"] = "ok" if github_ok else why
     ok = ok and github_ok

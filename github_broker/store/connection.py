@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
+import re
+import socket
 from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar, cast
@@ -44,16 +47,64 @@ def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]
         except TimeoutError as e:
             raise StoreUnavailable(f"Redis did not answer within {bound:g}s") from e
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
-            raise StoreUnavailable(f"Redis unavailable: {e}") from e
+            raise StoreUnavailable(redis_problem(e)) from e
         except redis.exceptions.ResponseError as e:
             message = str(e)
             if message.startswith("FENCED"):
                 raise Fenced(f"not the leader any more: {message}") from e
             if message.startswith("REBUILDING"):
                 raise MirrorRebuilding(message.removeprefix("REBUILDING ")) from e
-            raise StoreUnavailable(f"Redis error: {e}") from e
+            raise StoreUnavailable(redis_problem(e)) from e
 
     return wrapper
+
+
+#: redis-py's connect failure: `Error 111 connecting to 10.0.0.5:6379. Connection refused.`
+_CONNECT_ERROR = re.compile(r"^Error (?P<errno>-?\d+) connecting to ")
+#: Addresses other messages may carry: Python's `('host', port)`, IPv4 and bracketed IPv6
+#: with a port, host:port, a Unix socket's path.
+_ADDRESS = re.compile(
+    r"\('[^']*', \d+(?:, \d+, \d+)?\)|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"
+    r"|\[[0-9A-Fa-f:.]+\](?::\d+)?|\b[\w.-]+:\d{2,5}\b|unix socket: \S+"
+)
+#: What a connection's errno means, said without the address.
+_ERRNO = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset",
+    errno.ETIMEDOUT: "no answer in time",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ENETUNREACH: "network unreachable",
+    errno.ENOENT: "no such socket",
+    errno.EACCES: "permission denied",
+    # getaddrinfo's EAI_NONAME, EAI_AGAIN and EAI_FAIL as redis-py reports them.
+    -2: "its host name does not resolve",
+    -3: "its host name does not resolve",
+    -4: "its host name does not resolve",
+}
+
+
+def redis_problem(e: BaseException) -> str:
+    """What went wrong with Redis, in words a client may read: never the server's address
+    (redis-py says `Error 111 connecting to 10.0.0.5:6379`; a Cluster's MOVED reply names a
+    node). The exception itself stays the StoreUnavailable's cause, for the log."""
+    if isinstance(e, redis.exceptions.ResponseError):
+        # Error replies say what failed (a script's error, OOM, READONLY); only a Cluster's
+        # redirections name a node.
+        if str(e).split(" ", 1)[0] in ("MOVED", "ASK"):
+            return "Redis error: a Redis Cluster redirected the call (use a redis+cluster:// URL)"
+        return f"Redis error: {e}"
+    if isinstance(e, redis.exceptions.AuthenticationError):
+        return "Redis unavailable: it refused the broker's credentials"
+    if isinstance(e, redis.exceptions.TimeoutError | TimeoutError):
+        return "Redis unavailable: no answer in time"
+    text = str(e)
+    found = _CONNECT_ERROR.match(text)
+    code = int(found["errno"]) if found else e.errno if isinstance(e, OSError) else None
+    if code in _ERRNO:
+        return f"Redis unavailable: {_ERRNO[code]}"
+    if isinstance(e, socket.gaierror):
+        return "Redis unavailable: its host name does not resolve"
+    return f"Redis unavailable: {_ADDRESS.sub('(address)', text) or type(e).__name__}"
 
 
 class _Expiry:

@@ -25,6 +25,7 @@ from github_broker.store.connection import (
     call_timeouts,
     connect,
     pubsub_client_for,
+    redis_problem,
     translate_errors,
 )
 from github_broker.store.control import audit_entries, xadd_audit
@@ -115,7 +116,7 @@ class Store:
         except TimeoutError as e:
             raise StoreUnavailable(f"Redis did not answer within {timeout_s:g}s") from e
         except (redis.exceptions.RedisError, OSError) as e:
-            raise StoreUnavailable(f"Redis unavailable: {e}") from e
+            raise StoreUnavailable(redis_problem(e)) from e
 
     @translate_errors
     async def server_id(self) -> str | None:
@@ -195,7 +196,7 @@ class Store:
             raise StoreUnavailable(f"Redis did not answer within {self.call_timeout_s:g}s") from e
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
             release_later()
-            raise StoreUnavailable(f"Redis unavailable: {e}") from e
+            raise StoreUnavailable(redis_problem(e)) from e
         except asyncio.CancelledError:
             release_later()
             raise
@@ -439,7 +440,7 @@ class Store:
                     redis.exceptions.TimeoutError,
                     OSError,
                 ) as e:
-                    raise StoreUnavailable(f"Redis unavailable: {e}") from e
+                    raise StoreUnavailable(redis_problem(e)) from e
             reader = asyncio.create_task(self._pump(pubsub, queue))
             try:
                 yield queue
