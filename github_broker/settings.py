@@ -333,6 +333,12 @@ class ServerSettings(_Section):
     long_poll_recheck_s: float = Field(5.0, gt=0)
     #: Largest request body (bytes) the API reads; a larger one gets 413 unread.
     max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    #: Connections one API worker holds at once (at most half the file limit, less a
+    #: reserve); a new one beyond it closes the oldest that has no request in progress.
+    max_connections: int = Field(4096, ge=16)
+    #: Seconds a connection may take to send a request's headers, when new and after each
+    #: response, before it is closed (a half-sent header must not hold it for ever).
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
 
     def resolved_agent_tokens(self) -> dict[str, str]:
         tokens = dict(self.agent_tokens)

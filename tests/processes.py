@@ -23,12 +23,21 @@ from tests.conftest import free_port
 class BrokerProcess:
     """One `github-broker serve` process configured by environment variables."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path, name: str, workers: int = 1) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_dir: Path,
+        name: str,
+        workers: int = 1,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **env}
         self.log_path = log_dir / f"{name}.log"
         self.workers = workers
+        #: Run in the child before serve starts (a lowered file limit, say).
+        self.preexec_fn = preexec_fn
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 20.0) -> BrokerProcess:
@@ -51,6 +60,7 @@ class BrokerProcess:
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                preexec_fn=self.preexec_fn,
             )
         return self
 

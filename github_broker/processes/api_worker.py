@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import dataclass, field
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,9 @@ class ServeSpec:
     #: Seconds uvicorn gives open requests after SIGTERM before closing them.
     graceful_s: int = 5
     env: dict[str, str] = field(default_factory=dict)
+    #: server.max_connections and server.header_timeout_s (see connections.py).
+    max_connections: int = 4096
+    header_timeout_s: float = 10.0
 
 
 def bind(host: str, port: int, *, reuse_port: bool) -> socket.socket:
@@ -39,17 +45,33 @@ def run_api_worker(spec: ServeSpec, sock: socket.socket | None = None) -> None:
     """One uvicorn server for `spec.app` on `sock` (or its own SO_REUSEPORT socket)."""
     import uvicorn
 
-    from github_broker.processes.protocol import NoDelayH11Protocol
+    from github_broker.processes.connections import (
+        ConnectionGuard,
+        connection_limits,
+        raise_file_limit,
+    )
+    from github_broker.processes.protocol import guarded
 
     os.environ.update(spec.env)
+    _, files = raise_file_limit()
+    held, batch = connection_limits(spec.max_connections, files)
     config = uvicorn.Config(
         spec.app,
         factory=True,
-        http=NoDelayH11Protocol,
+        http=guarded(ConnectionGuard(held, spec.header_timeout_s)),
+        # Also how many connections asyncio accepts in one go (see connection_limits).
+        backlog=batch,
         log_config=spec.log_config,
         log_level=spec.log_level,
         access_log=spec.access_log,
         timeout_graceful_shutdown=spec.graceful_s,
+    )
+    logger.info(
+        "API worker %d: at most %d connections (file limit %d), request headers within %gs",
+        os.getpid(),
+        held,
+        files,
+        spec.header_timeout_s,
     )
     server = uvicorn.Server(config)
     if sock is None:

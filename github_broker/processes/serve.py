@@ -12,6 +12,7 @@ from pathlib import Path
 
 from github_broker import logs
 from github_broker.processes.api_worker import ServeSpec, run_api_worker
+from github_broker.processes.connections import raise_file_limit
 from github_broker.processes.supervisor import Supervisor
 from github_broker.settings import ENV_PREFIX, load_settings
 
@@ -56,7 +57,12 @@ def serve(
         access_log=access_log,
         # The poller runs beside the API workers, never inside them.
         env={} if single_process else {f"{ENV_PREFIX}SERVER__RUN_POLLER": "false"},
+        max_connections=settings.server.max_connections,
+        header_timeout_s=settings.server.header_timeout_s,
     )
+    before, files = raise_file_limit()  # the children inherit it
+    if files > before:
+        logger.info("file limit raised from %d to %d", before, files)
     shown = f"[{host}]" if ":" in host else host
     logger.info(
         "serving on http://%s:%d (dashboard /ui, API reference /docs)", shown, port
