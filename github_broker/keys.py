@@ -147,6 +147,12 @@ pausing an agent or the broker) and ``{key_prefix}:webhooks:refused`` (hash: ``a
 ``reason``, ``count`` of webhook deliveries refused, e.g. for a wrong signature: their body is
 not trusted, so no repository is named) and ``{key_prefix}:audit:exported`` (hash: audit
 stream key -> the last entry id appended to the ``audit.file`` JSONL file).
+
+The dashboard's keys share the hash tag ``{<key_prefix>:ui}`` (``login_attempt.lua`` counts
+against two of them): ``{<key_prefix>:ui}:logins`` (string, login attempts of every client in
+the current window; TTL the window), ``{<key_prefix>:ui}:logins:<client>`` (the same for one
+client, named by a digest of its address) and ``{<key_prefix>:ui}:session:<id>`` (string, a
+dashboard session; deleted by logout, TTL the session's 12 h).
 """
 
 from __future__ import annotations
@@ -294,6 +300,11 @@ class GlobalKeys:
         self.audit = f"{key_prefix}:audit"
         self.webhooks_refused = f"{key_prefix}:webhooks:refused"
         self.audit_exported = f"{key_prefix}:audit:exported"
+        # One hash tag for the dashboard's keys: login_attempt.lua touches two of them.
+        ui = f"{{{key_prefix}:ui}}"
+        self.ui_logins = f"{ui}:logins"
+        self.ui_logins_prefix = f"{ui}:logins:"
+        self.ui_session_prefix = f"{ui}:session:"
 
     def agent_repos(self, agent_id: str) -> str:
         """Where `agent_id` may hold a task: repository -> when it last claimed there (ms)."""
@@ -302,3 +313,10 @@ class GlobalKeys:
     def agent_busy(self, agent_id: str) -> str:
         """Held while one request of `agent_id` settles and claims across repositories."""
         return f"{self.agent_busy_prefix}{agent_id}"
+
+    def ui_client_logins(self, client: str) -> str:
+        """Dashboard login attempts of one client (`client`: a digest of its address)."""
+        return f"{self.ui_logins_prefix}{client}"
+
+    def ui_session(self, session_id: str) -> str:
+        return f"{self.ui_session_prefix}{session_id}"

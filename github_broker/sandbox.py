@@ -125,6 +125,7 @@ class ApiServer:
             log_level="warning",
             access_log=False,
             lifespan="on",
+            proxy_headers=False,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="sandbox-api", daemon=True)

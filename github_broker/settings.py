@@ -339,6 +339,10 @@ class ServerSettings(_Section):
     #: Seconds a connection may take to send a request's headers, when new and after each
     #: response, before it is closed (a half-sent header must not hold it for ever).
     header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    #: Addresses of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed
+    #: (`*`: any): the dashboard's cookie is `Secure` when the proxy says the request came
+    #: over HTTPS, and its login throttle counts the forwarded client. Empty: none is.
+    trusted_proxies: list[str] = []
 
     def resolved_agent_tokens(self) -> dict[str, str]:
         tokens = dict(self.agent_tokens)

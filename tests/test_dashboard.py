@@ -81,18 +81,25 @@ def test_login_refuses_json_bodies(app_factory: Callable[..., TestClient]) -> No
         assert r.status_code == 415 and "x-www-form-urlencoded" in r.text
 
 
+SESSION_ID = "s" * 32
+
+
 def test_session_cookie_expires_and_binds_the_token() -> None:
-    value = session.issue("secret", now_s=1000.0)
-    assert session.valid("secret", value, now_s=1001.0)
-    assert not session.valid("other", value, now_s=1001.0)
-    assert not session.valid("secret", value, now_s=1000.0 + session.SESSION_TTL_S + 1)
+    value = session.issue("secret", SESSION_ID, now_s=1000.0)
+    assert session.session_of("secret", value, now_s=1001.0) == SESSION_ID
+    assert session.session_of("other", value, now_s=1001.0) is None
+    assert session.session_of("secret", value, now_s=1000.0 + session.SESSION_TTL_S + 1) is None
+    expires, _, mac = value.split(".")
+    assert session.session_of("secret", f"{expires}.{'t' * 32}.{mac}", now_s=1001.0) is None
 
 
 def test_odd_session_cookies_are_refused_not_500() -> None:
     # Found by a hostile client: a non-ASCII MAC and a 5,000-digit expiry answered 500.
-    assert not session.valid("secret", "9999999999.\xe9")
-    assert not session.valid("secret", "9" * 5000 + ".abc")
-    assert not session.valid("secret", "١٢٣.abc")  # non-ASCII digits
+    assert session.session_of("secret", "9999999999.\xe9") is None
+    assert session.session_of("secret", f"9999999999.{SESSION_ID}.\xe9") is None
+    assert session.session_of("secret", "9" * 5000 + ".abc") is None
+    assert session.session_of("secret", "١٢٣.abc") is None  # non-ASCII digits
+    assert session.session_of("secret", "9999999999.bad*id.abc") is None
 
 
 def test_docs_load_swagger_from_the_package(client: TestClient) -> None:

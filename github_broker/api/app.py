@@ -144,6 +144,12 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
     )
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.server.max_body_bytes)
+    if settings.server.trusted_proxies:
+        # Forwarded headers only from the configured proxies (uvicorn's own trust of loopback
+        # is switched off where the broker runs uvicorn: api_worker, sandbox).
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.server.trusted_proxies)
     app.take_request_task(settings.server.max_body_bytes)
     app.include_router(routes.router)
     app.include_router(webhooks.router)

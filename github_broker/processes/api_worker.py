@@ -61,6 +61,9 @@ def run_api_worker(spec: ServeSpec, sock: socket.socket | None = None) -> None:
         http=guarded(ConnectionGuard(held, spec.header_timeout_s)),
         # Also how many connections asyncio accepts in one go (see connection_limits).
         backlog=batch,
+        # X-Forwarded-* only from server.trusted_proxies (create_app), not from any loopback
+        # client as uvicorn's default would.
+        proxy_headers=False,
         log_config=spec.log_config,
         log_level=spec.log_level,
         access_log=spec.access_log,

@@ -87,3 +87,4 @@ class Scripts:
         )
         self.leader = register(_load("leader", with_lib=False))
         self.webhook_enqueue = register(_load("webhook_enqueue", with_lib=False))
+        self.login_attempt = register(_load("login_attempt", with_lib=False))

@@ -30,6 +30,7 @@ from github_broker.store.connection import (
 )
 from github_broker.store.control import audit_entries, xadd_audit
 from github_broker.store.leases import pause_of
+from github_broker.store.logins import DashboardLogins
 from github_broker.store.repo import RepoStore
 from github_broker.store.resp import close_pipelined, pipelined_for
 from github_broker.store.scripts import Scripts
@@ -78,6 +79,7 @@ class Store:
         pipelined_for(client, stall_s=settings.redis.socket_timeout_s)
         self.scripts = Scripts(client)
         self.global_keys = GlobalKeys(settings.redis.key_prefix)
+        self.logins = DashboardLogins(client, self.scripts, self.global_keys, self.call_timeout_s)
         self.repos = {
             r.full_name: RepoStore(
                 client, self.scripts, RepoKeys(settings.redis.key_prefix, r.owner, r.name), settings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import math
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -38,11 +39,20 @@ def _admin_token(request: Request) -> str | None:
     return auth.admin_token or ""
 
 
-def _logged_in(request: Request) -> bool:
+async def _logged_in(request: Request) -> bool:
+    """Whether the request may see the dashboard: it is open, or the cookie names a session
+    that is still open (Redis: a logout anywhere ends it)."""
     token = _admin_token(request)
     if token is None:
         return True
-    return bool(token) and session.valid(token, request.cookies.get(session.COOKIE))
+    session_id = session.session_of(token, request.cookies.get(session.COOKIE)) if token else None
+    return session_id is not None and bool(
+        await _services(request).store.logins.session_alive(session_id)
+    )
+
+
+def _unavailable(e: BrokerError) -> HTMLResponse:
+    return HTMLResponse(render("error.html", message=f"{type(e).__name__}: {e}"), status_code=503)
 
 
 @router.get("/", include_in_schema=True, status_code=307, response_class=RedirectResponse)
@@ -62,14 +72,13 @@ async def root() -> RedirectResponse:
 )
 async def dashboard(request: Request) -> Response:
     """Leases, queues, blockers, reviews, the write queue and recent events (admin)."""
-    if not _logged_in(request):
-        return RedirectResponse("/ui/login", status_code=303)
     svc = _services(request)
     try:
+        if not await _logged_in(request):
+            return RedirectResponse("/ui/login", status_code=303)
         data = await overview.overview(svc.store, svc.settings)
     except BrokerError as e:
-        page = render("error.html", message=f"{type(e).__name__}: {e}")
-        return HTMLResponse(page, status_code=503)
+        return _unavailable(e)
     show_logout = _admin_token(request) is not None
     return HTMLResponse(render("dashboard.html", o=data, show_logout=show_logout))
 
@@ -86,6 +95,13 @@ async def login_form(request: Request) -> HTMLResponse:
     responses={
         303: {"description": "Logged in: a session cookie is set, go to /ui."},
         401: {"description": "Wrong token: the form again, with the reason.", **HTML},
+        429: {
+            "description": "Too many attempts from this client (or from everyone) in the "
+            "login window: the form again, and Retry-After (seconds) says when to retry.",
+            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+            **HTML,
+        },
+        503: {"description": "Redis unavailable: the page says so.", **HTML},
         413: {
             "description": "Form body too large: the form again (over 4 kB), or the API's "
             "JSON problem (over server.max_body_bytes).",
@@ -109,7 +125,8 @@ async def login_form(request: Request) -> HTMLResponse:
     },
 )
 async def login(request: Request) -> Response:
-    """Check the admin token and set an HttpOnly session cookie (the token stays secret)."""
+    """Check the admin token (throttled per client and overall) and open a session: an
+    HttpOnly cookie names it (the token stays secret), `Secure` over HTTPS."""
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         page = render("login.html", error="send the form as application/x-www-form-urlencoded")
         return HTMLResponse(page, status_code=415)
@@ -120,13 +137,32 @@ async def login(request: Request) -> Response:
     admin = _admin_token(request)
     if admin is None:
         return RedirectResponse("/ui", status_code=303)
-    if not given or not admin or not hmac.compare_digest(given.encode(), admin.encode()):
-        why = "no admin token is configured" if not admin else "that is not the admin token"
-        return HTMLResponse(render("login.html", error=why), status_code=401)
+    logins = _services(request).store.logins
+    # uvicorn's address, or the forwarded one when server.trusted_proxies names the proxy.
+    address = request.client.host if request.client else "unknown"
+    try:
+        wait_s = await logins.attempt(
+            address,
+            session.LOGIN_WINDOW_S,
+            session.LOGIN_ATTEMPTS_PER_CLIENT,
+            session.LOGIN_ATTEMPTS_OVERALL,
+        )
+        if wait_s > 0:
+            retry_s = max(1, math.ceil(wait_s))
+            why = f"too many login attempts; try again in {retry_s} s"
+            page = render("login.html", error=why)
+            return HTMLResponse(page, status_code=429, headers={"Retry-After": str(retry_s)})
+        if not given or not admin or not hmac.compare_digest(given.encode(), admin.encode()):
+            why = "no admin token is configured" if not admin else "that is not the admin token"
+            return HTMLResponse(render("login.html", error=why), status_code=401)
+        await logins.succeeded(address)
+        session_id = await logins.open_session(session.SESSION_TTL_S)
+    except BrokerError as e:
+        return _unavailable(e)
     response = RedirectResponse("/ui", status_code=303)
     response.set_cookie(
         session.COOKIE,
-        session.issue(admin),
+        session.issue(admin, session_id),
         max_age=session.SESSION_TTL_S,
         httponly=True,
         samesite="strict",
@@ -140,10 +176,21 @@ async def login(request: Request) -> Response:
     "/ui/logout",
     status_code=303,
     response_class=RedirectResponse,
-    responses={303: {"description": "Cookie cleared: go to /ui/login."}},
+    responses={
+        303: {"description": "Session ended and cookie cleared: go to /ui/login."},
+        503: {"description": "Redis unavailable: the session could not be ended.", **HTML},
+    },
 )
-async def logout() -> Response:
-    """Forget the session cookie."""
+async def logout(request: Request) -> Response:
+    """End the session on the server (the old cookie opens nothing any more), clear the
+    cookie."""
+    admin = _admin_token(request)
+    session_id = session.session_of(admin, request.cookies.get(session.COOKIE)) if admin else None
+    if session_id is not None:
+        try:
+            await _services(request).store.logins.end_session(session_id)
+        except BrokerError as e:
+            return _unavailable(e)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(session.COOKIE, path="/ui")
     return response
