@@ -336,8 +336,8 @@ EXTRA_STATUSES: dict[tuple[str, str], set[int]] = {
     ("GET", "/"): {413},
     ("GET", "/ui"): {303, 413, 503},
     ("GET", "/ui/login"): {413},
-    ("POST", "/ui/login"): {303, 401, 413, 415},
-    ("POST", "/ui/logout"): {413},
+    ("POST", "/ui/login"): {303, 401, 413, 415, 429, 503},
+    ("POST", "/ui/logout"): {413, 503},
     **{
         ("POST", f"/admin/tasks/{{owner}}/{{repo}}/{{number}}/{verb}"): {
             401,
@@ -362,6 +362,10 @@ EXTRA_STATUSES: dict[tuple[str, str], set[int]] = {
     },
     ("GET", "/admin/audit"): {401, 403, 413, 422, 503},
     ("GET", "/admin/agents"): {401, 403, 413, 503},
+}
+#: Every GET route answers HEAD alike, without the body.
+EXTRA_STATUSES |= {
+    ("HEAD", path): codes for (method, path), codes in EXTRA_STATUSES.items() if method == "GET"
 }
 
 
@@ -458,11 +462,28 @@ def test_not_allowed_names_every_method_of_the_path(client: TestClient) -> None:
     POST /ui/login are two routes)."""
     r = client.options("/ui/login")
     assert r.status_code == 405
-    assert r.headers["allow"] == "GET, POST"
+    assert r.headers["allow"] == "GET, HEAD, POST"
     assert problem(r)["detail"] == "Method Not Allowed"
     for path in ("/request-task", "/tasks/acme/widgets/1/heartbeat"):
         r = client.get(path)
         assert (r.status_code, r.headers["allow"]) == (405, "POST")
+
+
+def test_head_answers_every_get_route_as_get_without_the_body(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    paths = [p for p, ops in spec["paths"].items() if "get" in ops]
+    assert all("head" in spec["paths"][p] for p in paths)
+    for path in [*paths, "/docs", "/openapi.json", "/no/such/path"]:
+        got = client.get(path, headers=ADMIN, follow_redirects=False)
+        head = client.head(path, headers=ADMIN, follow_redirects=False)
+        assert head.status_code == got.status_code, path
+        assert head.content == b"", path
+        for name in ("content-type", "location", "allow"):
+            assert head.headers.get(name) == got.headers.get(name), (path, name)
+        if path in ("/health", "/ui/login", "/docs", "/openapi.json"):  # the others move
+            assert head.headers.get("content-length") == got.headers.get("content-length")
+    r = client.head("/request-task")
+    assert (r.status_code, r.headers["allow"], r.content) == (405, "POST", b"")
 
 
 @pytest.mark.parametrize("hot", [True, False], ids=["hot path", "declared route"])

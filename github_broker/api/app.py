@@ -158,7 +158,8 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = declare_deployment(FastAPI.openapi(app), settings)
+            spec = declare_deployment(FastAPI.openapi(app), settings)
+            app.openapi_schema = declare_head(spec)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -184,4 +185,25 @@ def declare_deployment(spec: dict[str, Any], settings: Settings) -> dict[str, An
     for param in spec["paths"]["/explain"]["get"]["parameters"]:
         if param["name"] == "roles" and roles:
             items_of(param["schema"])["enum"] = roles
+    return spec
+
+
+def declare_head(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every GET path answers HEAD as GET without the body (`BrokerApp`): declared so, each
+    answer's headers without its content."""
+    for ops in spec["paths"].values():
+        get = ops.get("get")
+        if get is None or "head" in ops:
+            continue
+        head: dict[str, Any] = {
+            key: get[key] for key in ("tags", "summary", "parameters") if key in get
+        }
+        head["description"] = "As GET, without the body."
+        if "operationId" in get:
+            head["operationId"] = f"{get['operationId']}_head"
+        head["responses"] = {
+            code: {k: v for k, v in answer.items() if k != "content"}
+            for code, answer in get["responses"].items()
+        }
+        ops["head"] = head
     return spec

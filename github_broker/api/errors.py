@@ -142,6 +142,8 @@ def _allowed_methods(request: Request) -> str:
         scope = {**request.scope, "method": method}
         if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
             allowed.append(method)
+    if "GET" in allowed and "HEAD" not in allowed:
+        allowed.insert(allowed.index("GET") + 1, "HEAD")  # answered like GET (BrokerApp)
     return ", ".join(allowed)
 
 

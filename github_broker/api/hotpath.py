@@ -25,7 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from github_broker.api import errors
 from github_broker.api.limits import BodyLimit
@@ -64,6 +64,11 @@ class BrokerApp(FastAPI):
         self.hot_leases = BodyLimit(LeasePath(), max_bytes=max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "HEAD":
+            # Every GET route answers HEAD (RFC 9110): the GET's status and headers, no body.
+            # FastAPI's routes take only the methods they name, so HEAD got 405 everywhere.
+            await super().__call__({**scope, "method": "GET"}, receive, _without_body(send))
+            return
         if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
             path = scope["path"]
             if path == PATH:
@@ -81,6 +86,17 @@ class BrokerApp(FastAPI):
                     await self.hot_leases(scope, receive, send)
                     return
         await super().__call__(scope, receive, send)
+
+
+def _without_body(send: Send) -> Send:
+    """`send` dropping the body's bytes (and keeping its headers, Content-Length included)."""
+
+    async def sender(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return sender
 
 
 class HotPath:
