@@ -129,13 +129,35 @@ def _print(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+def _view_settings(args: argparse.Namespace) -> Settings:
+    """What `status` and `explain` look at: the configured deployment, or the running sandbox
+    (`--sandbox`, or when no repository is configured and a sandbox runs)."""
+    from github_broker import sandbox_state
+
+    settings = None if args.sandbox else _settings(args)
+    if settings is not None and settings.repositories:
+        return settings
+    running = sandbox_state.read()
+    if running is None:
+        if settings is None:
+            raise ConfigError("no sandbox is running (`github-broker sandbox` starts one)")
+        _require_repositories(settings)
+    assert running is not None
+    from github_broker.sandbox import sandbox_settings
+
+    print(
+        f"github-broker: showing the sandbox running at {running.url} (pid {running.pid})",
+        file=sys.stderr,
+    )
+    return sandbox_settings(running.github_url, running.redis_url, running.port)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Who holds what until when, what waits, what is skipped and why."""
     from github_broker import status
     from github_broker.store import Store
 
-    settings = _settings(args)
-    _require_repositories(settings)
+    settings = _view_settings(args)
 
     async def run() -> dict[str, Any]:
         store = Store.from_settings(settings)
@@ -170,8 +192,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from github_broker import overview, render
     from github_broker.store import Store
 
-    settings = _settings(args)
-    _require_repositories(settings)
+    settings = _view_settings(args)
     if args.repo and args.repo not in {r.full_name for r in settings.repositories}:
         raise ConfigError(f"--repo {args.repo}: not a configured repository")
 
@@ -236,10 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="API and poller in this one process (debugging, profiling); ignores --workers",
     )
     p.add_argument("--access-log", action="store_true")
+    sandbox_help = (
+        "look at the running `github-broker sandbox` (the default when no repository is "
+        "configured and one runs)"
+    )
     p = add("status", cmd_status)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--sandbox", action="store_true", help=sandbox_help)
     p = add("explain", cmd_explain)
     p.add_argument("--agent", help="the agent asking (its cool-downs, pause, reviews of its work)")
+    p.add_argument("--sandbox", action="store_true", help=sandbox_help)
     p.add_argument("--role", action="append", help="a role the agent accepts (repeatable)")
     p.add_argument("--repo", help="only this owner/name")
     p.add_argument("--issue", type=int, help="only this issue number")

@@ -79,6 +79,9 @@ class Daemon:
         self._marks: dict[str, str] = {}
         # A loss-triggered rebuild and the scheduled pass must not run two syncs at once.
         self._sync_lock = asyncio.Lock()
+        #: Repositories whose mirror this process has seen built: only theirs can be lost (a
+        #: fresh start's first pass is a build, not a rebuild).
+        self._seen_built: set[str] = set()
         self.scheduler: AsyncIOScheduler | None = None
 
     # --- jobs ---------------------------------------------------------------------------
@@ -145,6 +148,8 @@ class Daemon:
             try:
                 if not await self.store.repo(repo.full_name).mirror_rebuilt():
                     lost.append(repo)
+                else:
+                    self._seen_built.add(repo.full_name)
             except BrokerError:
                 return
         if not lost:
@@ -153,7 +158,16 @@ class Daemon:
             # Only the lost ones: a repository whose sync keeps failing must not make the
             # others sync on every drain pass.
             for repo in lost:
-                logger.warning("the mirror of %s is gone: rebuilding it now", repo.full_name)
+                try:
+                    if await self.store.repo(repo.full_name).mirror_rebuilt():
+                        continue  # the scheduled pass built it while this one waited
+                except BrokerError:
+                    return
+                if repo.full_name in self._seen_built:
+                    logger.warning("the mirror of %s is gone: rebuilding it now", repo.full_name)
+                else:
+                    # A first start on empty Redis (or this process's first look at it).
+                    logger.info("building the mirror of %s", repo.full_name)
                 await self._sync_repo(repo)
 
     async def _sync_all(self) -> None:
@@ -237,6 +251,7 @@ class Daemon:
 
     async def _sync(self, repo: Repository) -> None:
         await self.syncer.sync(repo)
+        self._seen_built.add(repo.full_name)
         # When the mirror was last known current: the dashboard's and `status`'s "last sync".
         # Recorded here, not by the syncer, whose unchanged passes write nothing.
         await self.store.repo(repo.full_name).save_sync_state({"synced_at": str(time.time())})
@@ -378,12 +393,15 @@ class Daemon:
             (self.export_audit, AUDIT_EXPORT_INTERVAL_S),
         ]
         for func, seconds in jobs:
-            # max_instances=1: a slow pass is never overlapped by the next one.
+            # A slow pass is never overlapped by the next one: the job skips a tick while its
+            # previous pass runs (`_job`). APScheduler's own max_instances=1 would do the same
+            # but log a warning on every such tick (every second for the write queue while a
+            # sync of many repositories holds it up); 2 leaves the skipping to us.
             scheduler.add_job(
-                self._quiet_when_stopped(func),
+                self._job(func),
                 "interval",
                 seconds=seconds,
-                max_instances=1,
+                max_instances=2,
                 coalesce=True,
                 next_run_time=now,
                 misfire_grace_time=None,
@@ -392,16 +410,24 @@ class Daemon:
         self.scheduler = scheduler
         self.webhooks.start(lambda: self.is_leader)
 
-    def _quiet_when_stopped(self, func: Callable[[], Awaitable[object]]) -> Callable[[], Any]:
-        """`func` as a job whose pass, cancelled because the process stops, ends quietly
-        instead of as an error traceback (the next leader's pass redoes its work)."""
+    def _job(self, func: Callable[[], Awaitable[object]]) -> Callable[[], Any]:
+        """`func` as a job: a tick that comes while the previous pass still runs does nothing,
+        and a pass cancelled because the process stops ends quietly instead of as an error
+        traceback (the next leader's pass redoes its work)."""
+        running = False
 
         async def job() -> None:
+            nonlocal running
+            if running:
+                return
+            running = True
             try:
                 await func()
             except asyncio.CancelledError:
                 if self.scheduler is not None:
                     raise
+            finally:
+                running = False
 
         return job
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from github_broker import sandbox_state
 from github_broker.agent.client import BrokerClient, BrokerClientError
 from github_broker.agent.runner import Runner, RunnerConfig, RunnerError, stop_on_signals
 from github_broker.clock import age, now_ms
@@ -27,7 +28,7 @@ from github_broker.models import Event
 from github_broker.overview import RepoOverview, repo_overview
 from github_broker.settings import DEFAULTS_DIR, ENV_PREFIX, Settings, load_settings
 from github_broker.simulator import DEMO_SEED_PATH, Simulator
-from github_broker.store import RepoStore, Store
+from github_broker.store import MEMORY_URL, RepoStore, Store
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,8 @@ class ApiServer:
 
     def stop(self) -> None:
         self.server.should_exit = True
-        self.thread.join(timeout=15)
+        if self.thread.ident is not None:  # never started when start-up failed before it
+            self.thread.join(timeout=15)
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,8 @@ class GitHubWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
 
     def snapshot(self) -> dict[int, Item]:
         items: dict[int, Item] = {}
@@ -283,7 +286,8 @@ class BrokerWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         asyncio.run(self._watch())
@@ -374,7 +378,35 @@ Point your own agent at it (start with --agents 0 to leave all the work to it):
 
   github-broker agent --broker-url {url} --agent-id my-agent -- your-agent-command
 
+Look at it from another terminal: github-broker status, github-broker explain
+
 --- event log (Ctrl-C stops the sandbox) ---"""
+
+
+class SharedStore:
+    """The sandbox's in-process store (memory://) served on a loopback port, so that
+    `github-broker status` and `explain` in another terminal read the same data."""
+
+    def __init__(self) -> None:
+        from fakeredis import TcpFakeServer
+
+        from github_broker.store.connection import memory_server
+
+        self.server = TcpFakeServer(("127.0.0.1", 0))
+        self.server.fake_server = memory_server()
+        self.server.daemon_threads = True  # a reader left connected must not hold the exit
+        self.url = f"redis://127.0.0.1:{self.server.server_address[1]}/0"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, args=(0.2,), name="sandbox-redis", daemon=True
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.thread.ident is not None:
+            self.server.shutdown()
+        self.server.server_close()
 
 
 class Sandbox:
@@ -392,6 +424,7 @@ class Sandbox:
         self.api: ApiServer | None = None
         self.watcher = GitHubWatcher(self.sim)
         self.broker_watcher: BrokerWatcher | None = None
+        self.shared: SharedStore | None = None
         self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -402,6 +435,16 @@ class Sandbox:
         self.watcher.start()
         self.broker_watcher = BrokerWatcher(settings, self.agent_ids)
         self.broker_watcher.start()
+        redis_url = self.redis_url
+        if redis_url.startswith(MEMORY_URL):
+            self.shared = SharedStore()
+            self.shared.start()
+            redis_url = self.shared.url
+        sandbox_state.write(
+            sandbox_state.RunningSandbox(
+                os.getpid(), self.url, self.sim.base_url, redis_url, self.port
+            )
+        )
         print(banner(self.url, self.sim, self.redis_url, self.agent_ids, self.logs), flush=True)
         for agent_id in self.agent_ids:
             thread = threading.Thread(
@@ -461,6 +504,9 @@ class Sandbox:
         self.watcher.stop()
         if self.broker_watcher is not None:
             self.broker_watcher.stop()
+        sandbox_state.remove(os.getpid())
+        if self.shared is not None:
+            self.shared.stop()
         self.sim.stop()
 
 

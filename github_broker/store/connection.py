@@ -178,7 +178,7 @@ def connect(
     if url.startswith(MEMORY_URL):
         import fakeredis
 
-        return fakeredis.FakeAsyncRedis(server=_memory_server())
+        return fakeredis.FakeAsyncRedis(server=memory_server())
     if url.startswith("redis+sentinel://"):
         return _sentinel(url, socket_timeout_s)
     if url.startswith(CLUSTER_SCHEME):
@@ -242,8 +242,9 @@ def pubsub_client_for(url: str, client: Any, timeouts: dict[str, Any]) -> Any:
 _MEMORY: Any = None
 
 
-def _memory_server() -> Any:
-    # One fake server per process, shared by every client, like one real Redis.
+def memory_server() -> Any:
+    """The process's fake Redis server (memory://): one, shared by every client, like one
+    real Redis."""
     global _MEMORY
     if _MEMORY is None:
         import fakeredis
@@ -256,7 +257,7 @@ def flush_memory() -> None:
     """Empty the in-process fake server (tests)."""
     import fakeredis
 
-    fakeredis.FakeRedis(server=_memory_server()).flushall()
+    fakeredis.FakeRedis(server=memory_server()).flushall()
 
 
 def _sentinel(url: str, socket_timeout_s: float) -> aioredis.Redis:
