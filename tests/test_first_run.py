@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,7 +81,7 @@ def running_sandbox(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     assert "Traceback" not in output.text, output.text
     # A fresh start builds the mirror; nothing was lost (it said so in 3 of 6 starts).
     assert "is gone" not in output.text, output.text
-    assert not list(tmp_path.glob("*.json"))  # the state file goes with the sandbox
+    assert not (tmp_path / "github-broker-sandbox.json").exists()  # it goes with the sandbox
 
 
 def test_status_and_explain_find_the_running_sandbox(
@@ -174,3 +175,35 @@ async def test_a_slow_pass_skips_ticks_quietly_and_is_never_overlapped(
             await w.daemon.stop()
     assert overlaps == 0 and 2 <= passes <= 4
     assert "maximum number of running instances" not in caplog.text
+
+
+def quickstart_http_example() -> str:
+    """The shell block of docs/quickstart.md's "Any language: plain HTTP"."""
+    text = (Path(__file__).parent.parent / "docs" / "quickstart.md").read_text()
+    section = text.split("## Any language: plain HTTP", 1)[1]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.skipif(
+    not (shutil.which("curl") and shutil.which("jq")), reason="the example uses curl and jq"
+)
+def test_the_quickstart_curl_example_claims_heartbeats_and_completes(
+    running_sandbox: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    url, env = running_sandbox
+    script = quickstart_http_example()
+    assert "B=http://127.0.0.1:8080\n" in script
+    script = script.replace("B=http://127.0.0.1:8080\n", f"B={url}\n")
+    workdir = tmp_path / "agent"
+    workdir.mkdir()
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"repository": "demo/sandbox"' in done.stdout
+    assert '{"expires_at":' in done.stdout and '{"status":"completed"}' in done.stdout
