@@ -204,12 +204,19 @@ def test_a_form_encoded_delivery_is_accepted_as_github_signs_it(
     assert json.loads(payload)["issue"]["number"] == 3
 
 
-def test_refused_deliveries_are_logged_at_most_once_a_minute(
-    hook_settings: Settings, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+def test_refused_deliveries_are_logged_and_recorded_at_most_once_a_minute(
+    hook_settings: Settings,
+    redis_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A wrong secret is in the log (and in the integrations' health) at once; a flood of
+    forged deliveries adds one line, and one Redis write, a minute."""
     now = [1000.0]
-    monkeypatch.setattr(receiver_module, "REFUSALS", RefusalLog(60, clock=lambda: now[0]))
+    for name in ("SIGNATURE_REFUSALS", "REFUSALS"):
+        monkeypatch.setattr(receiver_module, name, RefusalLog(60, clock=lambda: now[0]))
     caplog.set_level(logging.WARNING, logger="github_broker.webhooks.receiver")
+    refused = redis.Redis.from_url(redis_url)
     data = comment_on_pull(3)
     with TestClient(create_app(hook_settings)) as c:
         for i in range(20):
@@ -219,12 +226,19 @@ def test_refused_deliveries_are_logged_at_most_once_a_minute(
         assert len(lines) == 1
         assert "forged-0" in lines[0] and "does not match" in lines[0]
         assert "testclient" in lines[0]
-        now[0] += 61
+        assert refused.hget("gb:webhooks:refused", "count") == b"1"
         foreign = json.dumps({"action": "opened", "repository": {"full_name": "x/y"}}).encode()
         assert post(c, foreign, "foreign-1", event="issues").status_code == 404
+        now[0] += 61
+        assert post(c, data, "forged-20", signature=sign(data, "other")).status_code == 401
+        assert post(c, foreign, "foreign-2", event="issues").status_code == 404
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 2
-    assert "x/y is not served" in lines[1] and "19 more refused" in lines[1]
+    assert len(lines) == 4
+    assert "x/y is not served" in lines[1]
+    assert "forged-20" in lines[2] and "19 more refused" in lines[2]
+    assert "foreign-2" in lines[3] and "more refused" not in lines[3]
+    assert refused.hget("gb:webhooks:refused", "count") == b"21"
+    assert b"does not match" in (refused.hget("gb:webhooks:refused", "reason") or b"")
 
 
 def _hook(kind: str, url: str, **extra: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Annotated, Any, Literal
 
@@ -79,21 +80,30 @@ async def github_webhook(
     body = await _capped_body(request, limit)
     source = request.client.host if request.client else "unknown"
     if body is None:
-        note_refusal(
-            InvalidRequest(f"larger than {limit} bytes"), x_github_event, x_github_delivery, source
-        )
+        too_large = InvalidRequest(f"larger than {limit} bytes")
+        note_refusal(too_large, x_github_event, x_github_delivery, source, signature=False)
         return JSONResponse(
             {"detail": f"delivery larger than {limit} bytes", "reason": "too_large"},
             status_code=413,
         )
     try:
         receiver.verify(body, x_hub_signature_256)
+    except BrokerError as e:
+        reported = note_refusal(e, x_github_event, x_github_delivery, source, signature=True)
+        if reported:
+            # Refused before it was trusted (a secret set on one side only): the integrations'
+            # health shows it. Recorded with the log line, at most once a minute, so forged
+            # deliveries cause no Redis work of their own.
+            with contextlib.suppress(BrokerError):
+                await svc.store.record_webhook_refused(str(e), reported)
+        raise
+    try:
         content_type = request.headers.get("content-type", "application/json")
         receipt = await receiver.accept(x_github_event, x_github_delivery, body, content_type)
     except StoreUnavailable:
         raise  # not the delivery's fault: the error table logs it
     except BrokerError as e:
-        note_refusal(e, x_github_event, x_github_delivery, source)
+        note_refusal(e, x_github_event, x_github_delivery, source, signature=False)
         raise
     return JSONResponse(
         {"status": receipt.status, "reason": receipt.reason},

@@ -408,12 +408,13 @@ class Store:
             await pipe.execute()
 
     @translate_errors
-    async def record_webhook_refused(self, reason: str) -> None:
-        """A delivery refused before it was trusted (bad signature, no secret): for health."""
+    async def record_webhook_refused(self, reason: str, count: int = 1) -> None:
+        """`count` deliveries refused before they were trusted (bad signature, no secret), the
+        last for `reason`: for health."""
         key = self.global_keys.webhooks_refused
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.hset(key, mapping={"at_ms": now_ms(), "reason": reason[:200]})
-            pipe.hincrby(key, "count", 1)
+            pipe.hincrby(key, "count", count)
             await pipe.execute()
 
     @translate_errors

@@ -57,12 +57,14 @@ class RefusalLog:
         self._last = float("-inf")
         self._held = 0
 
-    def note(self, error: BrokerError, event: str, delivery: str, source: str) -> None:
+    def note(self, error: BrokerError, event: str, delivery: str, source: str) -> int:
+        """Log the refusal unless one was logged within `interval_s`; returns how many
+        refusals the line stands for (0: none written, this one is held for the next)."""
         with self._lock:
             now = self._clock()
             if now - self._last < self.interval_s:
                 self._held += 1
-                return
+                return 0
             held, self._held, self._last = self._held, 0, now
         more = f" ({held} more refused since the last report)" if held else ""
         logger.warning(
@@ -73,15 +75,22 @@ class RefusalLog:
             error,
             more,
         )
+        return held + 1
 
 
-#: One per process: every request's receiver reports to it.
+#: One pair per process, every request's receiver reports to them: deliveries refused for
+#: their signature (no secret configured, a missing or wrong one), and the others (a
+#: repository not served, a body the broker cannot read, one too large), counted apart.
+SIGNATURE_REFUSALS = RefusalLog()
 REFUSALS = RefusalLog()
 
 
-def note_refusal(error: BrokerError, event: str, delivery: str, source: str) -> None:
-    """Report a refused delivery to the process's rate-limited log."""
-    REFUSALS.note(error, event, delivery, source)
+def note_refusal(
+    error: BrokerError, event: str, delivery: str, source: str, *, signature: bool
+) -> int:
+    """Report a refused delivery to the process's rate-limited logs (see RefusalLog.note)."""
+    log = SIGNATURE_REFUSALS if signature else REFUSALS
+    return log.note(error, event, delivery, source)
 
 
 def payload_text(body: bytes, content_type: str) -> str:
