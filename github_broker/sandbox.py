@@ -383,6 +383,29 @@ Look at it from another terminal: github-broker status, github-broker explain
 --- event log (Ctrl-C stops the sandbox) ---"""
 
 
+def _replying_errors() -> type[Any]:
+    """fakeredis's TCP handler, except that an error reply (NOSCRIPT, a script's error) is sent
+    and the connection kept: its own closes the connection after any error, and the store's
+    pipelined client answers NOSCRIPT by loading the script on that same connection."""
+    import redis
+    from fakeredis._clients._tcp_server import TCPFakeRequestHandler  # no public name
+
+    class Handler(TCPFakeRequestHandler):
+        def setup(self) -> None:
+            super().setup()
+            read = self.current_client.read_response
+
+            def read_response(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return read(*args, **kwargs)
+                except redis.exceptions.ResponseError as e:
+                    return e  # written as an error reply, like Redis does
+
+            self.current_client.read_response = read_response  # type: ignore[method-assign]
+
+    return Handler
+
+
 class SharedStore:
     """The sandbox's in-process store (memory://) served on a loopback port, so that
     `github-broker status` and `explain` in another terminal read the same data."""
@@ -394,6 +417,7 @@ class SharedStore:
 
         self.server = TcpFakeServer(("127.0.0.1", 0))
         self.server.fake_server = memory_server()
+        self.server.RequestHandlerClass = _replying_errors()
         self.server.daemon_threads = True  # a reader left connected must not hold the exit
         self.url = f"redis://127.0.0.1:{self.server.server_address[1]}/0"
         self.thread = threading.Thread(
