@@ -252,8 +252,11 @@ def test_after_pause_no_serve_process_hands_the_agent_anything_while_its_task_co
 def test_the_cli_verbs_act_and_the_audit_shows_them(
     sim: Simulator, redis_url: str, tmp_path: Path
 ) -> None:
-    env = {**os.environ, **broker_env(redis_url, sim.base_url, REPO)}
-    broker = BrokerProcess(broker_env(redis_url, sim.base_url, REPO), tmp_path, "b").start()
+    # No settle grace: a1's request right after the pause must not be taken for a retry of
+    # the request that claimed its task (which gets that same task back, paused or not).
+    settings = broker_env(redis_url, sim.base_url, REPO, GITHUB_BROKER_LEASES__SETTLE_GRACE_S="0")
+    env = {**os.environ, **settings}
+    broker = BrokerProcess(settings, tmp_path, "b").start()
     try:
         client = redis.Redis.from_url(redis_url)
         wait_for(lambda: client.zcard("gb:{repo::acme::widgets}:ready") == 3, 30, "sync")
