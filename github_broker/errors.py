@@ -17,6 +17,10 @@ class MirrorRebuilding(StoreUnavailable):
     """Redis lost its data and the sync has not rebuilt the mirror yet; retry shortly."""
 
 
+class NotDurable(StoreUnavailable):
+    """Redis ran the write but did not make it durable (replicas, AOF) within the bound."""
+
+
 class Fenced(BrokerError):
     """A poller that lost leadership tried to write; another process leads now."""
 

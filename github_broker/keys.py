@@ -57,6 +57,9 @@ Added by this project (no TTL unless said):
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
                                  review_done, needs_human, link (JSON: linked PR or null,
                                  due time); deleted with the needs-review label
+``quarantine``           string  until when (ms) nothing new is handed out after the mirror was
+                                 rebuilt from a loss: agents prove their leases with their signed
+                                 tokens meanwhile (one heartbeat interval)
 ``idx``                  string  this repository's line in the deployment's index of
                                  repositories with work: ``<bucket>|<any ready>|<roles with
                                  ready tasks>`` (several repositories only; repo_index.py)
@@ -201,6 +204,7 @@ class RepoKeys:
         # The deployment's channel: one subscription per process, however many repositories.
         self.events = f"{key_prefix}:events"
         self.idx = self.base + "idx"
+        self.quarantine = self.base + "quarantine"
         self.reviewing = self.base + "reviewing"
         self.timeline = self.base + "timeline"
         self.outbox_stats = self.base + "outbox:stats"

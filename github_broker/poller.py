@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two sweeps for expired leases (claims also reap lazily).
 REAP_INTERVAL_S = 5.0
+#: Seconds a repository rebuilt after a loss waits beyond one heartbeat interval before it
+#: hands out work again (agents heartbeat on their own clocks).
+QUARANTINE_MARGIN_S = 5
 #: Seconds between two appends of new audit entries to `audit.file`.
 AUDIT_EXPORT_INTERVAL_S = 5.0
 #: Longest pause after repeated failed sync passes.
@@ -197,7 +200,7 @@ class Daemon:
         Kept when it holds the mark this process wrote at its last check (a graceful
         restart's save under a running leader). Run before a sync or a drain touches the
         data: one INFO call, and one mark written per repository."""
-        if not self.settings.redis.rebuild_after_restart:
+        if not self.settings.redis.rebuilds_after_restart:
             return
         try:
             run_id = await self.store.server_id()
@@ -223,7 +226,7 @@ class Daemon:
 
     async def _server_changed(self) -> bool:
         """Whether Redis restarted (or failed over) since _forget_stale_data last checked."""
-        if not self.settings.redis.rebuild_after_restart or self._server_id is None:
+        if not self.settings.redis.rebuilds_after_restart or self._server_id is None:
             return False
         try:
             return await self.store.server_id() not in (None, self._server_id)
@@ -250,11 +253,28 @@ class Daemon:
                 self._marked_failing.add(name)
 
     async def _sync(self, repo: Repository) -> None:
+        rstore = self.store.repo(repo.full_name)
+        lost = repo.full_name in self._seen_built and not await rstore.mirror_rebuilt()
         await self.syncer.sync(repo)
         self._seen_built.add(repo.full_name)
+        if lost and rstore.signer.enabled and await rstore.mirror_rebuilt():
+            await self._quarantine(repo)
         # When the mirror was last known current: the dashboard's and `status`'s "last sync".
         # Recorded here, not by the syncer, whose unchanged passes write nothing.
         await self.store.repo(repo.full_name).save_sync_state({"synced_at": str(time.time())})
+
+    async def _quarantine(self, repo: Repository) -> None:
+        """The mirror was rebuilt after Redis lost it: leases no label recorded are unknown
+        until their agents heartbeat with their signed tokens, so for one heartbeat interval
+        (plus a margin) nothing new is handed out in the repository."""
+        interval_s = max(1, self.settings.leases.lease_ttl_s // 3) + QUARANTINE_MARGIN_S
+        await self.store.repo(repo.full_name).quarantine(int(interval_s * 1000))
+        logger.warning(
+            "%s rebuilt after Redis lost its data: no new hand-outs for %ds while agents prove "
+            "their leases with their signed tokens",
+            repo.full_name,
+            interval_s,
+        )
 
     async def _sync_due(self, repo: Repository) -> bool:
         """While webhooks are healthy the sync is only the safety net: it runs every

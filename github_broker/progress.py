@@ -30,6 +30,11 @@ from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
 
+#: The token a lease rebuilt from GitHub's labels carries until its agent proves it.
+ADOPTED = "adopted"
+#: Seconds beyond one heartbeat interval an unproven rebuilt lease waits before its PR is
+#: taken for its completion.
+RECOVER_MARGIN_S = 5
 #: Pull request actions that are the author's progress (opened, new commits, edited).
 PR_PROGRESS = frozenset({"opened", "reopened", "synchronize", "ready_for_review", "edited"})
 
@@ -89,6 +94,7 @@ class ProgressKeeper:
         if not webhooks_healthy:
             await self._read_github(repo, rstore, leases, report)
             leases = await rstore.leases()  # with the progress just recorded
+        await self._recover_completions(repo, rstore, leases, report)
         now = now_ms()
         for lease in leases:
             await self._judge(rstore, lease, now, report)
@@ -191,6 +197,52 @@ class ProgressKeeper:
                     rstore, lease.issue, "pull_request", f"PR #{pull['number']} updated"
                 )
                 report.progress += 1
+
+    async def _recover_completions(
+        self, repo: Repository, rstore: RepoStore, leases: list[LeaseInfo], report: ProgressReport
+    ) -> None:
+        """A development lease rebuilt from GitHub's labels after Redis lost its data, that no
+        agent proved within a heartbeat interval, whose branch has a PR: most likely its agent
+        completed it and the completion's label write was lost with Redis. It is completed
+        (the issue goes to review) instead of going back to the pool to be done twice."""
+        wait_ms = (max(1, self.settings.leases.lease_ttl_s // 3) + RECOVER_MARGIN_S) * 1000
+        now = now_ms()
+        orphaned = [
+            lease
+            for lease in leases
+            if lease.token == ADOPTED
+            and lease.task_type == "development"
+            and now - lease.claimed_ms >= wait_ms
+        ]
+        if not orphaned:
+            return
+        branches = await rstore.task_branches([f"development:{lease.issue}" for lease in orphaned])
+        pulls = await asyncio.to_thread(self.gateway.open_pulls, repo.full_name)
+        report.github_calls += 1
+        for lease in orphaned:
+            branch = branches.get(f"development:{lease.issue}")
+            pull = next(
+                (
+                    p
+                    for p in pulls
+                    if (branch and p["head"]["ref"] == branch)
+                    or any(
+                        int(m.group(1)) == lease.issue
+                        for m in CLOSING_RE.finditer(p.get("body") or "")
+                    )
+                ),
+                None,
+            )
+            if pull is not None and await rstore.lease_upkeep(
+                "recover", lease.issue, ADOPTED, f"PR #{pull['number']}", epoch=self.epoch
+            ):
+                logger.warning(
+                    "%s#%d: completion by %s recovered from PR #%d (Redis lost it)",
+                    repo.full_name,
+                    lease.issue,
+                    lease.agent_id,
+                    pull["number"],
+                )
 
     def _forget_ended(self, repository: str, leases: list[LeaseInfo]) -> None:
         live = {(repository, lease.issue, lease.token) for lease in leases}

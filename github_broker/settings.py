@@ -9,6 +9,8 @@ the YAML itself being committed with them.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -150,8 +152,24 @@ class RedisSettings(_Section):
     #: label writes since applied come back. With this on, the poller's leader drops each
     #: repository's data and rebuilds it from GitHub, as after a total loss, unless the data
     #: holds the mark that leader wrote last (a graceful restart's save). Turn it off only
-    #: with `appendfsync always` and no failover.
-    rebuild_after_restart: bool = True
+    #: with `appendfsync always` and no failover. Default (unset): on, unless `durability`
+    #: is `replica` or `aof`, whose acknowledged writes survive a restart or a failover.
+    rebuild_after_restart: bool | None = None
+    #: When a claim, completion or release is answered: `none` as soon as Redis ran it (a
+    #: single box), `replica` once `durable_replicas` replicas acknowledged it (WAIT),
+    #: `aof` once Redis wrote it to its append-only file (WAITAOF on Redis >= 7.2, or a
+    #: server with `appendfsync always`). A bound missed answers 503 (retry).
+    durability: Literal["none", "replica", "aof"] = "none"
+    #: Replicas that must have a write (durability `replica`).
+    durable_replicas: int = Field(1, ge=1, le=16)
+    #: Milliseconds to wait for that acknowledgement before answering 503.
+    durable_timeout_ms: int = Field(500, ge=1, le=60_000)
+
+    @property
+    def rebuilds_after_restart(self) -> bool:
+        if self.rebuild_after_restart is not None:
+            return self.rebuild_after_restart
+        return self.durability == "none"
 
 
 class PollSettings(_Section):
@@ -178,6 +196,37 @@ class LeaseSettings(_Section):
     #: agent's next request-task (a concurrent or retried request); that request gets the
     #: same task and lease back instead.
     settle_grace_s: float = Field(2.0, ge=0, le=3600)
+    #: Keys that sign lease tokens (key id -> secret, at least 16 characters): the first
+    #: signs, every one verifies, so a new key goes first and an old one stays until the
+    #: tokens it signed have expired. Usually GITHUB_BROKER_LEASES__SIGNING_KEYS (JSON) or a
+    #: file. Without any, tokens are signed with a key derived from the admin token, and
+    #: without that they are plain random values (no proof after a Redis loss).
+    signing_keys: dict[str, SecretStr] = {}
+    signing_keys_file: Path | None = None
+
+    def resolved_signing_keys(self, server: ServerSettings) -> dict[str, bytes]:
+        keys = {kid: secret.get_secret_value() for kid, secret in self.signing_keys.items()}
+        if self.signing_keys_file is not None:
+            loaded = yaml.safe_load(self.signing_keys_file.read_text()) or {}
+            keys.update({str(kid): str(secret) for kid, secret in loaded.items()})
+        if not keys and server.admin_token is not None:
+            derived = hmac.new(
+                server.admin_token.get_secret_value().encode(),
+                b"github-broker lease signing",
+                hashlib.sha256,
+            ).hexdigest()
+            keys = {"admin": derived}
+        return {kid: secret.encode("utf-8") for kid, secret in keys.items()}
+
+    @field_validator("signing_keys")
+    @classmethod
+    def _strong_keys(cls, keys: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for kid, secret in keys.items():
+            if not re.match(r"^[A-Za-z0-9_-]{1,32}$", kid):
+                raise ValueError(f"key id {kid!r}: 1-32 characters from A-Z a-z 0-9 _ -")
+            if len(secret.get_secret_value()) < 16:
+                raise ValueError(f"signing key {kid!r} is shorter than 16 characters")
+        return keys
 
     @model_validator(mode="after")
     def _agent_key_outlives_lease(self) -> LeaseSettings:

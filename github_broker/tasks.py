@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from github_broker.clock import iso_from_ms
+from github_broker.clock import iso_from_ms, now_ms
 from github_broker.errors import (
     AgentPaused,
     InvalidRequest,
@@ -342,6 +342,7 @@ class TaskService:
         repositories, one whose mirror is being rebuilt and where the agent holds nothing
         (not in `pointed`) is passed over: only what is mirrored is served."""
         several = len(self.store.repos) > 1
+        proving = 0
         for rstore in stores:
             base = await self.base_branch(rstore)
             try:
@@ -374,8 +375,16 @@ class TaskService:
             attempt.note(rstore.repository, got)
             if got.reason == "agent_paused":
                 raise agent_paused(agent_id, got.detail)
+            if got.reason == "quarantine":
+                proving = max(proving, int(got.detail or 0))
             if attempt.replayed:
                 return None
+        if proving:
+            wait_s = max(1, (proving - now_ms()) // 1000)
+            raise MirrorRebuilding(
+                "Redis lost its data and the mirror was rebuilt: leases are being proven by "
+                f"their agents; nothing new is handed out for {wait_s}s more, retry then"
+            )
         return None
 
     @staticmethod

@@ -21,7 +21,7 @@ from github_broker.api import admin, errors, routes, webhooks
 from github_broker.api.auth import Authenticator
 from github_broker.api.hotpath import BrokerApp
 from github_broker.api.limits import BodyLimit
-from github_broker.errors import BrokerError
+from github_broker.errors import BrokerError, StoreUnavailable
 from github_broker.events import ReadyWaker
 from github_broker.gateway import GitHubGateway
 from github_broker.metrics import Metrics
@@ -104,6 +104,11 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = Store.from_settings(settings)
+        try:
+            logger.info("durability %s", await store.check_durability())
+        except StoreUnavailable as e:
+            # Serve anyway (answers 503 while Redis is away); checked again by no one, so say so.
+            logger.warning("redis.durability not checked at start, Redis unavailable: %s", e)
         gateway = GitHubGateway(settings.github)
         waker = ReadyWaker(settings.server.long_poll_recheck_s)
         waker.start(store)

@@ -74,7 +74,7 @@ class LeaseRequest(BaseModel):
     """Heartbeat, complete and release bodies: who you are and the lease token."""
 
     agent_id: str = Field(pattern=AGENT_ID_PATTERN)
-    token: str = Field(min_length=1, max_length=200)
+    token: str = Field(min_length=1, max_length=512)
 
 
 #: Longest progress note a heartbeat may carry (characters).

@@ -295,6 +295,15 @@ local function agent_pause(C, agent)
   return nil
 end
 
+-- Until when (ms) this repository hands out nothing new after its mirror was rebuilt from a
+-- loss: agents whose leases no label recorded get one heartbeat interval to prove them with
+-- their signed tokens before anyone else can take their issues. Nil when not quarantined.
+local function quarantine_until(C, now)
+  local until_ms = tonumber(redis.call('GET', C.quarantine))
+  if until_ms and until_ms > now then return until_ms end
+  return nil
+end
+
 -- The maintenance pause of this repository (or of the whole broker), as JSON, or nil.
 local function repo_pause(C)
   local h = redis.call('HMGET', C.control, 'repo', 'broker')
@@ -805,17 +814,46 @@ local function server_changed(C)
   return run_id ~= nil and run_id ~= string.match(recorded, '^(%x+)')
 end
 
--- Check that `token` is the live lease of `agent` on issue n.
+-- Redis lost the lease of issue n (with everything else) and the agent's lease call carries
+-- a token the broker signed for exactly this lease (tokens.py checked it: `proof` is
+-- {task_type, claimed_ms}): the lease is rebuilt with that token, even though no label
+-- reached GitHub, unless the issue is not open here, or someone holds it now, or the agent
+-- holds another live lease here. True if so.
+local function adopt_proven(C, n, agent, token, proof, now)
+  if not proof or mirror_missing(C) or redis.call('EXISTS', C.lock .. n) == 1 then
+    return false
+  end
+  -- The rules must still allow the task (a lease that ended before the loss, its issue in
+  -- review since, proves nothing now).
+  if redis.call('SISMEMBER', C.K.open, n) == 0
+      or redis.call('HEXISTS', C.K.tasks, proof[1] .. ':' .. n) == 0 then
+    return false
+  end
+  local m = redis.call('GET', C.agent .. agent)
+  if m and m ~= n and redis.call('EXISTS', C.lock .. m) == 1 then return false end
+  start_lease(C, n, agent, token, proof[1], tonumber(proof[2]) or now, now)
+  redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s_arg)
+  redis.call('HDEL', C.K.skipped, n)
+  unready(C.K.tasks, C.K.ready, C.ready_role, proof[1] .. ':' .. n)
+  want_labels(C.K.intent, C.K.outbox, n, {C.in_progress, agent}, {}, now)
+  timeline(C, 'adopted', n, agent, proof[1] .. ', proven by its signed token')
+  audit(C, 'broker', 'adopt', n, agent, 'Redis lost the lease; the agent proved it',
+    'lease rebuilt from the signed token')
+  return true
+end
+
+-- Check that `token` is the live lease of `agent` on issue n; `proof`: {task_type,
+-- claimed_ms} when the caller presented a valid signed token for exactly this lease.
 -- Returns nil when it is, else the reason the caller gets with its 409 (`reason|detail` when
 -- the lease ended with a reason in words, e.g. a maintainer's revoke).
 local lease_refusal_of
-local function lease_refusal(C, n, agent, token, now)
-  local reason = lease_refusal_of(C, n, agent, token, now)
+local function lease_refusal(C, n, agent, token, now, proof)
+  local reason = lease_refusal_of(C, n, agent, token, now, proof)
   if reason and reason ~= 'rebuilding' and server_changed(C) then return 'rebuilding' end
   return reason
 end
 
-lease_refusal_of = function(C, n, agent, token, now)
+lease_refusal_of = function(C, n, agent, token, now, proof)
   local h = redis.call('HMGET', C.lease .. n, 'agent', 'token')
   local ended = redis.call('GET', C.tomb .. token)
   if h[2] == ADOPTED and h[1] == agent and not ended and redis.call('EXISTS', C.lock .. n) == 1 then
@@ -839,7 +877,8 @@ lease_refusal_of = function(C, n, agent, token, now)
   if ended then return ended end
   if h[1] and h[1] ~= agent then return 'not_owner' end
   if h[1] == agent then return 'revoked' end
-  if not h[1] and (readopt(C, n, agent, token, now) or take_contested(C, n, agent, token, now))
+  if not h[1] and (readopt(C, n, agent, token, now) or take_contested(C, n, agent, token, now)
+      or adopt_proven(C, n, agent, token, proof, now))
   then
     return nil
   end

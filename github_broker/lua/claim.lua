@@ -16,10 +16,12 @@
 -- task_verdict pick the task (see pick_task) and the strict bucket may hold it back.
 -- Returns {1, task_id, n, token, expires_ms, issue_json, role, branch, settled_n, outcome,
 --          payload (review/fix details as JSON, or ''), continues (the reassignment as
---          JSON, or '')}
+--          JSON, or ''), claimed_ms}
 --      or {0, reason, settled_n, outcome, bucket, detail} with reason 'empty' | 'bucket' |
 --      'settled' | 'replayed' (the request id's lease has ended meanwhile) | 'agent_paused'
---      | 'repo_paused' (detail: the pause as JSON) (bucket -1: no work issue holds it);
+--      | 'repo_paused' (detail: the pause as JSON) | 'quarantine' (detail: until when, ms,
+--      leases are proven after Redis lost them: see quarantine_until) (bucket -1: no work
+--      issue holds it);
 --      with ARGV[8] '1', detail is '1' when a reassigned task waits for the agent here.
 -- Error REBUILDING while the mirror is not rebuilt (Redis lost its data): the agent's held
 -- task is unknown until the sync re-adopts it, and settling nothing would drop its outcome.
@@ -36,7 +38,7 @@ if rid ~= '' then handout_key = C.handout .. agent .. ':' .. rid end
 
 -- The answer for a lease already granted, remembered for this request id.
 -- `raw`: the task's value when the caller has just read it; `continues`: the reassignment.
-local function granted(n, task_id, tok, expires, settled_n, raw, continues)
+local function granted(n, task_id, tok, expires, settled_n, raw, continues, claimed)
   if handout_key then
     redis.call('SET', handout_key, cjson.encode({n = tonumber(n), task_id = task_id, token = tok}),
       'PX', C.lease_ms_arg)
@@ -56,8 +58,9 @@ local function granted(n, task_id, tok, expires, settled_n, raw, continues)
   end
   continues = continues or redis.call('HGET', C.lease .. n, 'continues') or ''
   local issue = redis.call('GET', C.issue .. n) or ''
+  claimed = claimed or tonumber(redis.call('HGET', C.lease .. n, 'claimed_ms')) or now
   return {1, task_id, tonumber(n), tok, expires, issue, role, branch, settled_n, prev_outcome,
-          payload, continues}
+          payload, continues, claimed}
 end
 
 -- The live lease of issue n if `agent` holds it: its lease_fields
@@ -144,6 +147,11 @@ else
     forget_current()
     return out({0, 'repo_paused', settled_n, prev_outcome, bucket or -1, held_back})
   end
+  local proving = quarantine_until(C, now)
+  if proving then
+    forget_current()
+    return out({0, 'quarantine', settled_n, prev_outcome, bucket or -1, arg(proving)})
+  end
   best_id, best_score, raw = pick_task(C, sources_of(C, 11), agent, skip_id, ARGV[9], now,
     scan, false)
   if best_id == nil then
@@ -175,4 +183,4 @@ if task_type == 'development' and branch ~= '' and not continues then
   redis.call('HSET', C.K.outbox_data, job, cjson.encode({branch = branch, base = base_branch}))
   redis.call('ZADD', C.K.outbox, arg(now), job)
 end
-return out(granted(n, best_id, token, expires, settled_n, raw, continues or ''))
+return out(granted(n, best_id, token, expires, settled_n, raw, continues or '', now))

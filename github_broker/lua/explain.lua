@@ -18,6 +18,11 @@ local now = now_ms()
 local bucket = bucket_of(C)
 local paused = agent_pause(C, agent) or ''
 local held_back = repo_pause(C) or ''
+local proving = quarantine_until(C, now)
+if proving and held_back == '' then
+  held_back = cjson.encode({scope = 'quarantine', by = 'broker', at_ms = now,
+    reason = 'leases are proven after Redis lost its data, until ' .. proving})
+end
 local reserved = reservation(C, agent, true)
 local held_n = redis.call('GET', C.agent .. agent)
 if held_n and redis.call('HGET', C.lease .. held_n, 'agent') ~= agent then held_n = nil end

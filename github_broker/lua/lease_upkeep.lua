@@ -9,6 +9,9 @@
 --   budget     the wall-clock budget is reached: the task is set aside (set_aside)
 --   revoke     a stall outlasted progress.revoke_stalled_after_s: the lease ends (no failure
 --              budget spent: a stall is not proof of a broken agent) and the task returns
+--   recover    a lease rebuilt from GitHub's labels after a loss, never proven by its agent,
+--              whose branch has a PR: the completion Redis lost with its queued label write
+--              (ARGV[5] says which PR); it ends completed, as if the agent had said so
 --   feedback   a held review missed feedback given before its hand-out: ARGV[5] JSON {ids,
 --              comments, note}; added to the review's payload (so it never becomes a fix
 --              round) and the note queued for the reviewer's next heartbeat
@@ -51,6 +54,13 @@ elseif action == 'feedback' then
   notes[#notes + 1] = {by = 'broker', text = late.note, at_ms = now}
   redis.call('HSET', C.lease .. n, 'notes', cjson.encode(notes))
   timeline(C, 'late_feedback', n, agent, #late.ids .. ' item(s) sent as a note')
+  return 1
+elseif action == 'recover' then
+  if h[2] ~= ADOPTED then return 0 end
+  end_lease(C, n, 'completed', now, true, nil, nil, 'completion recovered from ' .. what)
+  audit(C, 'broker', 'recover_completion', n, agent, 'Redis lost the completion; ' .. what,
+    'completed; in review')
+  publish_index(C)
   return 1
 elseif action == 'revoke' then
   end_lease(C, n, 'revoked', now, true, nil, nil, 'stalled: ' .. what)

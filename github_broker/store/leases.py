@@ -4,10 +4,10 @@ failure budget's streaks."""
 from __future__ import annotations
 
 import json
-import secrets
+from dataclasses import replace
 from typing import Any
 
-from github_broker.clock import iso_from_ms
+from github_broker.clock import iso_from_ms, now_ms
 from github_broker.errors import MirrorRebuilding
 from github_broker.models import (
     AgentPause,
@@ -26,6 +26,7 @@ from github_broker.models import (
 )
 from github_broker.store.base import RepoBase
 from github_broker.store.connection import as_text, awaited, translate_errors
+from github_broker.tokens import Grant, new_nonce
 
 #: Ready tasks a claim looks at per index before giving up on held leftovers.
 CLAIM_SCAN = 16
@@ -100,8 +101,8 @@ class LeaseRegistry(RepoBase):
     ) -> Claimed | NoTask:
         """Settle the agent's held task with `previous`, then lease the next task (one call).
         A `request_id` seen before gets the same task and lease again (see claim.lua)."""
-        token = secrets.token_urlsafe(18)
-        res = await self._run(
+        token = new_nonce()
+        res = await self._run_durable(
             "claim",
             agent_id,
             token,
@@ -123,8 +124,13 @@ class LeaseRegistry(RepoBase):
                 settled_outcome=as_text(outcome) if as_text(settled) else None,
                 detail=as_text(detail),
             )
-        _, task_id, _n, tok, expires, issue, role, branch, settled, outcome, payload, cont = res
+        _, task_id, n, tok, expires, issue, role, branch, settled, outcome, payload, cont, at = res
         task_id = as_text(task_id)
+        task_type = TaskType(task_id.split(":")[0])
+        grant = Grant(self.repository, int(n), agent_id, task_type.value, int(at), 0)
+        signed = self.signer.token(
+            as_text(tok), replace(grant, until_ms=self.signer.until(int(at)))
+        )
         # Every value is typed here (the issue validated from its JSON): no second validation
         # of the whole (once per claim, on the hot path).
         return constructed(
@@ -132,11 +138,11 @@ class LeaseRegistry(RepoBase):
             {
                 "repository": self.repository,
                 "task_id": task_id,
-                "task_type": TaskType(task_id.split(":")[0]),
+                "task_type": task_type,
                 "issue": Issue.model_validate_json(issue),
                 "role": as_text(role),
                 "branch": as_text(branch),
-                "token": as_text(tok),
+                "token": signed,
                 "expires_ms": int(expires),
                 "settled_issue": int(settled) if as_text(settled) else None,
                 "settled_outcome": as_text(outcome) if as_text(settled) else None,
@@ -182,10 +188,11 @@ class LeaseRegistry(RepoBase):
             "heartbeat",
             number,
             agent_id,
-            token,
+            self.signer.nonce(token),
             note,
             "" if tokens is None else str(tokens),
             "" if cost is None else repr(float(cost)),
+            *self._proof(number, agent_id, token),
         )
         if not int(res[0]):
             return False, _refusal(res[1])
@@ -197,10 +204,30 @@ class LeaseRegistry(RepoBase):
     ) -> tuple[bool, str]:
         """(True, outcome) or (False, why: a Refusal). `counted=False`: a failure that is
         not the agent's (it never saw the task) spends no failure budget."""
-        ok, value = await self._run(
-            "finish", number, agent_id, token, outcome, "1" if counted else "0"
+        ok, value = await self._run_durable(
+            "finish",
+            number,
+            agent_id,
+            self.signer.nonce(token),
+            outcome,
+            "1" if counted else "0",
+            *self._proof(number, agent_id, token),
         )
         return (True, as_text(value)) if int(ok) else (False, _refusal(value))
+
+    def _proof(self, number: int, agent_id: str, token: str) -> tuple[str, str]:
+        """(task type, claimed ms) when `token` is a valid, unexpired token the broker signed
+        for `agent_id`'s lease on this repository's issue `number`; ("", "") otherwise."""
+        grant = self.signer.verify(token)
+        if (
+            grant is None
+            or grant.repository != self.repository
+            or grant.issue != number
+            or grant.agent != agent_id
+            or grant.until_ms <= now_ms()
+        ):
+            return "", ""
+        return grant.task_type, str(grant.claimed_ms)
 
     async def reap(self, limit: int = 100, *, epoch: int = 0) -> int:
         """Expired leases examined."""

@@ -127,6 +127,11 @@ class IssueMirror(RepoBase):
         return _failing(raw)[0] if raw else None
 
     @translate_errors
+    async def quarantine(self, duration_ms: int) -> None:
+        """No new hand-outs here for `duration_ms` (claim.lua: quarantine_until)."""
+        await self.client.set(self.keys.quarantine, now_ms() + duration_ms, px=duration_ms)
+
+    @translate_errors
     async def mirror_rebuilt(self) -> bool:
         """Whether a complete sync pass has rebuilt the mirror since Redis last lost it."""
         return bool(await awaited(self.client.exists(self.keys.mirror)))

@@ -18,6 +18,7 @@ from github_broker.store.scripts import Scripts
 from github_broker.store.timeline import TIMELINE_MAX, Timeline
 from github_broker.store.webhooks import WebhookQueue
 from github_broker.store.write_queue import WriteQueue
+from github_broker.tokens import Signer
 
 #: How long the reason a lease ended stays readable for a late heartbeat.
 LEASE_END_TTL_S = 86400
@@ -93,6 +94,7 @@ class RepoStore(
             "usage": keys.usage,
             "audit": keys.audit,
             "idx": keys.idx,
+            "quarantine": keys.quarantine,
             "repository": keys.full_name,
             "indexed": len(settings.repositories) > 1,
             "roles": sorted(set(settings.roles) | ({settings.review.review_role} - {None})),
@@ -117,3 +119,15 @@ class RepoStore(
         # Compiled into the scripts: nothing of it travels with a call (ARGV[1] stays, empty,
         # so every script keeps its argument numbers).
         self.scripts = Scripts(client, self.context)
+        #: Signs the lease tokens agents get, and checks them (tokens.py).
+        self.signer = Signer.from_settings(settings)
+        redis_settings = settings.redis
+        if redis_settings.durability == "replica":
+            self.durable_wait = (
+                "WAIT",
+                redis_settings.durable_replicas,
+                redis_settings.durable_timeout_ms,
+            )
+        elif redis_settings.durability == "aof":
+            # Checked against the server at start (Store.check_durability).
+            self.durable_wait = ("WAITAOF", 1, 0, redis_settings.durable_timeout_ms)

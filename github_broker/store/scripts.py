@@ -80,11 +80,14 @@ class Scripts:
                 return PipelinedScript(pipelined, script)
             return client.register_script(script)
 
-        self.repo = (
-            {name: register(prelude + _load(name)) for name in self.REPO_SCRIPTS}
+        #: Each repository script's source (with its context), for the durable path
+        #: (base.py `_run_durable`: the script and WAIT on one pooled connection).
+        self.sources = (
+            {name: prelude + _load(name) for name in self.REPO_SCRIPTS}
             if context is not None
             else {}
         )
+        self.repo = {name: register(text) for name, text in self.sources.items()}
         self.leader = register(_load("leader", with_lib=False))
         self.webhook_enqueue = register(_load("webhook_enqueue", with_lib=False))
         self.login_attempt = register(_load("login_attempt", with_lib=False))

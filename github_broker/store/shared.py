@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ import redis.exceptions
 
 from github_broker.background import stop_task
 from github_broker.clock import now_ms
-from github_broker.errors import StoreUnavailable
+from github_broker.errors import ConfigError, StoreUnavailable
 from github_broker.keys import GlobalKeys, RepoKeys
 from github_broker.models import AgentPause, AuditEntry, ControlOutcome, Event, Quota
 from github_broker.settings import Settings
@@ -35,6 +36,8 @@ from github_broker.store.repo import RepoStore
 from github_broker.store.resp import close_pipelined, pipelined_for
 from github_broker.store.scripts import Scripts
 from github_broker.store.timeline import events_of, xadd_event
+
+logger = logging.getLogger(__name__)
 
 #: An agent's mutex across repositories is held for one call bound (`redis.socket_timeout_s`)
 #: per Redis call the request may make under it, plus this many as margin (Store.agent_mutex).
@@ -130,6 +133,51 @@ class Store:
             return None
         run_id = info.get("run_id") if isinstance(info, dict) else None
         return str(run_id) if isinstance(run_id, str) and run_id else None
+
+    @translate_errors
+    async def check_durability(self) -> str:
+        """Check `redis.durability` against the server before serving; returns what it
+        promises, in words. `aof` uses WAITAOF (Redis >= 7.2), or nothing more on a server
+        that fsyncs every write before it answers (`appendfsync always`); anything else is
+        refused with what to do. `replica` with fewer replicas connected than it needs is
+        only logged: every write then answers 503 until they are back."""
+        mode = self.settings.redis.durability
+        if mode == "none":
+            return "none: answered as soon as Redis ran it"
+        info = await self.client.info()
+        if mode == "replica":
+            needed = self.settings.redis.durable_replicas
+            connected = int(info.get("connected_slaves", 0))
+            if connected < needed:
+                logger.warning(
+                    "redis.durability replica needs %d replica(s), %d connected: claims, "
+                    "completions and releases answer 503 until enough are",
+                    needed,
+                    connected,
+                )
+            return f"replica: answered once {needed} replica(s) have it"
+        version = tuple(int(x) for x in str(info.get("redis_version", "0")).split(".")[:2])
+        if version >= (7, 2):
+            return "aof: answered once written to the append-only file (WAITAOF)"
+        try:
+            config = await self.client.config_get("appendfsync")
+            aof = await self.client.config_get("appendonly")
+        except redis.exceptions.ResponseError as e:
+            raise ConfigError(
+                "redis.durability aof: the server answers no CONFIG GET and has no WAITAOF "
+                f"(Redis {info.get('redis_version')}, WAITAOF needs 7.2): {e}; use replica "
+                "or none"
+            ) from e
+        if aof.get("appendonly") == "yes" and config.get("appendfsync") == "always":
+            for rstore in self.repos.values():
+                rstore.durable_wait = ()  # every reply already follows its fsync
+            return "aof: the server fsyncs every write before it answers (appendfsync always)"
+        raise ConfigError(
+            f"redis.durability aof: Redis {info.get('redis_version')} has no WAITAOF (7.2) and "
+            "does not fsync every write (set appendonly yes and appendfsync always), so an "
+            "acknowledged claim could still be lost; upgrade Redis, change its settings, or use "
+            "redis.durability replica or none"
+        )
 
     @translate_errors
     async def leader(self, candidate: str, ttl_ms: int, *, release: bool = False) -> int:
