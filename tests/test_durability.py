@@ -1,0 +1,410 @@
+"""Nothing acknowledged is lost when Redis is: durable acknowledgements, leases that prove
+themselves with their signed tokens, completions recovered. Real processes throughout: serve,
+redis-servers killed with SIGKILL and started again, a replica promoted, FLUSHALL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import requests
+
+from github_broker.simulator import Simulator, generate_issues
+from tests.conftest import _redis_exe, free_port
+from tests.processes import BrokerProcess, broker_env, wait_for
+
+pytestmark = pytest.mark.slow
+REPO = "acme/widgets"
+READY = "gb:{repo::acme::widgets}:ready"
+SIGNING = '{"k1": "0123456789abcdef0123456789"}'
+
+
+class RedisNode:
+    """A redis-server of our own on a fixed port, killed with SIGKILL and started again there
+    with the same files."""
+
+    def __init__(self, workdir: Path, *args: str) -> None:
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisNode:
+        self.proc = subprocess.Popen(
+            [_redis_exe(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--dir", str(self.workdir), *self.args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(self.answers, 15, f"redis-server on {self.port}")
+        return self
+
+    def answers(self) -> bool:
+        client = redis.Redis(port=self.port, socket_timeout=1)
+        try:
+            return bool(client.ping())
+        except (redis.ConnectionError, redis.BusyLoadingError, redis.TimeoutError):
+            return False
+        finally:
+            client.close()
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+class Proxy:
+    """A TCP forwarder whose target can be switched: the broker's one Redis address before
+    and after a failover, as a Sentinel-aware client or a virtual IP would give it."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.port = free_port()
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=2)
+            except OSError:
+                client.close()
+                continue
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def switch(self, target: int) -> None:
+        """New connections go to `target`; the open ones are cut (as a failover does)."""
+        self.target = target
+        for conn in self.conns:
+            try:
+                conn.close()
+            except OSError:
+                pass
+        self.conns = []
+
+    def close(self) -> None:
+        self.server.close()
+        self.switch(self.target)
+
+
+@dataclass
+class Ledger:
+    """What the agents were told, and what they were handed."""
+
+    #: (agent, issue) of every development hand-out answered 200.
+    handed: list[tuple[str, int]] = field(default_factory=list)
+    #: issues whose completion was answered 200.
+    completed: set[int] = field(default_factory=set)
+    #: every answer to a lease call: (agent, issue, status, reason).
+    lease_answers: list[tuple[str, int, int, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def call(url: str, path: str, body: dict[str, Any]) -> requests.Response | None:
+    try:
+        return requests.post(f"{url}{path}", json=body, timeout=10)
+    except requests.RequestException:
+        return None
+
+
+def agent_loop(
+    url: str, sim: Simulator, name: str, ledger: Ledger, stop: threading.Event
+) -> None:
+    """Claim, heartbeat, open a PR, complete; retry what answers 503 (as the SDK does)."""
+    while not stop.is_set():
+        got = call(url, "/request-task", {"agent_id": name, "previous": "completed"})
+        if got is None or got.status_code != 200:
+            time.sleep(0.2)
+            continue
+        task = got.json()
+        n = task["issue_id"]
+        if task["task_type"] != "development":
+            continue
+        with ledger.lock:
+            ledger.handed.append((name, n))
+        lease = {"agent_id": name, "token": task["lease"]["token"]}
+        for verb in ("heartbeat", "heartbeat", "complete"):
+            if verb == "complete":
+                sim.state.create_pull(
+                    "acme", "widgets", title=f"#{n}", head=task["branch_name"],
+                    body=f"Closes #{n}", user="bot",
+                )
+            while not stop.is_set():
+                answer = call(url, f"/tasks/{REPO}/{n}/{verb}", lease)
+                if answer is None or answer.status_code == 503:
+                    time.sleep(0.2)
+                    continue
+                reason = "" if answer.status_code == 200 else answer.json().get("reason", "")
+                with ledger.lock:
+                    ledger.lease_answers.append((name, n, answer.status_code, reason))
+                    if verb == "complete" and answer.status_code == 200:
+                        ledger.completed.add(n)
+                break
+            time.sleep(0.1)
+
+
+def run_agents(url: str, sim: Simulator, ledger: Ledger, count: int) -> tuple[threading.Event, list[threading.Thread]]:
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=agent_loop, args=(url, sim, f"agent-{i}", ledger, stop))
+        for i in range(count)
+    ]
+    for t in threads:
+        t.start()
+    return stop, threads
+
+
+def assert_nothing_acknowledged_was_lost(ledger: Ledger) -> None:
+    expired = [a for a in ledger.lease_answers if a[3] in ("expired", "not_leased")]
+    assert expired == [], f"agents told their lease ended: {expired}"
+    again = [(agent, n) for agent, n in ledger.handed if n in ledger.completed]
+    twice = {n for n in {n for _, n in ledger.handed} if [m for _, m in ledger.handed].count(n) > 1}
+    assert not (twice & ledger.completed), f"completed tasks handed out again: {again}"
+
+
+def broker_on(redis_url: str, sim: Simulator, tmp_path: Path, **env: str) -> BrokerProcess:
+    return BrokerProcess(
+        broker_env(
+            redis_url,
+            sim.base_url,
+            REPO,
+            GITHUB_BROKER_LEASES__SIGNING_KEYS=SIGNING,
+            GITHUB_BROKER_LEASES__SETTLE_GRACE_S="0",
+            GITHUB_BROKER_LEASES__LEASE_TTL_S="9",
+            GITHUB_BROKER_REDIS__SOCKET_TIMEOUT_S="1",
+            **env,
+        ),
+        tmp_path,
+        "broker",
+    ).start(timeout_s=60)
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    with Simulator(
+        {"repositories": [{"owner": "acme", "name": "widgets",
+                           "issues": generate_issues(60, priorities=("P1",))}]}
+    ) as s:
+        yield s
+
+
+def test_a_lease_claimed_just_before_flushall_is_its_holders_and_nobody_elses(
+    sim: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    """Its labels never reached GitHub (label writes fail), Redis loses everything: the holder's
+    heartbeats answer 503 while the mirror is rebuilt and then 200 (its signed token proves
+    the lease); nobody else gets the issue meanwhile."""
+    sim.faults.add_error(502, method="POST", path=r"/labels$")
+    sim.faults.add_error(502, method="POST", path=r"/graphql$")
+    broker = broker_on(redis_url, sim, tmp_path)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
+        task = requests.post(f"{broker.url}/request-task", json={"agent_id": "holder"}).json()
+        n = task["issue_id"]
+        client.flushall()
+        lease = {"agent_id": "holder", "token": task["lease"]["token"]}
+        beats: list[int] = []
+        others: list[int] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and beats[-1:] != [200]:
+            r = requests.post(f"{broker.url}/tasks/{REPO}/{n}/heartbeat", json=lease, timeout=10)
+            beats.append(r.status_code)
+            assert r.status_code in (200, 503), r.text
+            for other in ("b", "c"):
+                got = requests.post(f"{broker.url}/request-task", json={"agent_id": other})
+                assert got.status_code in (200, 204, 503), got.text
+                if got.status_code == 200:
+                    others.append(got.json()["issue_id"])
+            time.sleep(0.5)
+        assert beats[-1] == 200 and 503 in beats, beats
+        assert n not in others, (n, others)
+        # And after the quarantine the others get work, still never the holder's issue.
+        deadline = time.monotonic() + 20
+        while not others and time.monotonic() < deadline:
+            got = requests.post(f"{broker.url}/request-task", json={"agent_id": "b"})
+            if got.status_code == 200:
+                others.append(got.json()["issue_id"])
+            time.sleep(0.5)
+        assert others and n not in others
+        assert client.hget(f"gb:{{repo::acme::widgets}}:lease:{n}", "agent") == b"holder"
+    finally:
+        client.close()
+        broker.stop()
+
+
+def test_with_aof_durability_a_kill_and_restart_of_redis_loses_no_acknowledged_write(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    node = RedisNode(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always").start()
+    broker = broker_on(node.url, sim, tmp_path, GITHUB_BROKER_REDIS__DURABILITY="aof")
+    ledger = Ledger()
+    try:
+        client = node.client()
+        wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
+        client.close()
+        stop, threads = run_agents(broker.url, sim, ledger, 5)
+        time.sleep(4)
+        node.kill()
+        time.sleep(1)
+        node.start()
+        time.sleep(8)
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        assert len(ledger.completed) >= 5, ledger.completed
+        assert_nothing_acknowledged_was_lost(ledger)
+    finally:
+        broker.stop()
+        node.stop()
+
+
+def test_without_durability_a_lost_second_tells_nobody_their_lease_ended(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    """AOF everysec, durability none: the restart loses up to a second of writes. Leases are
+    proven by their signed tokens after the rebuild; completions whose label write was lost are
+    recovered from their PRs; no completed task is handed out again."""
+    node = RedisNode(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "everysec").start()
+    broker = broker_on(node.url, sim, tmp_path)
+    ledger = Ledger()
+    try:
+        client = node.client()
+        wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
+        client.close()
+        stop, threads = run_agents(broker.url, sim, ledger, 5)
+        time.sleep(4)
+        node.kill()
+        node.start()
+        time.sleep(25)  # the rebuild, one heartbeat interval of proof, more work
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        assert_nothing_acknowledged_was_lost(ledger)
+    finally:
+        broker.stop()
+        node.stop()
+
+
+def test_with_replica_durability_a_promoted_replica_has_every_acknowledged_write(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    primary = RedisNode(tmp_path / "primary", "--appendonly", "no").start()
+    replica = RedisNode(
+        tmp_path / "replica", "--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port)
+    ).start()
+    proxy = Proxy(primary.port)
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    wait_for(
+        lambda: int(primary.client().info("replication")["connected_slaves"]) == 1, 15, "replica"
+    )
+    broker = broker_on(url, sim, tmp_path, GITHUB_BROKER_REDIS__DURABILITY="replica")
+    ledger = Ledger()
+    try:
+        client = primary.client()
+        wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
+        client.close()
+        stop, threads = run_agents(broker.url, sim, ledger, 5)
+        time.sleep(4)
+        primary.kill()
+        promoted = replica.client()
+        promoted.execute_command("REPLICAOF", "NO", "ONE")
+        promoted.close()
+        proxy.switch(replica.port)
+        time.sleep(8)
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        assert len(ledger.completed) >= 5, ledger.completed
+        assert_nothing_acknowledged_was_lost(ledger)
+    finally:
+        broker.stop()
+        proxy.close()
+        replica.stop()
+        primary.stop()
+
+
+def test_replica_durability_answers_503_while_no_replica_acknowledges(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    primary = RedisNode(tmp_path / "primary", "--appendonly", "no").start()
+    replica = RedisNode(
+        tmp_path / "replica", "--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port)
+    ).start()
+    wait_for(
+        lambda: int(primary.client().info("replication")["connected_slaves"]) == 1, 15, "replica"
+    )
+    broker = broker_on(
+        primary.url,
+        sim,
+        tmp_path,
+        GITHUB_BROKER_REDIS__DURABILITY="replica",
+        GITHUB_BROKER_REDIS__DURABLE_TIMEOUT_MS="300",
+    )
+    try:
+        client = primary.client()
+        wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
+        ok = requests.post(f"{broker.url}/request-task", json={"agent_id": "a1"})
+        assert ok.status_code == 200
+        assert replica.proc is not None
+        os.kill(replica.proc.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            refused = requests.post(f"{broker.url}/request-task", json={"agent_id": "a2"})
+            assert refused.status_code == 503 and "not durable" in refused.json()["detail"]
+            assert time.monotonic() - started < 3
+        finally:
+            os.kill(replica.proc.pid, signal.SIGCONT)
+        # The retry (within the settle grace's reach: its held task) gets the same task.
+        again = requests.post(f"{broker.url}/request-task", json={"agent_id": "a2"})
+        assert again.status_code == 200
+        client.close()
+    finally:
+        broker.stop()
+        replica.stop()
+        primary.stop()
