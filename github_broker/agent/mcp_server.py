@@ -29,7 +29,7 @@ from github_broker import __version__
 from github_broker.agent.aio import AsyncBrokerClient
 from github_broker.agent.client import BrokerClientError, BrokerUnavailable, Unauthorized
 from github_broker.agent.mcp_http import HttpEndpoint
-from github_broker.agent.runner import public_json
+from github_broker.agent.runner.task_files import public_json
 from github_broker.agent.session import AgentSession, NoTask, TaskHeld, where
 from github_broker.api.schemas import MAX_LIST_ITEMS, REQUEST_ID_PATTERN, RepoName, RoleName
 from github_broker.models import Task
