@@ -16,6 +16,8 @@ DEFAULT_WAIT_S = 20.0
 DEFAULT_KILL_GRACE_S = 10.0
 #: Seconds the runner keeps asking an unreachable broker before it gives up.
 DEFAULT_GIVE_UP_S = 300.0
+#: First wait (seconds) before asking again while this agent is paused; doubles each time.
+DEFAULT_PAUSED_RETRY_S = 5.0
 
 
 class RunnerError(Exception):
@@ -45,6 +47,9 @@ class RunnerConfig:
     preset: Preset | None = None
     #: A git worktree per task, on its branch, as the command's working directory.
     workspaces: Workspaces | None = None
+    #: First wait (seconds) before asking again while this agent is paused (then doubling,
+    #: up to a minute).
+    paused_retry_s: float = DEFAULT_PAUSED_RETRY_S
 
     def check(self) -> None:
         """Refuse at start-up what would make every task fail."""

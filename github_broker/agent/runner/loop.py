@@ -1,21 +1,14 @@
-"""The runner's loop: take a task, run the agent command on it, report how it ended."""
+"""The runner's loop: take a task, run the agent command on it, report how it ended, and wait
+while the broker is unreachable or this agent is paused."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
-import subprocess
-import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from enum import StrEnum
-from pathlib import Path
-from typing import IO
 
 from github_broker.agent.client import (
+    AgentPaused,
     BrokerClient,
     BrokerClientError,
     BrokerUnavailable,
@@ -24,10 +17,7 @@ from github_broker.agent.client import (
     new_request_id,
 )
 from github_broker.agent.runner.config import RunnerConfig, RunnerError
-from github_broker.agent.runner.heartbeat import Heartbeat
-from github_broker.agent.runner.process_group import ProcessGroup
-from github_broker.agent.runner.task_files import task_env, write_task_files
-from github_broker.agent.workspace import WorkspaceError
+from github_broker.agent.runner.task_run import Ending, TaskRun
 from github_broker.models import Task
 
 logger = logging.getLogger(__name__)
@@ -37,19 +27,9 @@ UNREACHABLE_PAUSE_S, MAX_UNREACHABLE_PAUSE_S = 2.0, 60.0
 #: First and longest pause (seconds) after failed tasks in a row, so a broken command does not
 #: burn through the whole queue.
 FAILURE_PAUSE_S, MAX_FAILURE_PAUSE_S = 2.0, 120.0
-#: How often (seconds) the wait for the command re-checks stop, time limit and lease.
-WATCH_INTERVAL_S = 0.2
-
-
-class Ending(StrEnum):
-    """How one run of the command on a task ended."""
-
-    COMPLETED = "completed"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    LEASE_LOST = "lease_lost"
-    STOPPED = "stopped"
-
+#: Longest pause (seconds) between task requests while this agent is paused (the first is
+#: RunnerConfig.paused_retry_s, doubling): how late a resume is noticed at worst.
+MAX_PAUSED_RETRY_S = 60.0
 
 #: What the broker is told for each ending; None: nothing, the lease is gone already.
 REPORT: dict[Ending, Previous | None] = {
@@ -73,8 +53,9 @@ class Runner:
         #: An outcome the broker has not heard yet; the next task request settles it.
         self._unsettled: Previous | None = None
         self._failures = 0
-        #: Why the broker took the last task back (the heartbeat's 409 reason).
-        self._lost_reason = ""
+        #: The broker's words while this agent is paused (None: not paused).
+        self.paused: str | None = None
+        self._paused_pause_s = config.paused_retry_s
 
     @property
     def agent(self) -> str:
@@ -86,7 +67,8 @@ class Runner:
             task = self.next_task()
             if task is None:
                 if self.config.once and not self.stop.is_set():
-                    logger.info("%s: no task within %.0fs", self.agent, self.config.wait_s)
+                    if self.paused is None:
+                        logger.info("%s: no task within %.0fs", self.agent, self.config.wait_s)
                     return 0
                 continue
             ending = self.work(task)
@@ -96,186 +78,97 @@ class Runner:
         return 0
 
     def next_task(self) -> Task | None:
-        """One long-poll for a task; while the broker is unreachable, pause and ask again
-        (the same request id: a repeat that got through returns its hand-out), for at most
-        `give_up_s` seconds."""
+        """One long-poll for a task. While the broker is unreachable, pause and ask again (the
+        same request id: a repeat that got through returns its hand-out), for at most
+        `give_up_s` seconds; while this agent is paused, ask again less and less often until
+        a maintainer resumes it (with `once`: return None)."""
         pause = UNREACHABLE_PAUSE_S
         request_id = new_request_id()
         unreachable_since: float | None = None
         while not self.stop.is_set():
             try:
-                # Anything the broker thinks we still hold is a task whose answer never reached
-                # us (or a crashed earlier run): abandoned puts it back in the pool.
-                task = self.client.request_task(
-                    list(self.config.roles) or None,
-                    list(self.config.repositories) or None,
-                    wait_seconds=self.config.wait_s,
-                    previous=self._unsettled or "abandoned",
-                    request_id=request_id,
-                )
+                task = self._ask(request_id)
             except BrokerUnavailable as e:
                 now = time.monotonic()
                 unreachable_since = unreachable_since if unreachable_since is not None else now
-                waited = now - unreachable_since
-                if waited + pause > self.config.give_up_s:
-                    raise BrokerUnavailable(
-                        f"broker {self.client.base_url} unreachable for {waited:.0f}s; giving "
-                        f"up (limit {self.config.give_up_s:.0f}s, --give-up-after): {e}",
-                        status=e.status,
-                        reason=e.reason,
-                    ) from e
+                self._check_give_up(e, now - unreachable_since, pause)
                 logger.warning(
                     "%s: broker unreachable, asking again in %.0fs: %s", self.agent, pause, e
                 )
                 self.stop.wait(pause)
                 pause = min(pause * 2, MAX_UNREACHABLE_PAUSE_S)
                 continue
+            except AgentPaused as e:
+                self._unsettled = None  # the broker settles a held task before it refuses
+                if not self._wait_while_paused(e):
+                    return None
+                request_id = new_request_id()
+                continue
             self._unsettled = None
+            self._resumed()
             return task
         return None
 
     def work(self, task: Task) -> Ending:
         """Run the command on one task, heartbeating meanwhile, then report how it ended."""
-        logger.info(
-            "%s claimed %s#%d (%s, role %s, branch %s): %s",
-            self.agent,
-            task.repository,
-            task.issue_id,
-            task.task_type.value,
-            task.required_role,
-            task.branch_name,
-            task.title,
-        )
+        self._log_claim(task)
         started = time.monotonic()
+        run = TaskRun(self.client, self.config, task, self.stop)
         if self.stop.is_set():  # the task arrived while we were asked to stop
             ending, code = Ending.STOPPED, None
         else:
             try:
-                ending, code = self._run_command(task)
+                ending, code = run.run()
             except RunnerError:
                 self._settle(task, "abandoned")
                 raise
-        self._log_ending(task, ending, code, time.monotonic() - started)
+        self._log_ending(task, ending, code, time.monotonic() - started, run)
         outcome = REPORT[ending]
         if outcome is not None:
             self._settle(task, outcome)
         return ending
 
-    # --- the command --------------------------------------------------------------------
+    # --- asking -------------------------------------------------------------------------
 
-    def _run_command(self, task: Task) -> tuple[Ending, int | None]:
-        with tempfile.TemporaryDirectory(prefix="gb-task-") as tmp, self._workspace(task) as cwd:
-            prompt_file, task_file = write_task_files(task, Path(tmp))
-            env = {**os.environ, **task_env(task, self.agent, prompt_file, task_file)}
-            heartbeat = Heartbeat(self.client, task)
-            with self._output(task) as output, prompt_file.open("rb") as stdin:
-                group = self._spawn(
-                    task,
-                    env,
-                    self._stdin(task, stdin),
-                    output,
-                    self._command(task, prompt_file),
-                    cwd,
-                )
-                heartbeat.start()
-                try:
-                    return self._watch(group, heartbeat)
-                finally:
-                    heartbeat.stop()
-                    if group.proc.poll() is None:  # a second signal interrupted the wait
-                        group.signal(signal.SIGKILL)
-                        group.proc.wait()
-
-    def _command(self, task: Task, prompt_file: Path) -> Sequence[str] | str:
-        preset, command = self.config.preset, self.config.command
-        if preset is None:
-            return command
-        return preset.command(
-            task.prompt, prompt_file, [command] if isinstance(command, str) else command
+    def _ask(self, request_id: str) -> Task | None:
+        # Anything the broker thinks we still hold is a task whose answer never reached us (or
+        # a crashed earlier run): abandoned puts it back in the pool.
+        return self.client.request_task(
+            list(self.config.roles) or None,
+            list(self.config.repositories) or None,
+            wait_seconds=self.config.wait_s,
+            previous=self._unsettled or "abandoned",
+            request_id=request_id,
         )
 
-    def _stdin(self, task: Task, prompt: IO[bytes]) -> IO[bytes] | int:
-        preset = self.config.preset
-        if preset is None or preset.reads_stdin(task.prompt):
-            return prompt
-        return subprocess.DEVNULL
+    def _check_give_up(self, e: BrokerUnavailable, waited_s: float, pause_s: float) -> None:
+        if waited_s + pause_s > self.config.give_up_s:
+            raise BrokerUnavailable(
+                f"broker {self.client.base_url} unreachable for {waited_s:.0f}s; giving "
+                f"up (limit {self.config.give_up_s:.0f}s, --give-up-after): {e}",
+                status=e.status,
+                reason=e.reason,
+            ) from e
 
-    @contextlib.contextmanager
-    def _workspace(self, task: Task) -> Iterator[Path]:
-        """The task's worktree when workspaces are on (removed afterwards), else the workdir."""
-        if self.config.workspaces is None:
-            yield self.config.workdir
-            return
-        try:
-            path = self.config.workspaces.add(task)
-        except WorkspaceError as e:
-            raise RunnerError(f"no workspace for {task.repository}#{task.issue_id}: {e}") from e
-        try:
-            yield path
-        finally:
-            try:
-                self.config.workspaces.remove(task)
-            except WorkspaceError as e:
-                logger.warning("%s: could not remove the worktree %s: %s", self.agent, path, e)
+    def _wait_while_paused(self, e: AgentPaused) -> bool:
+        """Wait before asking again (longer each time); False with `once`. Said once per
+        pause, with the broker's words (who paused it, why, how it is resumed)."""
+        first = self.paused is None
+        self.paused = e.detail or str(e)
+        if first:
+            then = "exiting (--once)" if self.config.once else "asking again until resumed"
+            logger.warning("%s is paused; %s. The broker said: %s", self.agent, then, self.paused)
+            self._paused_pause_s = self.config.paused_retry_s
+        if self.config.once:
+            return False
+        self.stop.wait(self._paused_pause_s)
+        self._paused_pause_s = min(self._paused_pause_s * 2, MAX_PAUSED_RETRY_S)
+        return True
 
-    def _spawn(
-        self,
-        task: Task,
-        env: dict[str, str],
-        stdin: IO[bytes] | int,
-        output: IO[bytes] | None,
-        command: Sequence[str] | str,
-        cwd: Path,
-    ) -> ProcessGroup:
-        try:
-            return ProcessGroup.spawn(
-                command,
-                cwd=cwd,
-                env=env,
-                stdin=stdin,
-                stdout=output,
-                stderr=subprocess.STDOUT if output else None,
-                name=f"{self.agent} {task.repository}#{task.issue_id}",
-            )
-        except OSError as e:
-            raise RunnerError(f"cannot start {command!r}: {e}") from e
-
-    def _watch(self, group: ProcessGroup, heartbeat: Heartbeat) -> tuple[Ending, int | None]:
-        timeout_s = self.config.timeout_s
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            try:
-                code = group.proc.wait(timeout=WATCH_INTERVAL_S)
-            except subprocess.TimeoutExpired:
-                pass
-            else:
-                if group.alive():
-                    # Something the command started outlived it: end it before the task is
-                    # reported, so nothing keeps working on an issue someone else may get.
-                    group.terminate(self.config.kill_grace_s)
-                return (Ending.COMPLETED if code == 0 else Ending.FAILED), code
-            ending = self._interruption(heartbeat, deadline)
-            if ending is not None:
-                return ending, group.terminate(self.config.kill_grace_s)
-
-    def _interruption(self, heartbeat: Heartbeat, deadline: float | None) -> Ending | None:
-        if self.stop.is_set():
-            return Ending.STOPPED
-        if heartbeat.lost_reason is not None:
-            self._lost_reason = heartbeat.lost_reason
-            return Ending.LEASE_LOST
-        if deadline is not None and time.monotonic() > deadline:
-            return Ending.TIMED_OUT
-        return None
-
-    @contextlib.contextmanager
-    def _output(self, task: Task) -> Iterator[IO[bytes] | None]:
-        if self.config.output_dir is None:
-            yield None
-            return
-        name = f"{self.agent}-{task.repository.replace('/', '_')}-{task.issue_id}.log"
-        with (self.config.output_dir / name).open("ab") as fh:
-            yield fh
+    def _resumed(self) -> None:
+        if self.paused is not None:
+            self.paused = None
+            logger.info("%s was resumed: taking work again", self.agent)
 
     # --- reporting ----------------------------------------------------------------------
 
@@ -301,7 +194,31 @@ class Runner:
         except BrokerClientError as e:
             logger.error("%s could not report %s#%d as %s: %s", *where, outcome, e)
 
-    def _log_ending(self, task: Task, ending: Ending, code: int | None, elapsed_s: float) -> None:
+    def _log_claim(self, task: Task) -> None:
+        logger.info(
+            "%s claimed %s#%d (%s, role %s, branch %s): %s",
+            self.agent,
+            task.repository,
+            task.issue_id,
+            task.task_type.value,
+            task.required_role,
+            task.branch_name,
+            task.title,
+        )
+        if task.continues is not None:
+            c = task.continues
+            logger.info(
+                "%s continues the work of %s on %s (reassigned by %s%s)",
+                self.agent,
+                c.from_agent or "another agent",
+                task.branch_name,
+                c.by,
+                f": {c.reason}" if c.reason else "",
+            )
+
+    def _log_ending(
+        self, task: Task, ending: Ending, code: int | None, elapsed_s: float, run: TaskRun
+    ) -> None:
         where = (self.agent, task.repository, task.issue_id)
         if ending is Ending.COMPLETED:
             logger.info("%s completed %s#%d (exit 0 after %.1fs)", *where, elapsed_s)
@@ -319,7 +236,8 @@ class Runner:
                 elapsed_s,
             )
         elif ending is Ending.LEASE_LOST:
-            logger.warning("%s lost %s#%d (%s); command stopped", *where, self._lost_reason)
+            said = f"; the broker said: {run.lost_detail}" if run.lost_detail else ""
+            logger.warning("%s lost %s#%d (%s); command stopped%s", *where, run.lost, said)
         else:
             logger.info("%s stopping: releasing %s#%d as abandoned", *where)
 

@@ -26,6 +26,8 @@ class ProcessGroup:
         self.proc = proc
         #: Who runs it, for log lines (agent id and task).
         self.name = name or f"command {proc.pid}"
+        #: Stopped with SIGSTOP (suspend) and not continued since.
+        self.suspended = False
 
     @classmethod
     def spawn(
@@ -63,6 +65,15 @@ class ProcessGroup:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
 
+    def suspend(self) -> None:
+        """Stop every process of the group where it is (SIGSTOP); `resume` continues them."""
+        self.signal(signal.SIGSTOP)
+        self.suspended = True
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.suspended = False
+
     def alive(self) -> bool:
         """Whether a process of the group still runs. Zombies don't count: an orphan's zombie
         waits for an init that may never reap it."""
@@ -73,6 +84,8 @@ class ProcessGroup:
         code. The group, not just its leader: a shell that dies at once on SIGTERM would
         otherwise leave a child that traps it working on after the task was released."""
         self.signal(signal.SIGTERM)
+        if self.suspended:  # a stopped process acts on SIGTERM only once continued
+            self.resume()
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None and not self.alive():
