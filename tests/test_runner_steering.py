@@ -237,8 +237,8 @@ def test_a_paused_agent_finishes_its_task_then_waits_and_carries_on_when_resumed
                 15,
                 "#1 completed",
             )
-            # Asked again (0.2, 0.4, 0.8 s ...) and refused: no new claim, said once.
-            time.sleep(2.0)
+            # Asked again (after 0.2, 0.4, 0.8 s ...) and refused: no new claim, said once.
+            time.sleep(1.2)
             assert not (work / "pid-2").exists()
             assert store.zcard(KEYS.leases) == 0
             paused = [m for m in messages(caplog) if "agent-a is paused;" in m]

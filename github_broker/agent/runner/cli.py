@@ -38,8 +38,11 @@ AGENT_EPILOG = """\
 The command gets the prompt on its stdin and these environment variables:
   GB_AGENT_ID GB_REPOSITORY GB_ISSUE_ID GB_ISSUE_URL GB_TITLE GB_BRANCH GB_BASE_BRANCH
   GB_TASK_TYPE GB_ROLE GB_PR_URL GB_PROMPT_FILE GB_TASK_FILE GB_TASK_JSON
+  GB_NOTES_FILE (maintainers' notes appear there, .broker-notes.md in its directory)
+  GB_USAGE_FILE (write {"tokens": N, "cost": X} so far; sent with each heartbeat)
 Exit 0 completes the task; any other exit releases it as failed. Several arguments after
-`--` are run as they are; a single one goes through the shell.
+`--` are run as they are; a single one goes through the shell. Its last line of output is
+sent with each heartbeat as the progress note maintainers see.
 
 examples:
   github-broker agent --agent-id claude-1 --preset claude --workspace ~/gb-work
