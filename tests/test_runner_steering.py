@@ -22,11 +22,13 @@ import redis
 
 from github_broker.agent.client import BrokerClient
 from github_broker.agent.runner import Runner, RunnerConfig
-from github_broker.agent.runner.notes import NOTES_FILE_NAME
+from github_broker.agent.runner.notes import NOTES_FILE_NAME, NotesFile
 from github_broker.agent.runner.output import OutputTap
 from github_broker.keys import RepoKeys
+from github_broker.models import Note
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, live_broker, post, wait_for
+from tests.test_runner import TASK as RUNNER_TASK
 
 KEYS = RepoKeys("gb", "acme", "widgets")
 #: The lease of these tests (seconds): a heartbeat interval of 2 s.
@@ -309,3 +311,36 @@ def test_the_note_is_the_last_output_line_with_text_without_terminal_codes(tmp_p
     assert tap.last_line() == "running tests"
     assert b"warn\n" in out.read_bytes() and b"one\n" in out.read_bytes()
     assert OutputTap().last_line() is None
+
+
+def test_the_notes_file_stays_out_of_git_and_goes_when_the_task_ends(tmp_path: Path) -> None:
+    def git(cwd: Path, *args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
+        return done.stdout
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "--quiet", "--initial-branch=main")
+    git(
+        repo,
+        "-c",
+        "user.name=T",
+        "-c",
+        "user.email=t@example.com",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "0",
+    )
+    git(repo, "worktree", "add", "--quiet", str(tmp_path / "task"), "-b", "feature/issue-7")
+    task = RUNNER_TASK
+    for cwd in (repo, tmp_path / "task"):
+        notes = NotesFile(cwd, task)
+        notes.append([Note(by="alice", text="Use the new parser.", at="2026-11-20T12:11:00Z")])
+        notes.append([Note(by="bob", text="And rebase.", at="2026-11-20T12:12:00Z")])
+        text = notes.path.read_text()
+        assert text.index("Use the new parser.") < text.index("And rebase.")
+        assert git(cwd, "status", "--porcelain", "--untracked-files=all") == ""
+        notes.remove()
+        assert not notes.path.exists()
