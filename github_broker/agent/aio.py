@@ -84,7 +84,7 @@ class AsyncBrokerClient:
 
         One `request_id` (given, or made here) goes with every attempt of this call, as in
         `BrokerClient`: a repeat that reached the broker gets the same hand-out and settles
-        nothing, so every attempt sends the same body.
+        nothing, so every attempt sends the same body. AgentPaused while this agent is paused.
         """
         body = task_request_body(
             self.agent_id, wait_seconds, previous, request_id, roles, repositories

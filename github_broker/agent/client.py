@@ -163,6 +163,9 @@ class BrokerClient:
         given; pass your own to make retries of your own idempotent too): a repeat that
         reaches the broker gets the task already handed out for it, with the same lease, and
         settles nothing, so a lost answer never costs a task or misfiles one as done.
+
+        AgentPaused while a maintainer (or the circuit breaker) has paused this agent: wait,
+        then ask again.
         """
         body = task_request_body(
             self.agent_id, wait_seconds, previous, request_id, roles, repositories
