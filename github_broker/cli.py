@@ -273,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--all", action="store_true", help="list every issue, not the first of each group"
     )
-    from github_broker.agent.runner import add_agent_command
+    from github_broker.agent.runner.cli import add_agent_command
     from github_broker.sandbox import add_labels_command, add_sandbox_command
 
     add_agent_command(sub)

@@ -13,7 +13,14 @@ import httpx
 import pytest
 
 from github_broker.agent.aio import AsyncBrokerClient
-from github_broker.agent.client import BrokerUnavailable, LeaseLost, RequestRejected, Unauthorized
+from github_broker.agent.client import (
+    AgentPaused,
+    BrokerUnavailable,
+    LeaseLost,
+    RequestRejected,
+    Unauthorized,
+    Usage,
+)
 from github_broker.keys import RepoKeys
 from github_broker.models import Task
 from github_broker.simulator import Simulator, generate_issues
@@ -69,6 +76,39 @@ async def test_503_with_retry_after_is_retried_with_the_same_request_id() -> Non
     # Even after a 504 (the request may have been claimed) every attempt is the same request:
     # the broker answers a repeat of the request id with that claim and settles nothing.
     assert [s["body"]["previous"] for s in seen] == ["completed"] * 3
+
+
+async def test_heartbeat_answer_note_usage_and_the_two_409s_as_in_the_sync_client() -> None:
+    seen: list[dict[str, Any]] = []
+    beat = {
+        "expires_at": "2026-11-20T12:20:00Z",
+        "state": "in_progress",
+        "notes": [{"by": "alice", "text": "Rebase first.", "at": "2026-11-20T12:11:00Z"}],
+        "paused": None,
+        "agent_paused": {"kind": "stop", "by": "bob", "reason": "", "at": "2026-11-20T12:13Z"},
+    }
+    replies = [
+        httpx.Response(200, json=beat),
+        httpx.Response(409, json={"detail": "revoked by bob: stop", "reason": "revoked"}),
+        httpx.Response(409, json={"detail": "agent agent-a is paused", "reason": "agent_paused"}),
+    ]
+    task = Task.model_validate(TASK_JSON)
+    async with AsyncBrokerClient(
+        "http://broker", "agent-a", transport=scripted(replies, seen)
+    ) as client:
+        answer = await client.heartbeat(task, note="  running the tests \n", usage=Usage(tokens=5))
+        with pytest.raises(LeaseLost) as lost:
+            await client.heartbeat(task)
+        with pytest.raises(AgentPaused) as paused:
+            await client.request_task()
+    assert (seen[0]["body"]["note"], seen[0]["body"]["usage"]) == (
+        "running the tests",
+        {"tokens": 5},
+    )
+    assert "note" not in seen[1]["body"] and "usage" not in seen[1]["body"]
+    assert answer.notes[0].text == "Rebase first." and answer.agent_paused is not None
+    assert (lost.value.reason, lost.value.detail) == ("revoked", "revoked by bob: stop")
+    assert paused.value.detail == "agent agent-a is paused"
 
 
 async def test_4xx_is_not_retried_and_maps_to_the_sync_clients_errors() -> None:
@@ -129,7 +169,7 @@ async def test_request_heartbeat_complete_and_a_lost_lease_against_serve(
         first = await client.request_task(wait_seconds=5)
         assert first is not None
         await anyio.sleep(1.1)
-        assert await client.heartbeat(first) > first.lease.expires_at
+        assert (await client.heartbeat(first)).expires_at > first.lease.expires_at
         await client.complete(first)
         second = await client.request_task(wait_seconds=5)
         assert second is not None and second.issue_id != first.issue_id

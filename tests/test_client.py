@@ -17,13 +17,17 @@ import pytest
 import redis
 
 from github_broker.agent.client import (
+    MAX_NOTE_CHARS,
+    AgentPaused,
     BrokerClient,
     BrokerClientError,
     BrokerUnavailable,
     LeaseLost,
     RequestRejected,
     Unauthorized,
+    Usage,
 )
+from github_broker.api.schemas import MAX_NOTE_CHARS as BROKER_MAX_NOTE_CHARS
 from github_broker.keys import RepoKeys
 from github_broker.models import Task
 from github_broker.simulator import Simulator, generate_issues
@@ -152,6 +156,48 @@ def test_4xx_is_raised_at_once_without_retry(
         assert err.value.reason == "revoked"
 
 
+STEERED_BEAT = {
+    "expires_at": "2026-11-20T12:20:00Z",
+    "state": "waiting_for_user",
+    "notes": [{"by": "alice", "text": "Use the new parser.", "at": "2026-11-20T12:11:00Z"}],
+    "paused": {"code": "budget", "detail": "1200 tokens, budget 1000", "at": "2026-11-20T12:12Z"},
+    "agent_paused": {"kind": "pause", "by": "bob", "reason": "rota", "at": "2026-11-20T12:13Z"},
+}
+
+
+def test_heartbeat_sends_note_and_usage_and_returns_the_whole_answer(stub: Any) -> None:
+    client, server = stub(Reply(200, STEERED_BEAT))
+    answer = client.heartbeat(
+        Task.model_validate(TASK_JSON), note="x" * 600, usage=Usage(tokens=1200, cost=0.5)
+    )
+    sent = server.seen[0]
+    assert sent["usage"] == {"tokens": 1200, "cost": 0.5}
+    # Cut to the broker's limit: a long note never costs a heartbeat its lease.
+    assert len(sent["note"]) == MAX_NOTE_CHARS == BROKER_MAX_NOTE_CHARS
+    assert answer.state == "waiting_for_user"
+    assert [(n.by, n.text) for n in answer.notes] == [("alice", "Use the new parser.")]
+    assert answer.paused is not None and answer.paused.code == "budget"
+    assert answer.agent_paused is not None and answer.agent_paused.by == "bob"
+
+
+def test_a_revoke_raises_lease_lost_with_the_maintainers_words(stub: Any) -> None:
+    words = "lease on acme/widgets#7 not extended: revoked (revoked by alice: wrong approach)"
+    client, _ = stub(Reply(409, {"detail": words, "reason": "revoked"}))
+    with pytest.raises(LeaseLost) as err:
+        client.heartbeat(Task.model_validate(TASK_JSON))
+    assert (err.value.reason, err.value.detail) == ("revoked", words)
+
+
+def test_a_paused_agents_task_request_raises_agent_paused_not_lease_lost(stub: Any) -> None:
+    words = "agent agent-a is paused by alice: rota. A maintainer resumes it with …"
+    client, server = stub(Reply(409, {"detail": words, "reason": "agent_paused"}))
+    with pytest.raises(AgentPaused) as err:
+        client.request_task()
+    assert not isinstance(err.value, LeaseLost)
+    assert (err.value.status, err.value.reason, err.value.detail) == (409, "agent_paused", words)
+    assert len(server.seen) == 1
+
+
 def test_retry_after_a_lost_answer_repeats_the_same_request_id(stub: Any) -> None:
     client, server = stub(Reply(200, TASK_JSON, delay_s=1.0), Reply(200, TASK_JSON), timeout_s=0.3)
     task = client.request_task(previous="completed")
@@ -244,7 +290,7 @@ def test_task_lifecycle_and_lease_lost_reasons(agent: Callable[..., BrokerClient
     assert task is not None and task.repository == "acme/widgets"
     assert task.branch_name == f"feature/issue-{task.issue_id}"
 
-    assert datetime.fromisoformat(a.heartbeat(task).replace("Z", "+00:00"))
+    assert datetime.fromisoformat(a.heartbeat(task).expires_at.replace("Z", "+00:00"))
     with pytest.raises(LeaseLost) as err:
         b.heartbeat(task)
     assert err.value.reason == "not_owner"

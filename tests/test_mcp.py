@@ -36,7 +36,7 @@ from github_broker.api.schemas import REQUEST_ID_PATTERN
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
-from tests.processes import BrokerProcess, broker_env, live_broker, wait_for
+from tests.processes import BrokerProcess, broker_env, live_broker, post, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -327,6 +327,107 @@ async def test_a_lease_the_broker_ends_is_told_to_the_client_within_5_s(
         assert {p.level for _, p in heard.logs if "back" in str(p.data)} == {"warning"}
     assert warnings_in((tmp_path / "mcp.log").read_text()) == []
     assert [r.getMessage() for r in caplog.records if r.name.startswith("mcp")] == []
+
+
+# --- maintainers' notes and pauses ---------------------------------------------------------
+
+
+@pytest.fixture
+def budget_broker(redis_url: str, tmp_path: Path) -> Iterator[tuple[Simulator, BrokerProcess]]:
+    # The default lease (a heartbeat every 200 s): only the lease check tells the client in
+    # time. A held task reaches its wall-clock budget after 8 s, looked at every 0.5 s.
+    extra = {
+        "GITHUB_BROKER_BUDGETS__WALL_CLOCK_S": "8",
+        "GITHUB_BROKER_PROGRESS__CHECK_INTERVAL_S": "0.5",
+    }
+    with Simulator(seeded(2)) as sim, live_broker(sim, redis_url, tmp_path, 2, **extra) as proc:
+        yield sim, proc
+
+
+def admin(broker: BrokerProcess, path: str, **body: Any) -> None:
+    r = post(broker.url, path, body)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(("transport", "mode"), [("stdio", "auto"), ("http", "legacy")])
+async def test_notes_and_pauses_reach_the_client_as_soon_as_the_lease_check_sees_them(
+    budget_broker: tuple[Simulator, BrokerProcess],
+    redis_url: str,
+    tmp_path: Path,
+    transport: str,
+    mode: str,
+) -> None:
+    """A maintainer's note, a pause of the agent and a budget pause of its task each reach a
+    2025-era client as a log message, a 2026-07-28 client in task://current, within 5 s; the
+    next tool answer says them too, and request_task is refused while the agent is paused."""
+    _, broker = budget_broker
+    heard = Heard()
+    store = redis.Redis.from_url(redis_url)
+
+    @asynccontextmanager
+    async def connected() -> AsyncIterator[Client]:
+        if transport == "stdio":
+            async with mcp_over_stdio(broker.url, tmp_path, heard, mode=mode) as client:
+                yield client
+        else:
+            with mcp_http_server(broker.url, tmp_path) as url:
+                async with mcp_over_http(url, heard, mode=mode) as client:
+                    yield client
+
+    try:
+        async with connected() as mcp, watching_current_task(mcp, heard):
+            claimed = await mcp.call_tool("request_task", {"wait_seconds": 5})
+            n = 1 if "acme/widgets#1" in text(claimed) else 2
+            task_path = f"/admin/tasks/acme/widgets/{n}"
+
+            sent = time.monotonic()
+            await anyio.to_thread.run_sync(
+                lambda: admin(broker, f"{task_path}/note", text="Use the new parser.")
+            )
+            told = await first_heard(heard, "Use the new parser.", 2 * TELL_WITHIN_S)
+            assert told - sent < TELL_WITHIN_S
+
+            sent = time.monotonic()
+            await anyio.to_thread.run_sync(
+                lambda: admin(broker, "/admin/agents/agent-a/pause", reason="rota change")
+            )
+            told = await first_heard(heard, "rota change", 2 * TELL_WITHIN_S)
+            assert told - sent < TELL_WITHIN_S
+
+            await anyio.to_thread.run_sync(
+                lambda: wait_for(
+                    lambda: store.hexists(KEYS.lease(n), "paused"), 20, "the budget pause"
+                )
+            )
+            known = time.monotonic()
+            told = await first_heard(heard, "budget", 2 * TELL_WITHIN_S)
+            assert told - known < TELL_WITHIN_S
+
+            beat = await mcp.call_tool("heartbeat", {})
+            assert not beat.is_error and "waits for a person" in text(beat), text(beat)
+            assert "Note from admin (a maintainer)" in text(beat)  # told before the next answer
+            current = (await mcp.read_resource("task://current")).contents[0]
+            steering = json.loads(getattr(current, "text", ""))
+            assert steering["state"] == "waiting_for_user"
+            assert [note["text"] for note in steering["notes"]] == ["Use the new parser."]
+            assert steering["agent_paused"]["reason"] == "rota change"
+            assert steering["paused"]["code"] == "budget"
+
+            released = await mcp.call_tool("release", {"outcome": "abandoned", "reason": "paused"})
+            assert not released.is_error, text(released)
+            refused = await mcp.call_tool("request_task", {"wait_seconds": 0})
+            assert refused.is_error
+            assert "You are paused" in text(refused) and "rota change" in text(refused)
+            assert store.zcard(KEYS.leases) == 0  # nothing claimed
+
+            await anyio.to_thread.run_sync(lambda: admin(broker, "/admin/agents/agent-a/resume"))
+            again = await mcp.call_tool("request_task", {"wait_seconds": 5})
+            assert "You now hold acme/widgets#" in text(again), text(again)
+    finally:
+        store.close()
+    if mode == "legacy":
+        assert {p.level for _, p in heard.logs if "rota change" in str(p.data)} == {"warning"}
+    assert warnings_in((tmp_path / "mcp.log").read_text()) == []
 
 
 async def test_log_messages_respect_the_level_a_client_set(

@@ -17,14 +17,9 @@ from typing import Any
 import pytest
 
 from github_broker.agent.client import BrokerClient, BrokerUnavailable
-from github_broker.agent.runner import (
-    MAX_ENV_JSON_BYTES,
-    Runner,
-    RunnerConfig,
-    RunnerError,
-    command_from_argv,
-    task_env,
-)
+from github_broker.agent.runner import Runner, RunnerConfig, RunnerError
+from github_broker.agent.runner.cli import command_from_argv
+from github_broker.agent.runner.task_files import MAX_ENV_JSON_BYTES, task_env
 from github_broker.keys import RepoKeys
 from github_broker.models import Task
 from github_broker.simulator import Simulator, generate_issues

@@ -17,15 +17,17 @@ from github_broker.agent.client import (
     RETRY_STATUSES,
     BrokerClientError,
     BrokerUnavailable,
-    LeaseLost,
+    HeartbeatAnswer,
     Previous,
     ReleaseReason,
-    RequestRejected,
     RetryStatus,
-    Unauthorized,
+    Usage,
     _problem,
     _reason,
     _retry_after_s,
+    error_for,
+    heartbeat_extras,
+    heartbeat_from_answer,
     retry_policy,
     task_from_answer,
     task_path,
@@ -82,7 +84,7 @@ class AsyncBrokerClient:
 
         One `request_id` (given, or made here) goes with every attempt of this call, as in
         `BrokerClient`: a repeat that reached the broker gets the same hand-out and settles
-        nothing, so every attempt sends the same body.
+        nothing, so every attempt sends the same body. AgentPaused while this agent is paused.
         """
         body = task_request_body(
             self.agent_id, wait_seconds, previous, request_id, roles, repositories
@@ -91,14 +93,16 @@ class AsyncBrokerClient:
         response, _ = await self._post("/request-task", lambda _: body, read_timeout_s)
         return task_from_answer(response, _error)
 
-    async def heartbeat(self, task: Task) -> str:
-        """Extend the task's lease; returns the new expiry (ISO 8601). LeaseLost if it is gone."""
-        response, _ = await self._post(
-            task_path(task, "heartbeat"), lambda _: self._lease_body(task), self.timeout_s
-        )
+    async def heartbeat(
+        self, task: Task, *, note: str | None = None, usage: Usage | None = None
+    ) -> HeartbeatAnswer:
+        """Extend the task's lease and hear what happened (as `BrokerClient.heartbeat`):
+        expiry, state, maintainers' notes, pauses; LeaseLost if the lease is gone."""
+        body = {**self._lease_body(task), **heartbeat_extras(note, usage)}
+        response, _ = await self._post(task_path(task, "heartbeat"), lambda _: body, self.timeout_s)
         if response.status_code != 200:
             raise _error(response)
-        return str(response.json()["expires_at"])
+        return heartbeat_from_answer(response)
 
     async def complete(self, task: Task) -> None:
         """Report the task done; development work moves on to review."""
@@ -227,12 +231,6 @@ def _unavailable(what: str, response: httpx.Response) -> BrokerUnavailable:
 
 
 def _error(response: httpx.Response) -> BrokerClientError:
-    status, detail, reason = response.status_code, _detail(response), _reason(response)
+    status, detail = response.status_code, _detail(response)
     message = f"{response.request.method} {response.request.url.path}: {status} {detail}"
-    if status == 409:
-        return LeaseLost(message, reason=reason)
-    if status in (401, 403):
-        return Unauthorized(message, status=status, reason=reason)
-    if 400 <= status < 500:
-        return RequestRejected(message, status=status, reason=reason)
-    return BrokerClientError(message, status=status, reason=reason)
+    return error_for(status, message, _reason(response), detail)

@@ -13,12 +13,12 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import requests
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from github_broker import __version__
-from github_broker.models import Task
+from github_broker.models import AgentPause, Note, Task, TaskPause, TaskState
 
 logger = logging.getLogger(__name__)
 
@@ -32,18 +32,29 @@ DEFAULT_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 #: Gateway answers worth another attempt: the broker (or a proxy before it) is restarting.
 RETRY_STATUSES = frozenset({502, 503, 504})
+#: Longest progress note the broker takes (characters); a longer one is cut to this here.
+MAX_NOTE_CHARS = 500
 
 Previous = Literal["completed", "failed", "abandoned"]
 ReleaseReason = Literal["failed", "abandoned"]
 
 
 class BrokerClientError(Exception):
-    """Base of every error the client raises; `status` and `reason` come from the broker."""
+    """Base of every error the client raises; `status`, `reason` and `detail` (the broker's
+    own words) come from the broker's answer."""
 
-    def __init__(self, message: str, *, status: int | None = None, reason: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        reason: str | None = None,
+        detail: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.detail = detail
 
 
 class Unauthorized(BrokerClientError):
@@ -51,12 +62,26 @@ class Unauthorized(BrokerClientError):
 
 
 class LeaseLost(BrokerClientError):
-    """409: the lease is not yours any more; `reason` says why (expired, revoked, ...)."""
+    """409 on a lease call: the lease is not yours any more; `reason` says why (`expired`,
+    `revoked`, `issue_closed`, ...), `detail` the broker's words (a revoke: who and why)."""
 
     reason: str
 
-    def __init__(self, message: str, *, status: int | None = 409, reason: str | None = None):
-        super().__init__(message, status=status, reason=reason or "unknown")
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = 409,
+        reason: str | None = None,
+        detail: str | None = None,
+    ):
+        super().__init__(message, status=status, reason=reason or "unknown", detail=detail)
+
+
+class AgentPaused(BrokerClientError):
+    """409 `agent_paused` on request-task: this agent is paused (by a maintainer, or by the
+    circuit breaker); `detail` says by whom, why and how it is resumed. A task it held was
+    settled first. Wait, then ask again: the same request succeeds once it is resumed."""
 
 
 class RequestRejected(BrokerClientError):
@@ -65,6 +90,31 @@ class RequestRejected(BrokerClientError):
 
 class BrokerUnavailable(BrokerClientError):
     """The broker stayed unreachable, or kept answering 503, through every retry."""
+
+
+class Usage(BaseModel):
+    """What the agent has spent on a task so far: running totals, so a retried report counts
+    once (the broker sums them per issue against its budgets)."""
+
+    tokens: int | None = Field(None, ge=0)
+    cost: float | None = Field(None, ge=0)
+
+
+class HeartbeatAnswer(BaseModel):
+    """What a heartbeat learns: the new lease expiry and what the agent must know now."""
+
+    #: The lease's new expiry (ISO 8601).
+    expires_at: str
+    #: The task's state; `waiting_for_user` while `paused`, `idle` when flagged stalled.
+    state: TaskState = TaskState.IN_PROGRESS
+    #: Maintainers' messages, each delivered once.
+    notes: list[Note] = []
+    #: The task reached a budget and waits for a person: stop working on it, keep
+    #: heartbeating until a maintainer retries it (this goes back to None) or revokes it.
+    paused: TaskPause | None = None
+    #: This agent is paused: finish this task, then ask for no more (request-task raises
+    #: AgentPaused until a maintainer resumes it).
+    agent_paused: AgentPause | None = None
 
 
 class BrokerClient:
@@ -113,6 +163,9 @@ class BrokerClient:
         given; pass your own to make retries of your own idempotent too): a repeat that
         reaches the broker gets the task already handed out for it, with the same lease, and
         settles nothing, so a lost answer never costs a task or misfiles one as done.
+
+        AgentPaused while a maintainer (or the circuit breaker) has paused this agent: wait,
+        then ask again.
         """
         body = task_request_body(
             self.agent_id, wait_seconds, previous, request_id, roles, repositories
@@ -120,14 +173,21 @@ class BrokerClient:
         response, _ = self._post("/request-task", lambda _: body, self.timeout_s + wait_seconds)
         return task_from_answer(response, _error)
 
-    def heartbeat(self, task: Task) -> str:
-        """Extend the task's lease; returns the new expiry (ISO 8601). LeaseLost if it is gone."""
-        response, _ = self._post(
-            task_path(task, "heartbeat"), lambda _: self._lease_body(task), self.timeout_s
-        )
+    def heartbeat(
+        self, task: Task, *, note: str | None = None, usage: Usage | None = None
+    ) -> HeartbeatAnswer:
+        """Extend the task's lease and hear what happened: the new expiry, the task's state,
+        maintainers' notes, a pause of the task or of this agent. LeaseLost (with `reason`
+        and `detail`) if the lease is gone.
+
+        `note`: what the agent is doing now, in a line (cut to MAX_NOTE_CHARS), shown to
+        maintainers; a changed note counts as progress. `usage`: spent on this task so far.
+        """
+        body = {**self._lease_body(task), **heartbeat_extras(note, usage)}
+        response, _ = self._post(task_path(task, "heartbeat"), lambda _: body, self.timeout_s)
         if response.status_code != 200:
             raise _error(response)
-        return str(response.json()["expires_at"])
+        return heartbeat_from_answer(response)
 
     def complete(self, task: Task) -> None:
         """Report the task done; development work moves on to review."""
@@ -317,6 +377,27 @@ def task_from_answer(response: Any, error: Callable[[Any], BrokerClientError]) -
         ) from e
 
 
+def heartbeat_extras(note: str | None, usage: Usage | None) -> dict[str, Any]:
+    """The optional part of a heartbeat body (both SDK clients send it)."""
+    extras: dict[str, Any] = {}
+    if note and note.strip():
+        note = note.strip()
+        extras["note"] = note if len(note) <= MAX_NOTE_CHARS else note[: MAX_NOTE_CHARS - 1] + "…"
+    if usage is not None:
+        extras["usage"] = usage.model_dump(exclude_none=True)
+    return extras
+
+
+def heartbeat_from_answer(response: Any) -> HeartbeatAnswer:
+    """A heartbeat's 200 answer (requests or httpx response) as a HeartbeatAnswer."""
+    try:
+        return HeartbeatAnswer.model_validate(response.json())
+    except (ValueError, ValidationError) as e:
+        raise BrokerClientError(
+            f"unexpected heartbeat answer from the broker: {e}", status=response.status_code
+        ) from e
+
+
 def task_path(task: Task, action: str) -> str:
     """The path of a lease call (`heartbeat`, `complete`, `release`) on `task`."""
     owner, _, repo = task.repository.partition("/")
@@ -375,12 +456,19 @@ def _reason(response: Any) -> str | None:
 
 
 def _error(response: requests.Response) -> BrokerClientError:
-    status, detail, reason = response.status_code, _detail(response), _reason(response)
+    status, detail = response.status_code, _detail(response)
     message = f"{response.request.method} {response.request.path_url}: {status} {detail}"
+    return error_for(status, message, _reason(response), detail)
+
+
+def error_for(status: int, message: str, reason: str | None, detail: str) -> BrokerClientError:
+    """The SDK's error for a broker's answer `status` (both SDK clients raise the same)."""
+    if status == 409 and reason == "agent_paused":
+        return AgentPaused(message, status=status, reason=reason, detail=detail)
     if status == 409:
-        return LeaseLost(message, reason=reason)
+        return LeaseLost(message, reason=reason, detail=detail)
     if status in (401, 403):
-        return Unauthorized(message, status=status, reason=reason)
+        return Unauthorized(message, status=status, reason=reason, detail=detail)
     if 400 <= status < 500:
-        return RequestRejected(message, status=status, reason=reason)
-    return BrokerClientError(message, status=status, reason=reason)
+        return RequestRejected(message, status=status, reason=reason, detail=detail)
+    return BrokerClientError(message, status=status, reason=reason, detail=detail)

@@ -10,7 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from github_broker.agent.runner import AGENT_ENV, TOKEN_ENV, URL_ENV
+from github_broker.agent.runner.cli import AGENT_ENV, TOKEN_ENV, URL_ENV
 from github_broker.agent.session import DEFAULT_CHECK_INTERVAL_S
 
 #: Environment variable of --admin-token (only `explain` uses it).

@@ -27,9 +27,15 @@ from pydantic import ConfigDict, Field
 
 from github_broker import __version__
 from github_broker.agent.aio import AsyncBrokerClient
-from github_broker.agent.client import BrokerClientError, BrokerUnavailable, Unauthorized
+from github_broker.agent.client import (
+    AgentPaused,
+    BrokerClientError,
+    BrokerUnavailable,
+    HeartbeatAnswer,
+    Unauthorized,
+)
 from github_broker.agent.mcp_http import HttpEndpoint
-from github_broker.agent.runner import public_json
+from github_broker.agent.runner.task_files import public_json
 from github_broker.agent.session import AgentSession, NoTask, TaskHeld, where
 from github_broker.api.schemas import MAX_LIST_ITEMS, REQUEST_ID_PATTERN, RepoName, RoleName
 from github_broker.models import Task
@@ -52,7 +58,9 @@ Call request_task to get one; its prompt says what to do and which branch to pus
 While you hold a task this server renews its lease for you. When the work is pushed call
 complete; if you cannot finish call release (failed or abandoned) with a reason. If the
 broker takes the task back (issue closed, lease revoked) you are told: stop and ask again.
-When no task comes, explain says why."""
+Maintainers may send you notes about the task, set it aside (stop until they retry it) or
+pause you (finish this task, then ask for no more): you are told of each, before the next
+tool answer and in task://current; do as they say. When no task comes, explain says why."""
 
 Roles = Annotated[
     list[RoleName] | None,
@@ -80,6 +88,35 @@ def describe(task: Task, check_interval_s: float) -> str:
         task.prompt,
     ]
     return "\n".join(lines)
+
+
+def describe_beat(task: Task, answer: HeartbeatAnswer) -> str:
+    """The heartbeat tool's answer: the new expiry, and the task's state when it is not plain
+    work in progress."""
+    text = f"Lease on {where(task)} renewed until {answer.expires_at}."
+    if answer.paused is not None:
+        text += f" The task waits for a person ({answer.paused.detail}): do not work on it."
+    elif answer.state.value != "in_progress":
+        text += f" Task state: {answer.state.value}."
+    return text
+
+
+def paused_refusal(e: AgentPaused) -> str:
+    """request_task's answer while this agent is paused."""
+    return (
+        f"You are paused: the broker hands you no new work. {e.detail or e} Do not start "
+        "other work; call request_task again later (it succeeds once you are resumed)."
+    )
+
+
+def current_task_json(session: AgentSession) -> str:
+    """task://current: the held task (no lease token) with what maintainers said of it; null
+    when none is held; {"lost": why} after the broker took it back."""
+    task = session.task
+    if task is not None:
+        data = json.loads(public_json(task)) | session.steering()
+        return json.dumps(data, separators=(",", ":"))
+    return "null" if session.lost is None else json.dumps({"lost": session.lost})
 
 
 def describe_verdicts(data: dict[str, list[dict[str, Any]]]) -> str:
@@ -186,8 +223,8 @@ def build_server(
     session.on_change = task_changed
 
     def prefixed(text: str) -> str:
-        notice = session.take_lost()
-        return f"{notice}\n\n{text}" if notice else text
+        news = session.take_news()
+        return "\n\n".join([*news, text])
 
     async def request_task(
         ctx: Context,
@@ -220,6 +257,8 @@ def build_server(
             )
         except TaskHeld as e:
             raise ToolError(str(e)) from e
+        except AgentPaused as e:
+            raise ToolError(prefixed(paused_refusal(e))) from e
         except BrokerClientError as e:
             raise ToolError(broker_error(e)) from e
         if task is None:
@@ -233,12 +272,12 @@ def build_server(
     async def heartbeat() -> str:
         """Renew the lease on your task now (this server also does it on its own)."""
         try:
-            expires = await session.heartbeat()
+            answer = await session.heartbeat()
         except NoTask as e:
             raise ToolError(str(e)) from e
         except BrokerClientError as e:
             raise ToolError(broker_error(e)) from e
-        return f"Lease on {where(session.held())} renewed until {expires}."
+        return prefixed(describe_beat(session.held(), answer))
 
     async def complete(
         summary: Annotated[str, Field(max_length=4000, description="What you did.")] = "",
@@ -254,7 +293,7 @@ def build_server(
         after = (
             "it moves to review (needs-review)" if task.task_type.value == "development" else "done"
         )
-        return f"Completed {where(task)}; {after}. Call request_task for more work."
+        return prefixed(f"Completed {where(task)}; {after}. Call request_task for more work.")
 
     async def release(
         outcome: Annotated[
@@ -271,7 +310,7 @@ def build_server(
         except BrokerClientError as e:
             raise ToolError(broker_error(e)) from e
         logger.info("%s released %s as %s: %s", session.agent_id, where(task), outcome, reason)
-        return f"Released {where(task)} as {outcome}. Call request_task for other work."
+        return prefixed(f"Released {where(task)} as {outcome}. Call request_task for other work.")
 
     async def explain(
         roles: Annotated[
@@ -313,15 +352,13 @@ def build_server(
     @mcp.resource(
         CURRENT_TASK_URI,
         name="current-task",
-        description="The task you hold (JSON, without the lease token); null when you hold "
-        'none; {"lost": why} after the broker took it back, until your next tool call.',
+        description="The task you hold (JSON, without the lease token) with its state and "
+        "what maintainers said (notes, paused, agent_paused); null when you hold none; "
+        '{"lost": why} after the broker took it back, until your next tool call.',
         mime_type="application/json",
     )
     async def current_task() -> str:
-        task = session.task
-        if task is not None:
-            return public_json(task)
-        return "null" if session.lost is None else json.dumps({"lost": session.lost})
+        return current_task_json(session)
 
     @mcp.resource(
         "task://current/prompt",

@@ -1,4 +1,5 @@
-"""The one task an MCP client holds: claiming, the lease watch, settling, lost leases."""
+"""The one task an MCP client holds: claiming, the lease watch, settling, lost leases, and what
+the lease watch hears from maintainers (notes, pauses)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
-from github_broker.agent.client import BrokerClientError, LeaseLost
+from github_broker.agent.client import BrokerClientError, HeartbeatAnswer, LeaseLost
+from github_broker.models import AgentPause, Note, TaskPause, TaskState
 
 if TYPE_CHECKING:  # httpx stays out of the CLI's start-up until `mcp` runs
     from github_broker.agent.aio import AsyncBrokerClient
@@ -22,7 +24,8 @@ logger = logging.getLogger(__name__)
 #: the default 600 s lease). Cost: one heartbeat request, one Redis script, per held task.
 DEFAULT_CHECK_INTERVAL_S = 3.0
 
-#: Called with a message when the broker takes the held task back between two tool calls.
+#: Called with a message when the broker takes the held task back, a maintainer sends a note,
+#: or the task or the agent is paused or goes on, between two tool calls.
 Notify = Callable[[str], Awaitable[None]]
 #: Called when the held task changes: claimed, settled, or taken back.
 OnChange = Callable[[], Awaitable[None]]
@@ -40,8 +43,33 @@ def where(task: Task) -> str:
     return f"{task.repository}#{task.issue_id}"
 
 
-def lost_notice(task: Task, reason: str | None) -> str:
-    return f"The broker took {where(task)} back: your lease ended ({reason or 'unknown'})."
+def lost_notice(task: Task, reason: str | None, detail: str | None = None) -> str:
+    said = f" The broker said: {detail}." if detail and detail != reason else ""
+    return f"The broker took {where(task)} back: your lease ended ({reason or 'unknown'}).{said}"
+
+
+def note_notice(task: Task, note: Note) -> str:
+    return f"Note from {note.by} (a maintainer) on {where(task)}: {note.text}"
+
+
+def paused_notice(task: Task, paused: TaskPause | None) -> str:
+    if paused is None:
+        return f"A maintainer retried {where(task)}: it is no longer set aside; go on with it."
+    return (
+        f"{where(task)} is set aside for a person ({paused.code}: {paused.detail}). Stop working "
+        "on it; this server keeps the lease until a maintainer retries it (you will be told) "
+        "or revokes it."
+    )
+
+
+def agent_paused_notice(task: Task, pause: AgentPause | None) -> str:
+    if pause is None:
+        return "You were resumed: when this task is settled, request_task hands out work again."
+    why = f": {pause.reason}" if pause.reason else ""
+    return (
+        f"You are paused ({pause.kind} by {pause.by}{why}). Finish {where(task)} and settle it, "
+        "then ask for no more work: request_task is refused until a maintainer resumes you."
+    )
 
 
 class AgentSession:
@@ -61,6 +89,14 @@ class AgentSession:
         self.task: Task | None = None
         #: Why the broker took the last task back, until the agent has been told.
         self.lost: str | None = None
+        #: What the last heartbeat on the held task said: its state, the notes delivered so far
+        #: (all of this task's), a budget pause of the task, a pause of this agent.
+        self.state: TaskState | None = None
+        self.notes: list[Note] = []
+        self.paused: TaskPause | None = None
+        self.agent_paused: AgentPause | None = None
+        #: Notices (notes, pauses) not yet put before a tool answer.
+        self._untold: list[str] = []
         self._watch: asyncio.Task[None] | None = None
         self._notify: Notify | None = None
 
@@ -72,6 +108,22 @@ class AgentSession:
         """The lost-lease notice, once."""
         notice, self.lost = self.lost, None
         return notice
+
+    def take_news(self) -> list[str]:
+        """Every notice the agent has not read in a tool answer yet (a lost lease first, then
+        notes and pauses in the order heard), once."""
+        untold, self._untold = self._untold, []
+        lost = self.take_lost()
+        return [lost, *untold] if lost else untold
+
+    def steering(self) -> dict[str, object]:
+        """What maintainers said about the held task and this agent, as task://current has it."""
+        return {
+            "state": self.state.value if self.state else None,
+            "notes": [n.model_dump() for n in self.notes],
+            "paused": self.paused.model_dump() if self.paused else None,
+            "agent_paused": self.agent_paused.model_dump() if self.agent_paused else None,
+        }
 
     def held(self) -> Task:
         """The held task, or NoTask saying why there is none."""
@@ -101,13 +153,15 @@ class AgentSession:
         task = await self.client.request_task(
             roles, repositories, wait_seconds, previous="abandoned", request_id=request_id
         )
+        self.agent_paused = None  # the broker answered: not paused (AgentPaused otherwise)
         if task is not None:
             self.task, self._notify = task, notify
+            self.state, self.notes, self.paused = TaskState.IN_PROGRESS, [], None
             self._start_watch(task)
             await self._changed()
         return task
 
-    async def heartbeat(self) -> str:
+    async def heartbeat(self) -> HeartbeatAnswer:
         """One heartbeat now (the watch keeps going)."""
         task = self.held()
         try:
@@ -127,6 +181,7 @@ class AgentSession:
                 await self.client.release(task, outcome)
         except LeaseLost as e:
             self.task = None
+            self._forget_task()
             await self._changed()
             raise NoTask(
                 f"the broker refused: the lease on {where(task)} had already ended ({e.reason})."
@@ -136,6 +191,7 @@ class AgentSession:
             self._start_watch(task)
             raise
         self.task = None
+        self._forget_task()
         await self._changed()
         return task
 
@@ -154,15 +210,44 @@ class AgentSession:
                 "%s: could not release %s on shutdown: %s", self.agent_id, where(task), e
             )
 
-    async def _beat(self, task: Task) -> str:
-        """One heartbeat and what its answer means: the new lease expiry, or NoTask when the
-        broker ended the lease. Every heartbeat answer (the watch's and the tool's) is read
-        here and only here."""
+    async def _beat(self, task: Task) -> HeartbeatAnswer:
+        """One heartbeat and what its answer means: the new lease expiry and what maintainers
+        said (told to the client at once), or NoTask when the broker ended the lease. Every
+        heartbeat answer (the watch's and the tool's) is read here and only here."""
         try:
-            return await self.client.heartbeat(task)
+            answer = await self.client.heartbeat(task)
         except LeaseLost as e:
-            await self._lose(task, e.reason)
-            raise NoTask(f"{self.lost or lost_notice(task, e.reason)} Stop working on it.") from e
+            await self._lose(task, e.reason, e.detail)
+            notice = self.lost or lost_notice(task, e.reason, e.detail)
+            raise NoTask(f"{notice} Stop working on it.") from e
+        if self.task is task:
+            await self._heard(task, answer)
+        return answer
+
+    async def _heard(self, task: Task, answer: HeartbeatAnswer) -> None:
+        """Keep what the answer says; tell the client what is new (each note once, a pause
+        when it starts or ends) as a log message and an update of task://current."""
+        news = [note_notice(task, n) for n in answer.notes]
+        self.notes += answer.notes
+        if answer.paused != self.paused:
+            self.paused = answer.paused
+            news.append(paused_notice(task, answer.paused))
+        if answer.agent_paused != self.agent_paused:
+            self.agent_paused = answer.agent_paused
+            news.append(agent_paused_notice(task, answer.agent_paused))
+        changed = bool(news) or answer.state != self.state
+        self.state = answer.state
+        for notice in news:
+            logger.info("%s: %s", self.agent_id, notice)
+            self._untold.append(notice)
+            if self._notify is not None:
+                await self._tell(self._notify(notice))
+        if changed:
+            await self._changed()
+
+    def _forget_task(self) -> None:
+        """What was said about a task that is gone (a pause of the agent outlives it)."""
+        self.state, self.notes, self.paused = None, [], None
 
     def _start_watch(self, task: Task) -> None:
         self._watch = asyncio.create_task(self._watch_lease(task), name=f"watch-{where(task)}")
@@ -184,7 +269,7 @@ class AgentSession:
         while self.task is task:
             await asyncio.sleep(pause)
             try:
-                expires = await self._beat(task)
+                answer = await self._beat(task)
             except NoTask:
                 return
             except BrokerClientError as e:
@@ -198,16 +283,19 @@ class AgentSession:
                 )
             else:
                 pause = every
-                logger.debug("%s: lease on %s until %s", self.agent_id, where(task), expires)
+                logger.debug(
+                    "%s: lease on %s until %s", self.agent_id, where(task), answer.expires_at
+                )
 
-    async def _lose(self, task: Task, reason: str | None) -> None:
+    async def _lose(self, task: Task, reason: str | None, detail: str | None = None) -> None:
         if self.task is not task:
             return
         self.task = None
+        self._forget_task()
         watch, self._watch = self._watch, None
         if watch is not None and watch is not asyncio.current_task():
             watch.cancel()  # the heartbeat tool found the loss first
-        notice = self.lost = lost_notice(task, reason)
+        notice = self.lost = lost_notice(task, reason, detail)
         logger.info("%s: lease on %s lost (%s)", self.agent_id, where(task), reason)
         if self._notify is not None:
             await self._tell(self._notify(notice))
