@@ -4,6 +4,7 @@ redis-servers killed with SIGKILL and started again, a replica promoted, FLUSHAL
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -46,8 +47,18 @@ class RedisNode:
 
     def start(self) -> RedisNode:
         self.proc = subprocess.Popen(
-            [_redis_exe(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--dir", str(self.workdir), *self.args],
+            [
+                _redis_exe(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--dir",
+                str(self.workdir),
+                *self.args,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -111,20 +122,16 @@ class Proxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.close()
-                except OSError:
-                    pass
+            for end in (src, dst):
+                with contextlib.suppress(OSError):
+                    end.close()
 
     def switch(self, target: int) -> None:
         """New connections go to `target`; the open ones are cut (as a failover does)."""
         self.target = target
         for conn in self.conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.close()
-            except OSError:
-                pass
         self.conns = []
 
     def close(self) -> None:
@@ -152,9 +159,7 @@ def call(url: str, path: str, body: dict[str, Any]) -> requests.Response | None:
         return None
 
 
-def agent_loop(
-    url: str, sim: Simulator, name: str, ledger: Ledger, stop: threading.Event
-) -> None:
+def agent_loop(url: str, sim: Simulator, name: str, ledger: Ledger, stop: threading.Event) -> None:
     """Claim, heartbeat, open a PR, complete; retry what answers 503 (as the SDK does)."""
     while not stop.is_set():
         got = call(url, "/request-task", {"agent_id": name, "previous": "completed"})
@@ -171,8 +176,12 @@ def agent_loop(
         for verb in ("heartbeat", "heartbeat", "complete"):
             if verb == "complete":
                 sim.state.create_pull(
-                    "acme", "widgets", title=f"#{n}", head=task["branch_name"],
-                    body=f"Closes #{n}", user="bot",
+                    "acme",
+                    "widgets",
+                    title=f"#{n}",
+                    head=task["branch_name"],
+                    body=f"Closes #{n}",
+                    user="bot",
                 )
             while not stop.is_set():
                 answer = call(url, f"/tasks/{REPO}/{n}/{verb}", lease)
@@ -188,7 +197,9 @@ def agent_loop(
             time.sleep(0.1)
 
 
-def run_agents(url: str, sim: Simulator, ledger: Ledger, count: int) -> tuple[threading.Event, list[threading.Thread]]:
+def run_agents(
+    url: str, sim: Simulator, ledger: Ledger, count: int
+) -> tuple[threading.Event, list[threading.Thread]]:
     stop = threading.Event()
     threads = [
         threading.Thread(target=agent_loop, args=(url, sim, f"agent-{i}", ledger, stop))
@@ -227,8 +238,15 @@ def broker_on(redis_url: str, sim: Simulator, tmp_path: Path, **env: str) -> Bro
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
     with Simulator(
-        {"repositories": [{"owner": "acme", "name": "widgets",
-                           "issues": generate_issues(60, priorities=("P1",))}]}
+        {
+            "repositories": [
+                {
+                    "owner": "acme",
+                    "name": "widgets",
+                    "issues": generate_issues(60, priorities=("P1",)),
+                }
+            ]
+        }
     ) as s:
         yield s
 
