@@ -139,6 +139,13 @@ class Proxy:
         self.switch(self.target)
 
 
+def replica_online(primary: RedisNode) -> bool:
+    """Whether the primary's replica finished its first sync (WAIT counts only those)."""
+    info = primary.client().info("replication")
+    replica = info.get("slave0")
+    return isinstance(replica, dict) and replica.get("state") == "online"
+
+
 @dataclass
 class Ledger:
     """What the agents were told, and what they were handed."""
@@ -352,15 +359,15 @@ def test_without_durability_a_lost_second_tells_nobody_their_lease_ended(
 def test_with_replica_durability_a_promoted_replica_has_every_acknowledged_write(
     sim: Simulator, tmp_path: Path
 ) -> None:
-    primary = RedisNode(tmp_path / "primary", "--appendonly", "no").start()
+    primary = RedisNode(
+        tmp_path / "primary", "--appendonly", "no", "--repl-diskless-sync-delay", "0"
+    ).start()
     replica = RedisNode(
         tmp_path / "replica", "--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port)
     ).start()
     proxy = Proxy(primary.port)
     url = f"redis://127.0.0.1:{proxy.port}/0"
-    wait_for(
-        lambda: int(primary.client().info("replication")["connected_slaves"]) == 1, 15, "replica"
-    )
+    wait_for(lambda: replica_online(primary), 15, "the replica's first sync")
     broker = broker_on(url, sim, tmp_path, GITHUB_BROKER_REDIS__DURABILITY="replica")
     ledger = Ledger()
     try:
@@ -390,13 +397,13 @@ def test_with_replica_durability_a_promoted_replica_has_every_acknowledged_write
 def test_replica_durability_answers_503_while_no_replica_acknowledges(
     sim: Simulator, tmp_path: Path
 ) -> None:
-    primary = RedisNode(tmp_path / "primary", "--appendonly", "no").start()
+    primary = RedisNode(
+        tmp_path / "primary", "--appendonly", "no", "--repl-diskless-sync-delay", "0"
+    ).start()
     replica = RedisNode(
         tmp_path / "replica", "--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port)
     ).start()
-    wait_for(
-        lambda: int(primary.client().info("replication")["connected_slaves"]) == 1, 15, "replica"
-    )
+    wait_for(lambda: replica_online(primary), 15, "the replica's first sync")
     broker = broker_on(
         primary.url,
         sim,
@@ -408,7 +415,7 @@ def test_replica_durability_answers_503_while_no_replica_acknowledges(
         client = primary.client()
         wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
         ok = requests.post(f"{broker.url}/request-task", json={"agent_id": "a1"})
-        assert ok.status_code == 200
+        assert ok.status_code == 200, ok.text
         assert replica.proc is not None
         os.kill(replica.proc.pid, signal.SIGSTOP)
         try:
