@@ -27,7 +27,8 @@ Added by this project (no TTL unless said):
                                  (evidence), paused (a budget reached: JSON), notes
                                  (maintainers' notes not delivered yet), used_tokens + used_cost
                                  (this attempt's reported usage), continues (JSON: the
-                                 reassignment it continues);
+                                 reassignment it continues), budget_since_ms (a retry
+                                 restarts the wall-clock budget);
                                  ``contested`` (JSON ``[{n, t}]``) on a lease adopted after a
                                  loss: other issues GitHub labels for the same agent, waiting
                                  for its next lease call; deleted when the lease ends

@@ -214,6 +214,8 @@ class LeaseInfo(BaseModel):
     #: The reassignment it continues (JSON), if any.
     continues: str = ""
     token: str = ""
+    #: Since when its wall-clock budget counts (a maintainer's retry restarts it).
+    budget_since_ms: int | None = None
 
     @property
     def state(self) -> TaskState:

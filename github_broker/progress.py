@@ -107,8 +107,9 @@ class ProgressKeeper:
         since = max(lease.claimed_ms, lease.progress_ms or 0)
         quiet_s = (now - since) / 1000
         wall = self.settings.budgets.wall_clock_s
-        if wall > 0 and not lease.paused and now - lease.claimed_ms >= wall * 1000:
-            detail = f"held {span((now - lease.claimed_ms) // 1000)}, budget {span(int(wall))}"
+        counted_from = max(lease.claimed_ms, lease.budget_since_ms or 0)
+        if wall > 0 and not lease.paused and now - counted_from >= wall * 1000:
+            detail = f"held {span((now - counted_from) // 1000)}, budget {span(int(wall))}"
             if await self._upkeep(rstore, "budget", lease, detail):
                 report.set_aside += 1
         if progress.stall_after_s <= 0 or quiet_s < progress.stall_after_s:

@@ -275,3 +275,27 @@ async def test_a_review_and_a_fix_become_claimable_when_due_not_at_the_next_poll
                 await asyncio.sleep(0.05)
             assert fix is not None and fix.task_type == TaskType.FIX
             assert time.time() - commented_s < 1.5 + 1.0
+
+
+async def test_the_wall_clock_budget_sets_a_task_aside_and_a_retry_restarts_its_clock(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    with simulated(two_priorities()) as sim:
+        async with running_world(
+            sim, redis_url, make_settings, budgets={"wall_clock_s": 1}
+        ) as world:
+            await world.tick()
+            task = await world.ask("slow")
+            assert task is not None and task.issue_id == 1
+            await asyncio.sleep(1.1)
+            await world.daemon.progress_all()
+            beat = await world.tasks.heartbeat(REPO, 1, "slow", task.lease.token)
+            assert beat.state == TaskState.WAITING_FOR_USER and beat.paused is not None
+            await Steering(world.settings, world.store).retry(REPO, 1, "maintainer")
+            await world.daemon.progress_all()
+            beat = await world.tasks.heartbeat(REPO, 1, "slow", task.lease.token)
+            assert beat.state == TaskState.IN_PROGRESS  # not set aside again at once
+            await asyncio.sleep(1.1)
+            await world.daemon.progress_all()
+            beat = await world.tasks.heartbeat(REPO, 1, "slow", task.lease.token)
+            assert beat.state == TaskState.WAITING_FOR_USER

@@ -159,6 +159,8 @@ elseif action == 'retry' then
   end
   local h = live(n)
   if h and redis.call('HDEL', C.lease .. n, 'paused') == 1 then
+    -- Its wall-clock budget counts from the retry on.
+    redis.call('HSET', C.lease .. n, 'budget_since_ms', arg(now))
     parts[#parts + 1] = 'task of ' .. h[1] .. ' resumed'
   elseif not h and requeue(n) then
     parts[#parts + 1] = 'back in the pool'

@@ -345,4 +345,5 @@ def lease_info(repository: str, number: int, row: dict[Any, Any]) -> LeaseInfo:
         used_cost=float(h.get("used_cost") or 0),
         continues=h.get("continues", ""),
         token=h.get("token", ""),
+        budget_since_ms=ms("budget_since_ms"),
     )
