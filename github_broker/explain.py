@@ -2,7 +2,7 @@
 
 The verdicts on claimable tasks come from explain.lua, which runs the claim's rules
 (`pick_task`, `task_verdict`, the bucket, pauses, reassignments in _lib.lua) without side
-effects; the order of repositories is the claim's own (`tasks.claim_order`). What is not
+effects; the order of repositories is the claim's own (`claim_walk.claim_order`). What is not
 claimable at all (held by another agent, skipped, waiting on a person, in its review loop) is
 read from the indexes: state, not rules. No rule is worked out again here.
 """
@@ -13,13 +13,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from github_broker.claim_walk import judge
 from github_broker.clock import iso_from_ms, now_ms, span
 from github_broker.models import Issue, Judgement
 from github_broker.rules import priority_of_score
 from github_broker.settings import Settings
 from github_broker.status import waiting_reviews
 from github_broker.store import RepoStore, Store
-from github_broker.tasks import judge
 
 #: Blocking issues named per "waits" verdict (the rest are counted, not listed).
 MAX_BLOCKERS = 10

@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from typing import Any
 
-from github_broker.clock import iso_from_ms, now_ms
-from github_broker.errors import (
-    AgentPaused,
-    InvalidRequest,
-    LeaseError,
-    MirrorRebuilding,
-    NotFound,
-)
+from github_broker.claim_walk import Attempt, ClaimWalk
+from github_broker.errors import InvalidRequest, LeaseError, NotFound
 from github_broker.events import ReadyWaker
+from github_broker.handout import Handout
 from github_broker.logs import log_fields
-from github_broker.models import (
-    Beat,
-    Claimed,
-    Continuation,
-    Judgement,
-    LeaseGrant,
-    NoTask,
-    Outcome,
-    ReviewComment,
-    Task,
-    constructed,
-)
+from github_broker.models import Beat, Outcome, Task
 from github_broker.prompts import Prompts
 from github_broker.rules import Rules
 from github_broker.settings import Settings
@@ -43,71 +25,6 @@ BASE_BRANCH_CACHE_S = 60.0
 FALLBACK_BASE_BRANCH = "main"
 #: Agent ids remembered as checked against the labels before the memory starts again.
 KNOWN_AGENTS_MAX = 10_000
-#: Where a repository with nothing to say comes in the claim order.
-LAST = (1, 1 << 30)
-#: Most repositories one request claims in (in the claim's order), when several have work
-#: for the agent's roles; the mutex that serialises an agent's requests is held for as many.
-MAX_CLAIM_REPOS = 16
-#: Repositories not mirrored yet whose sync failure a request with no task looks up.
-MAX_FAILING_LOOKUPS = 10
-
-
-def claim_order(settled: NoTask) -> tuple[int, int]:
-    """Where a repository comes in a multi-repository claim, from its settle pass: a task a
-    maintainer reassigned to the agent there first, then by the most urgent bucket."""
-    bucket = settled.bucket if settled.bucket is not None else 1 << 30
-    return (0 if settled.detail == "1" else 1, bucket)
-
-
-#: The agent id explain judges for when none is given: a fresh agent (no id matches it).
-FRESH_AGENT = " "
-
-
-async def judge(
-    stores: list[RepoStore],
-    settings: Settings,
-    agent_id: str | None,
-    roles: list[str] | None,
-    shown: int,
-) -> list[Judgement]:
-    """What a request-task of `agent_id` (None: a fresh agent) would decide in each of
-    `stores`, in the order the claim tries them; the first with a `next_id` hands it out."""
-    agent = agent_id or FRESH_AGENT
-    results: list[Any] = await asyncio.gather(
-        *(s.judge(agent, mode=settings.priority_mode, roles=roles, shown=shown) for s in stores),
-        return_exceptions=True,
-    )
-    out: list[Judgement] = []
-    for s, result in zip(stores, results, strict=True):
-        if isinstance(result, MirrorRebuilding) and len(stores) > 1:
-            reason = await s.sync_failing()
-            if reason is not None:
-                out.append(Judgement(repository=s.repository, agent=agent, out_of_service=reason))
-                continue
-        if isinstance(result, BaseException):
-            raise result
-        out.append(result)
-    if len(stores) > 1:
-        out.sort(key=lambda j: LAST if j.out_of_service else claim_order(_as_settled(j)))
-    return out
-
-
-def _as_settled(j: Judgement) -> NoTask:
-    return NoTask(reason="settled", bucket=j.bucket, detail="1" if j.reserved else "")
-
-
-def agent_paused(agent_id: str, detail: str) -> AgentPaused:
-    """The refusal a paused agent's request-task gets: who paused it, why, how to resume."""
-    try:
-        pause = json.loads(detail)
-    except ValueError:
-        pause = {}
-    who = "the circuit breaker" if pause.get("kind") == "breaker" else pause.get("by", "?")
-    why = f": {pause['reason']}" if pause.get("reason") else ""
-    return AgentPaused(
-        f"agent {agent_id} is paused by {who}{why}. A maintainer resumes it with "
-        f"`github-broker resume {agent_id}` or POST /admin/agents/{agent_id}/resume"
-    )
 
 
 def refusal_message(repository: str, number: int, what: str, refusal: str) -> str:
@@ -116,58 +33,6 @@ def refusal_message(repository: str, number: int, what: str, refusal: str) -> st
         text += " (this agent holds no lease on it: ask for a task first)"
     detail = getattr(refusal, "detail", "")
     return text + (f" ({detail})" if detail else "")
-
-
-def continuation(data: dict[str, Any] | None) -> Continuation | None:
-    if not data:
-        return None
-    return Continuation(
-        from_agent=str(data.get("from") or ""),
-        by=str(data.get("by") or ""),
-        reason=str(data.get("reason") or ""),
-        note=str(data.get("note") or ""),
-        progress=str(data.get("progress") or ""),
-    )
-
-
-def render_continuation(c: Continuation, branch: str, payload: dict[str, Any]) -> str:
-    """What the prompt adds for a reassigned task: whose work it continues, and where."""
-    why = f" ({c.reason})" if c.reason else ""
-    lines = [f"This task was reassigned to you by {c.by}{why}."]
-    if c.from_agent:
-        lines.append(
-            f"Continue the work of {c.from_agent}: its commits are on branch `{branch}`"
-            + (f", its PR is {payload['pr_url']}" if payload.get("pr_url") else "")
-            + "; build on them, do not start over."
-        )
-    if c.note:
-        lines.append(f"Its last progress note: {c.note}")
-    if c.progress:
-        lines.append(f"Its last progress seen on GitHub: {c.progress}")
-    return "\n".join(lines)
-
-
-class _Attempt:
-    """What one request-task carries from one claim attempt to the next (long-poll)."""
-
-    def __init__(self, previous: str, request_id: str | None) -> None:
-        self.previous = previous
-        self.request_id = request_id
-        #: The request id's earlier hand-out has ended: answer "no task", settle nothing.
-        self.replayed = False
-        #: repository -> the issue the agent just gave up; not handed back to it in this request
-        self.skip: dict[str, int] = {}
-        #: A repeated request id's answer found by `_replayed_elsewhere`.
-        self.granted: Claimed | None = None
-
-    def note(self, repository: str, result: NoTask) -> None:
-        if result.reason == "replayed":
-            self.replayed = True
-        if result.settled_issue is not None:
-            if result.settled_outcome != Outcome.COMPLETED:
-                self.skip[repository] = result.settled_issue
-            # The held task is settled once; later attempts must not touch the next one.
-            self.previous = Outcome.COMPLETED.value
 
 
 class TaskService:
@@ -180,7 +45,8 @@ class TaskService:
         self.store = store
         self.prompts = prompts
         self.waker = waker
-        self.role_descriptions = {a.role: a.description for a in settings.agents}
+        self.handout = Handout(settings, prompts)
+        self.walk = ClaimWalk(settings, store, waker, self.base_branch)
         #: repository -> its configured base branch ("" or absent: the default branch).
         self._configured_base = {r.full_name: r.base_branch for r in settings.repositories}
         self._base_branches: dict[str, tuple[str, float]] = {}
@@ -207,11 +73,12 @@ class TaskService:
         roles = self.check_roles(roles)
         self._check_agent(agent_id)
         deadline = time.monotonic() + wait_s
-        attempt = _Attempt(previous.value, request_id)
+        attempt = Attempt(previous.value, request_id)
         while True:
-            claimed = await self._claim_once(stores, agent_id, roles, attempt)
+            claimed = await self.walk.claim(stores, agent_id, roles, attempt)
             if claimed is not None:
-                return await self._task(claimed)
+                base = await self.base_branch(self.store.repo(claimed.repository))
+                return self.handout.task(claimed, base)
             remaining = deadline - time.monotonic()
             if attempt.replayed:
                 return None
@@ -219,304 +86,9 @@ class TaskService:
                 return None
             await self.waker.wait(remaining)
 
-    async def _claim_once(
-        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: _Attempt
-    ) -> Claimed | None:
-        if len(self.store.repos) == 1:
-            return await self._claim_in(stores, agent_id, roles, attempt)
-        # Several repositories: settling and claiming span one script per repository, so two
-        # concurrent requests of one agent could each claim in a different one. Serialise them.
-        async with self.store.agent_mutex(agent_id, repos=MAX_CLAIM_REPOS):
-            return await self._claim_in(stores, agent_id, roles, attempt)
-
-    async def _claim_in(
-        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: _Attempt
-    ) -> Claimed | None:
-        if len(self.store.repos) > 1:
-            return await self._claim_across(stores, agent_id, roles, attempt)
-        return await self._claim_each(stores, agent_id, roles, attempt, pointed=set())
-
-    async def _claim_across(
-        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: _Attempt
-    ) -> Claimed | None:
-        """Several repositories: the request touches only those where the agent may hold a
-        task (its own key, `agent_repos`) and those the index says have work for its roles
-        (repo_index.py): its cost does not grow with the number configured."""
-        keep_ms = self.settings.leases.agent_task_ttl_s * 1000
-        pointed = [self.store.repo(n) for n in await self.store.agent_repos(agent_id, keep_ms)]
-        if (
-            attempt.request_id is not None
-            and pointed
-            and await self._replayed_elsewhere(pointed, agent_id, roles, attempt)
-        ):
-            return attempt.granted
-        # One live task per agent across repositories: settle it wherever it may be held
-        # (also outside the ones asked for), learning those repositories' buckets.
-        settled: list[Any] = await asyncio.gather(
-            *(
-                s.claim(
-                    agent_id,
-                    previous=attempt.previous,
-                    mode=self.settings.priority_mode,
-                    base_branch="",
-                    roles=roles,
-                    settle_only=True,
-                    request_id=attempt.request_id,
-                )
-                for s in pointed
-            ),
-            return_exceptions=True,
-        )
-        out = await self._out_of_service(pointed, settled)
-        order: dict[str, tuple[int, int]] = {}
-        waits = set()
-        for s, result in zip(pointed, settled, strict=True):
-            if isinstance(result, BaseException):
-                continue  # out of service (above)
-            log_settled(s.repository, agent_id, result)
-            if isinstance(result, Claimed):
-                return result  # the hand-out this request (or a concurrent one) already got
-            if isinstance(result, NoTask):
-                attempt.note(s.repository, result)
-                order[s.repository] = claim_order(result)
-                if result.detail == "1":
-                    waits.add(s.repository)  # a reassigned task waits for the agent there
-        if attempt.replayed:
-            return None
-        asked = {s.repository for s in stores}
-        index = self.waker.index
-        if not self.waker.listening or index.loaded_at == 0:
-            await index.reload(self.store)
-        with_work = index.with_work(roles, asked)
-        names = (set(with_work) | (waits & asked)) - set(out)
-        for name in names:
-            bucket = with_work.get(name)
-            order.setdefault(name, (1, bucket if bucket is not None else 1 << 30))
-        tries = sorted(names, key=lambda n: order[n])[:MAX_CLAIM_REPOS]
-        # Before claiming there: from now on the agent may hold a task in each of them.
-        await self.store.note_agent_repos(agent_id, tries, keep_ms)
-        stores = [self.store.repo(n) for n in tries]
-        got = await self._claim_each(
-            stores, agent_id, roles, attempt, pointed={s.repository for s in pointed}
-        )
-        if got is None and not attempt.replayed:
-            await self._unless_unmirrored(asked, out)
-        return got
-
-    async def _unless_unmirrored(self, asked: set[str], out: dict[str, str]) -> None:
-        """Nothing was handed out: a request that asked for repositories whose mirror is being
-        built (a first sync, a rebuild) is told to retry (503) rather than that there is no
-        work. Repositories whose sync keeps failing count only when nothing else was asked."""
-        missing = self.waker.index.unmirrored(asked)
-        if not missing:
-            return
-        failing = dict(out)
-        for name in sorted(missing - set(failing))[:MAX_FAILING_LOOKUPS]:
-            reason = await self.store.repo(name).sync_failing()
-            if reason is not None:
-                failing[name] = reason
-        building = missing - set(failing)
-        if building:
-            shown = ", ".join(sorted(building)[:5])
-            more = f" and {len(building) - 5} more" if len(building) > 5 else ""
-            raise MirrorRebuilding(
-                f"the mirror of {shown}{more} is being built from GitHub; retry shortly"
-            )
-        if missing >= asked:
-            raise MirrorRebuilding(
-                "the mirror of "
-                + ", ".join(f"{n} ({failing[n]})" for n in sorted(missing))
-                + " is not rebuilt: its sync keeps failing; retry later"
-            )
-
-    async def _claim_each(
-        self,
-        stores: list[RepoStore],
-        agent_id: str,
-        roles: list[str] | None,
-        attempt: _Attempt,
-        *,
-        pointed: set[str],
-    ) -> Claimed | None:
-        """Claim in `stores`, in order, until one hands out a task. With several
-        repositories, one whose mirror is being rebuilt and where the agent holds nothing
-        (not in `pointed`) is passed over: only what is mirrored is served."""
-        several = len(self.store.repos) > 1
-        proving = 0
-        for rstore in stores:
-            base = await self.base_branch(rstore)
-            try:
-                got = await rstore.claim(
-                    agent_id,
-                    previous=attempt.previous,
-                    mode=self.settings.priority_mode,
-                    base_branch=base,
-                    roles=roles,
-                    skip_issue=attempt.skip.get(rstore.repository),
-                    request_id=attempt.request_id,
-                )
-            except MirrorRebuilding:
-                if several and rstore.repository not in pointed:
-                    continue
-                raise
-            log_settled(rstore.repository, agent_id, got)
-            if isinstance(got, Claimed):
-                # DEBUG: a line per claim is noise at an agent fleet's pace; the repository's
-                # timeline (dashboard, /status) records every claim and settlement.
-                logger.debug(
-                    "claimed %s#%d for %s (%s)",
-                    got.repository,
-                    got.issue.number,
-                    agent_id,
-                    got.task_type,
-                    extra=log_fields(got.repository, got.issue.number, agent_id, got.task_id),
-                )
-                return got
-            attempt.note(rstore.repository, got)
-            if got.reason == "agent_paused":
-                raise agent_paused(agent_id, got.detail)
-            if got.reason == "quarantine":
-                proving = max(proving, int(got.detail or 0))
-            if attempt.replayed:
-                return None
-        if proving:
-            wait_s = max(1, (proving - now_ms()) // 1000)
-            raise MirrorRebuilding(
-                "Redis lost its data and the mirror was rebuilt: leases are being proven by "
-                f"their agents; nothing new is handed out for {wait_s}s more, retry then"
-            )
-        return None
-
-    @staticmethod
-    async def _out_of_service(stores: list[RepoStore], settled: list[Any]) -> dict[str, str]:
-        """Repositories whose mirror is not rebuilt while the leader's sync of them keeps
-        failing (sync:failing: renamed, removed, no access, GitHub failing for it): left out
-        of this request, so one broken repository does not stop claims in the others. Any
-        other error of the settle pass is raised, as is a mirror being rebuilt (Redis lost its
-        data): the agent's task there is unknown until then, and the agent must retry."""
-        out: dict[str, str] = {}
-        for s, result in zip(stores, settled, strict=True):
-            if not isinstance(result, BaseException):
-                continue
-            if isinstance(result, MirrorRebuilding):
-                reason = await s.sync_failing()
-                if reason is not None:
-                    out[s.repository] = reason
-                    continue
-            raise result
-        return out
-
-    async def _replayed_elsewhere(
-        self,
-        everywhere: list[RepoStore],
-        agent_id: str,
-        roles: list[str] | None,
-        attempt: _Attempt,
-    ) -> bool:
-        """A repeated request id, with several repositories: True when the request is answered
-        by the repository that remembers its hand-out (`attempt.granted`: that hand-out, or
-        None). A repeat settles nothing; the settle pass would, in every repository that does
-        not know the id, settle the agent's current task as if it were a new request."""
-        rid = attempt.request_id
-        assert rid is not None
-        known = await asyncio.gather(*(s.knows_request(agent_id, rid) for s in everywhere))
-        origins = [s for s, k in zip(everywhere, known, strict=True) if k]
-        if not origins:
-            return False
-        # Each repository that remembers a hand-out for the id answers as with one repository:
-        # the same task while its lease lives, 'replayed' while the agent holds another task
-        # there. A retried id can be remembered by several (its first hand-out ended, a retry
-        # then claimed elsewhere): the live one wins.
-        answers = await asyncio.gather(
-            *(
-                s.claim(
-                    agent_id,
-                    previous=attempt.previous,
-                    mode=self.settings.priority_mode,
-                    base_branch="",
-                    roles=roles,
-                    settle_only=True,
-                    request_id=rid,
-                )
-                for s in origins
-            )
-        )
-        live = next((got for got in answers if isinstance(got, Claimed)), None)
-        if live is not None:
-            attempt.granted = live
-            return True
-        for s, got in zip(origins, answers, strict=True):
-            if isinstance(got, NoTask):
-                attempt.note(s.repository, got)
-        others = [s for s in everywhere if s not in origins]
-        if attempt.replayed or any(
-            await asyncio.gather(*(s.holds_lease(agent_id) for s in others))
-        ):
-            attempt.replayed = True
-            attempt.granted = None
-            return True
-        return False  # the agent holds nothing: the repeat may claim, settling nothing
-
-    async def _task(self, claimed: Claimed) -> Task:
-        continues = continuation(claimed.continues)
-        rstore = self.store.repo(claimed.repository)
-        base = await self.base_branch(rstore)
-        issue = claimed.issue
-        payload = claimed.payload or {}
-        comments = [ReviewComment.model_validate(c) for c in payload.get("comments") or []]
-        values = {
-            "repository": claimed.repository,
-            "issue_number": str(issue.number),
-            "issue_url": issue.html_url,
-            "title": issue.title,
-            "body": issue.body,
-            "labels": ", ".join(issue.labels),
-            "branch": claimed.branch,
-            "base_branch": base,
-            "role": claimed.role,
-            "role_description": self.role_descriptions.get(claimed.role, ""),
-            "task_type": claimed.task_type.value,
-            "pr_url": payload.get("pr_url", ""),
-            "feedback": render_feedback(comments),
-        }
-        prompt = self.prompts.render(claimed.task_type, values)
-        if continues is not None:
-            prompt += "\n\n" + render_continuation(continues, claimed.branch, payload)
-        # Every field comes from already-validated models: construct, don't re-validate
-        # (this runs once per claim, on the hot path).
-        lease = constructed(
-            LeaseGrant,
-            {
-                "token": claimed.token,
-                "expires_at": iso_from_ms(claimed.expires_ms),
-                "heartbeat_interval_s": self.heartbeat_interval_s,
-            },
-        )
-        return constructed(
-            Task,
-            {
-                "issue_id": issue.number,
-                "issue_url": issue.html_url,
-                "title": issue.title,
-                "body": issue.body,
-                "labels": issue.labels,
-                "branch_name": claimed.branch,
-                "prompt": prompt,
-                "required_role": claimed.role,
-                "task_type": claimed.task_type,
-                "repository": claimed.repository,
-                "base_branch": base,
-                "pr_url": payload.get("pr_url") or None,
-                "review_comments": comments,
-                "lease": lease,
-                "continues": continues,
-            },
-        )
-
     @property
     def heartbeat_interval_s(self) -> int:
-        # Three heartbeats per lease: one lost request never costs the lease.
-        return max(1, self.settings.leases.lease_ttl_s // 3)
+        return self.handout.heartbeat_interval_s
 
     async def base_branch(self, rstore: RepoStore) -> str:
         name = rstore.repository
@@ -638,27 +210,3 @@ class TaskService:
                 f"{', '.join(self.settings.roles)}"
             )
         return list(dict.fromkeys(roles))
-
-
-def log_settled(repository: str, agent_id: str, result: Claimed | NoTask) -> None:
-    """The implicit completion: a new request settled the task the agent still held."""
-    if result.settled_issue is not None and logger.isEnabledFor(logging.DEBUG):
-        logger.debug(
-            "%s %s#%d by %s (settled by its next request)",
-            result.settled_outcome,
-            repository,
-            result.settled_issue,
-            agent_id,
-            extra=log_fields(repository, result.settled_issue, agent_id),
-        )
-
-
-def render_feedback(comments: list[ReviewComment]) -> str:
-    """Feedback as the prompt shows it: one block per comment, with author and place."""
-    if not comments:
-        return "(no review comments yet)"
-    blocks = []
-    for c in comments:
-        where = f" on {c.path}:{c.line}" if c.path else ""
-        blocks.append(f"- {c.author} ({c.kind}{where}) {c.url}\n  " + c.body.replace("\n", "\n  "))
-    return "\n".join(blocks)

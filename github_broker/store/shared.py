@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 #: per Redis call the request may make under it, plus this many as margin (Store.agent_mutex).
 AGENT_MUTEX_MARGIN_CALLS = 1
 #: Redis calls, one after another, of a repeated request id's check across repositories
-#: (`TaskService._replayed_elsewhere`): who knows the id, their answers, then GET and EXISTS.
+#: (`ClaimWalk._replayed_elsewhere`): who knows the id, their answers, then GET and EXISTS.
 AGENT_MUTEX_REPLAY_CALLS = 4
 #: Seconds a release that got no answer (or an acquire that got none) is retried afterwards.
 AGENT_MUTEX_RETRY_S = 60.0
