@@ -20,6 +20,7 @@ from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.store import Store
 from github_broker.sync import Syncer
+from github_broker.ui.controls import CONTROLS
 from tests.conftest import free_port
 from tests.world import ONE_ISSUE, simulated
 
@@ -338,6 +339,13 @@ EXTRA_STATUSES: dict[tuple[str, str], set[int]] = {
     ("GET", "/ui/login"): {413},
     ("POST", "/ui/login"): {303, 401, 413, 415, 429, 503},
     ("POST", "/ui/logout"): {413, 503},
+    ("GET", "/ui/agents/{agent_id}"): {303, 413, 422, 503},
+    ("GET", "/ui/live"): {401, 413, 422, 503},
+    **{
+        ("POST", f"/ui/actions/{action}"): {303, 401, 403, 413, 415, 422, 503}
+        | ({404} if control.scope in ("issue", "repo") else set())
+        for action, control in CONTROLS.items()
+    },
     **{
         ("POST", f"/admin/tasks/{{owner}}/{{repo}}/{{number}}/{verb}"): {
             401,

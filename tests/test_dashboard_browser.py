@@ -1,16 +1,28 @@
-"""The dashboard in headless Chromium against a live stack: simulator, serve, redis-server."""
+"""The dashboard in headless Chromium against a live stack: simulator, serve, redis-server.
+
+Chromium is driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`: JSON
+messages ended by NUL on file descriptors 3 and 4), so no WebDriver or websocket library is
+needed: the test logs in, clicks and confirms like a maintainer."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
 import os
 import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+import requests
 
 from github_broker.agent.client import BrokerClient
 from github_broker.keys import RepoKeys
@@ -69,28 +81,6 @@ def chromium() -> str:
     return exe
 
 
-def browse(exe: str, tmp: Path, url: str, *action: str) -> str:
-    profile = tmp / "chromium-profile"
-    cmd = [
-        exe,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        *action,
-        url,
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
 def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
@@ -98,13 +88,194 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
         time.sleep(0.1)
 
 
+
+#: Who may log in, and the agents' tokens (the stack is not open: the page needs a login).
+ADMIN_TOKEN = "boss-token"
+AGENTS = {"coder-ann": "t-ann", "designer-bo": "t-bo", "tester-cy": "t-cy"}
+
+
+class Browser:
+    """One headless Chromium with one tab, driven over the DevTools protocol on a pipe.
+    JavaScript dialogs (confirm) are accepted as they open, and their messages kept."""
+
+    def __init__(self, exe: str, profile: Path) -> None:
+        to_chrome, self._out = os.pipe()
+        self._in, from_chrome = os.pipe()
+
+        def on_fds_3_and_4() -> None:
+            # dup first: the pipes' own numbers may be 3 or 4.
+            read_end, write_end = os.dup(to_chrome), os.dup(from_chrome)
+            os.dup2(read_end, 3)
+            os.dup2(write_end, 4)
+
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--hide-scrollbars",
+                "--remote-debugging-pipe",
+                f"--user-data-dir={profile}",
+                "about:blank",
+            ],
+            pass_fds=(3, 4),
+            preexec_fn=on_fds_3_and_4,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        os.close(to_chrome)
+        os.close(from_chrome)
+        self._buffer = b""
+        self._ids = 0
+        self.session: str | None = None
+        self.dialogs: list[str] = []
+        target = self.call("Target.createTarget", {"url": "about:blank"}, browser=True)
+        attached = self.call(
+            "Target.attachToTarget", {"targetId": target["targetId"], "flatten": True}, browser=True
+        )
+        self.session = attached["sessionId"]
+        self.call("Page.enable")
+        self.call("Runtime.enable")
+
+    def _send(self, method: str, params: dict[str, Any], browser: bool = False) -> int:
+        self._ids += 1
+        message: dict[str, Any] = {"id": self._ids, "method": method, "params": params}
+        if self.session and not browser:
+            message["sessionId"] = self.session
+        os.write(self._out, json.dumps(message).encode() + b"\0")
+        return self._ids
+
+    def _receive(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while b"\0" not in self._buffer:
+            assert time.monotonic() < deadline, "chromium did not answer"
+            chunk = os.read(self._in, 1 << 16)
+            assert chunk, "chromium closed its pipe"
+            self._buffer += chunk
+        raw, _, self._buffer = self._buffer.partition(b"\0")
+        message: dict[str, Any] = json.loads(raw)
+        return message
+
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, browser: bool = False
+    ) -> dict[str, Any]:
+        sent = self._send(method, params or {}, browser)
+        while True:
+            message = self._receive()
+            if message.get("method") == "Page.javascriptDialogOpening":
+                self.dialogs.append(message["params"]["message"])
+                self._send("Page.handleJavaScriptDialog", {"accept": True})
+            if message.get("id") == sent:
+                assert "error" not in message, message["error"]
+                result: dict[str, Any] = message["result"]
+                return result
+
+    def js(self, expression: str) -> Any:
+        """Evaluate in the page; None while a navigation replaces it."""
+        params = {"expression": expression, "returnByValue": True, "awaitPromise": True}
+        sent = self._send("Runtime.evaluate", params)
+        while True:
+            message = self._receive()
+            if message.get("method") == "Page.javascriptDialogOpening":
+                self.dialogs.append(message["params"]["message"])
+                self._send("Page.handleJavaScriptDialog", {"accept": True})
+            if message.get("id") == sent:
+                result = message.get("result", {})
+                if "error" in message or "exceptionDetails" in result:
+                    return None
+                return result["result"].get("value")
+
+    def wait_for(self, expression: str, what: str, timeout_s: float = 15.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while not (value := self.js(expression)):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.1)
+        return value
+
+    def goto(self, url: str) -> None:
+        self.call("Page.navigate", {"url": url})
+        self.wait_for("document.readyState === 'complete'", f"{url} to load")
+
+    def click(self, selector: str) -> None:
+        """A real click (mouse pressed and released) in the middle of the element."""
+        box = self.js(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+            " if (!e) return null; e.scrollIntoView({block: 'center'});"
+            " const r = e.getBoundingClientRect();"
+            " return [r.left + r.width / 2, r.top + r.height / 2]; })()"
+        )
+        assert box, f"nothing matches {selector}"
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": box[0], "y": box[1], "button": "left", "clickCount": 1},
+            )
+
+    def type_into(self, selector: str, text: str) -> None:
+        self.click(selector)
+        self.call("Input.insertText", {"text": text})
+
+    def login(self, base_url: str) -> None:
+        self.goto(f"{base_url}/ui")
+        assert self.js("location.pathname") == "/ui/login"
+        self.type_into("#token", ADMIN_TOKEN)
+        self.click("form button[type=submit]")
+        self.wait_for(
+            "location.pathname === '/ui' && document.readyState === 'complete'", "the dashboard"
+        )
+
+    def screenshot(self, path: Path, width: int, height: int) -> None:
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
+        shot = self.call("Page.captureScreenshot", {"format": "png"})
+        path.write_bytes(base64.b64decode(shot["data"]))
+
+    def close(self) -> None:
+        with contextlib.suppress(AssertionError, OSError):
+            self.call("Browser.close", browser=True)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        os.close(self._out)
+        os.close(self._in)
+
+
 @pytest.fixture
-def stack(redis_url: str, tmp_path: Path) -> Iterator[tuple[BrokerProcess, Simulator]]:
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    b = Browser(chromium(), tmp_path / "chromium-profile")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@contextmanager
+def running_stack(
+    redis_url: str, tmp_path: Path, **env: str
+) -> Iterator[tuple[BrokerProcess, Simulator]]:
     with Simulator(
         {"repositories": [{"owner": "acme", "name": "widgets", "issues": ISSUES}]}
     ) as sim:
-        env = broker_env(redis_url, sim.base_url, "acme/widgets")
-        proc = BrokerProcess(env, tmp_path, "broker").start()
+        tokens = json.dumps({t: a for a, t in AGENTS.items()})
+        settings = broker_env(
+            redis_url,
+            sim.base_url,
+            "acme/widgets",
+            GITHUB_BROKER_SERVER__ADMIN_TOKEN=ADMIN_TOKEN,
+            GITHUB_BROKER_SERVER__AGENT_TOKENS=tokens,
+            **env,
+        )
+        proc = BrokerProcess(settings, tmp_path, "broker").start()
         client = redis.Redis.from_url(redis_url)
         try:
             wait_until(lambda: client.zcard(KEYS.ready) == 5, 30, "the first sync")
@@ -116,14 +287,56 @@ def stack(redis_url: str, tmp_path: Path) -> Iterator[tuple[BrokerProcess, Simul
             proc.stop()
 
 
+@pytest.fixture
+def stack(redis_url: str, tmp_path: Path) -> Iterator[tuple[BrokerProcess, Simulator]]:
+    with running_stack(redis_url, tmp_path) as running:
+        yield running
+
+
+#: The webhook secret of the health test's stack.
+SECRET = "hook-secret"
+
+
+@pytest.fixture
+def stack_with_webhooks(
+    redis_url: str, tmp_path: Path
+) -> Iterator[tuple[BrokerProcess, Simulator]]:
+    env = {
+        "GITHUB_BROKER_WEBHOOKS__SECRET": SECRET,
+        # Healthy webhooks slow the polling down; the test wants the failing sync soon.
+        "GITHUB_BROKER_POLL__INTERVAL_WITH_WEBHOOKS_S": "1",
+    }
+    with running_stack(redis_url, tmp_path, **env) as running:
+        yield running
+
+
+def deliver(broker: BrokerProcess, text: str, secret: str) -> requests.Response:
+    """A ping as GitHub sends it, signed with `secret`."""
+    body = text.encode()
+    signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "ping",
+        "X-GitHub-Delivery": f"d-{time.monotonic_ns()}",
+        "X-Hub-Signature-256": f"sha256={signature}",
+    }
+    return requests.post(f"{broker.url}/github/webhook", data=body, headers=headers, timeout=10)
+
+
+def agent(broker: BrokerProcess, name: str) -> BrokerClient:
+    return BrokerClient(broker.url, name, token=AGENTS[name])
+
+
+#: The lease row of issue 12 (ids: `lease-<owner>--<name>-<issue>`).
+ROW_12 = "lease-acme--widgets-12"
+
+
 @pytest.mark.slow
-def test_dashboard_in_a_real_browser(
-    stack: tuple[BrokerProcess, Simulator], tmp_path: Path
+def test_dashboard_in_a_real_browser_revoke_and_live_updates(
+    stack: tuple[BrokerProcess, Simulator], browser: Browser, tmp_path: Path
 ) -> None:
-    exe = chromium()
     broker, sim = stack
-    coder = BrokerClient(broker.url, "coder-ann")
-    designer = BrokerClient(broker.url, "designer-bo")
+    coder, designer = agent(broker, "coder-ann"), agent(broker, "designer-bo")
     try:
         first = coder.request_task()
         assert first is not None and first.issue_id == 11
@@ -148,10 +361,11 @@ def test_dashboard_in_a_real_browser(
         coder.close()
         designer.close()
 
-    dom = browse(exe, tmp_path, f"{broker.url}/ui", "--dump-dom")
+    browser.login(broker.url)
+    dom = browser.js("document.documentElement.outerHTML")
     leases = dom.split('class="leases"')[1].split("</table>")[0]
     assert "Login page crashes on Safari" in leases and "designer-bo" in leases
-    assert "/acme/widgets/issues/12" in leases
+    assert "/acme/widgets/issues/12" in leases and ">in_progress<" in leases
     blockers = dom.split('class="blockers"')[1].split("</table>")[0]
     assert "development held by designer-bo" in blockers and "waiting for review" in blockers
     queue = dom.split('class="queue"')[1].split("</table>")[0]
@@ -164,9 +378,71 @@ def test_dashboard_in_a_real_browser(
     for kind in ("claim", "completed", "write_applied", "leader_gained"):
         assert f">{kind}<" in events, kind
     assert 'id="leader"' in dom and "none</dd>" not in dom.split('id="leader"')[1][:40]
+    assert 'id="problems"' not in dom
+    browser.wait_for("document.getElementById('live-state').textContent === 'live'", "the stream")
 
+    # The maintainer opens the lease's controls and says why; the screenshot shows them.
+    browser.js("window.notReloaded = true")
+    browser.click(f"#{ROW_12} details.act summary")
+    reason = f"#{ROW_12} form[action='/ui/actions/revoke'] input[name=reason]"
+    browser.type_into(reason, "duplicate of #11")
     shot = tmp_path / "dashboard.png"
-    browse(exe, tmp_path, f"{broker.url}/ui", f"--screenshot={shot}", "--window-size=1280,1600")
+    browser.js("window.scrollTo(0, 0)")
+    browser.screenshot(shot, 1280, 1400)
     assert shot.stat().st_size > 10_000
     if os.environ.get("UPDATE_SCREENSHOT"):  # refreshes docs/dashboard.png on request only
         shutil.copyfile(shot, SCREENSHOT)
+
+    browser.click(f"#{ROW_12} button.act-revoke")
+    assert len(browser.dialogs) == 1 and "designer-bo on acme/widgets#12" in browser.dialogs[0]
+    browser.wait_for(f"!document.getElementById('{ROW_12}')", "the lease row to go")
+    assert browser.js("window.notReloaded") is True  # changed in place, not reloaded
+    flash = browser.js("document.getElementById('flash').textContent")
+    assert flash == "revoke acme/widgets#12: lease of designer-bo revoked; task back in the pool"
+    audit = browser.js("document.querySelector('table.audit tbody').textContent")
+    assert "dashboard" in audit and "revoke" in audit and "duplicate of #11" in audit
+
+    # Work done elsewhere reaches the open page over its stream.
+    tester = agent(broker, "tester-cy")
+    try:
+        again = tester.request_task(roles=["FRONTENDCODER"])
+        assert again is not None and again.issue_id == 12
+        browser.wait_for(
+            f"(document.getElementById('{ROW_12}') || {{}}).textContent?.includes('tester-cy')",
+            "the new lease to show",
+            timeout_s=10,
+        )
+    finally:
+        tester.close()
+    assert browser.js("window.notReloaded") is True
+    assert browser.js("document.getElementById('live-state').textContent") == "live"
+
+
+@pytest.mark.slow
+def test_health_block_in_a_real_browser_warns_only_when_something_is_wrong(
+    stack_with_webhooks: tuple[BrokerProcess, Simulator], browser: Browser
+) -> None:
+    broker, sim = stack_with_webhooks
+    ping = json.dumps({"zen": "Design for failure.", "repository": {"full_name": "acme/widgets"}})
+    assert deliver(broker, ping, SECRET).status_code == 200  # webhooks verified: healthy
+    browser.login(broker.url)
+    assert browser.js("document.getElementById('problems')?.textContent") is None
+    sync = browser.js("document.querySelector('table.health td.sync').textContent")
+    assert sync.startswith("ok")
+    browser.js("window.notReloaded = true")
+
+    # A delivery GitHub would send with a secret the broker does not know, and a repository
+    # GitHub stops serving to the broker's token.
+    assert deliver(broker, ping, "another-secret").status_code == 401
+    sim.faults.add_error(403, path=r"^/repos/acme/widgets/issues", message="Not accessible")
+    text = browser.wait_for(
+        "(document.getElementById('problems') || {}).textContent?.includes('sync keeps failing')"
+        " && document.getElementById('problems').textContent",
+        "the warning",
+        timeout_s=20,
+    )
+    assert "check that the repository exists under this name" in text
+    assert "webhook deliveries refused" in text and "check the webhook secret" in text
+    sync = browser.js("document.querySelector('table.health td.sync').textContent")
+    assert sync.startswith("failing") and "403" in sync
+    assert browser.js("window.notReloaded") is True

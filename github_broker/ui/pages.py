@@ -6,11 +6,16 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from github_broker.clock import age, iso_from_ms
+from github_broker.clock import age, iso_from_ms, ms_from_iso
 
 
 def clock(ms: int | None) -> str:
     return "-" if ms is None else iso_from_ms(ms).replace("T", " ").replace("Z", " UTC")
+
+
+def age_of(iso: str | None, now_ms: int) -> str:
+    """How long ago an ISO 8601 time (as /status writes them) was."""
+    return age(ms_from_iso(iso), now_ms) if iso else "never"
 
 
 _env = Environment(
@@ -19,7 +24,7 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_env.globals.update(age=age, clock=clock)
+_env.globals.update(age=age, age_of=age_of, clock=clock)
 
 
 def render(name: str, **context: Any) -> str:

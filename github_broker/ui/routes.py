@@ -1,21 +1,24 @@
-"""Dashboard routes: `/ui` (the page), its login form and assets, `/` redirecting there."""
+"""Dashboard routes: `/ui` (the page), an agent's page, the login form and assets, `/`
+redirecting there. The controls are in controls.py, the live updates in live.py."""
 
 from __future__ import annotations
 
 import hmac
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from github_broker import overview
+from github_broker.api.schemas import AGENT_ID_PATTERN
 from github_broker.errors import BrokerError
 from github_broker.problems import BODY_LIMIT_RESPONSE, PROBLEM_JSON
-from github_broker.ui import session
+from github_broker.ui import controls, flash, fragments, guard, live, session, views
+from github_broker.ui.guard import admin_token, services, unavailable
 from github_broker.ui.pages import render
 
 router = APIRouter(tags=["dashboard"], responses=BODY_LIMIT_RESPONSE)
@@ -24,35 +27,7 @@ STATIC_DIR = Path(__file__).parent / "static"
 LOGIN_BODY_MAX = 4096
 
 HTML: dict[str, Any] = {"content": {"text/html": {}}}
-
-
-def _services(request: Request) -> Any:
-    return request.app.state.services
-
-
-def _admin_token(request: Request) -> str | None:
-    """The admin token when the dashboard needs a login, None when it is open."""
-    auth = _services(request).auth
-    if auth.open:
-        return None
-    # Agent tokens alone (no admin token): nobody may log in, as for /status.
-    return auth.admin_token or ""
-
-
-async def _logged_in(request: Request) -> bool:
-    """Whether the request may see the dashboard: it is open, or the cookie names a session
-    that is still open (Redis: a logout anywhere ends it)."""
-    token = _admin_token(request)
-    if token is None:
-        return True
-    session_id = session.session_of(token, request.cookies.get(session.COOKIE)) if token else None
-    return session_id is not None and bool(
-        await _services(request).store.logins.session_alive(session_id)
-    )
-
-
-def _unavailable(e: BrokerError) -> HTMLResponse:
-    return HTMLResponse(render("error.html", message=f"{type(e).__name__}: {e}"), status_code=503)
+AgentId = Annotated[str, PathParam(pattern=AGENT_ID_PATTERN, description="agent id")]
 
 
 @router.get("/", include_in_schema=True, status_code=307, response_class=RedirectResponse)
@@ -71,16 +46,52 @@ async def root() -> RedirectResponse:
     },
 )
 async def dashboard(request: Request) -> Response:
-    """Leases, queues, blockers, reviews, the write queue and recent events (admin)."""
-    svc = _services(request)
+    """Leases, queues, blockers, reviews, agents, the integrations' health, the write queue,
+    recent events and the audit log, with the maintainers' controls (admin)."""
+    svc = services(request)
     try:
-        if not await _logged_in(request):
+        who = await guard.visitor(request)
+        if who is None:
             return RedirectResponse("/ui/login", status_code=303)
-        data = await overview.overview(svc.store, svc.settings)
+        data = await views.dashboard_view(svc.store, svc.settings)
     except BrokerError as e:
-        return _unavailable(e)
-    show_logout = _admin_token(request) is not None
-    return HTMLResponse(render("dashboard.html", o=data, show_logout=show_logout))
+        return unavailable(e)
+    context = fragments.dashboard_context(data, who)
+    return _page(request, who, "dashboard.html", context)
+
+
+@router.get(
+    "/ui/agents/{agent_id}",
+    response_class=HTMLResponse,
+    responses={
+        200: {"description": "The agent's page.", **HTML},
+        303: {"description": "Not logged in: go to /ui/login."},
+        422: {"description": "Not an agent id.", "content": PROBLEM_JSON},
+        503: {"description": "Redis unavailable: the page says so.", **HTML},
+    },
+)
+async def agent_page(request: Request, agent_id: AgentId) -> Response:
+    """One agent: what it holds, its recent tasks, its failure streaks, whether it is paused,
+    with the pause, stop and resume controls (admin)."""
+    svc = services(request)
+    try:
+        who = await guard.visitor(request)
+        if who is None:
+            return RedirectResponse("/ui/login", status_code=303)
+        board = await views.dashboard_view(svc.store, svc.settings)
+        data = await views.agent_view(svc.store, board, agent_id)
+    except BrokerError as e:
+        return unavailable(e)
+    return _page(request, who, "agent.html", fragments.agent_context(data, who))
+
+
+def _page(request: Request, who: guard.Visitor, template: str, context: dict[str, Any]) -> Response:
+    message = flash.take(request)
+    show_logout = admin_token(request) is not None
+    page = render(template, flash=message, show_logout=show_logout, **context)
+    response = HTMLResponse(page, headers={"Cache-Control": "no-store"})
+    flash.clear(response, request)
+    return guard.keep_csrf_cookie(response, who, request)
 
 
 @router.get("/ui/login", response_class=HTMLResponse, responses={200: HTML})
@@ -134,10 +145,10 @@ async def login(request: Request) -> Response:
     if len(body) > LOGIN_BODY_MAX:
         return HTMLResponse(render("login.html", error="form too large"), status_code=413)
     given = (parse_qs(body.decode(errors="replace")).get("token") or [""])[0].strip()
-    admin = _admin_token(request)
+    admin = admin_token(request)
     if admin is None:
         return RedirectResponse("/ui", status_code=303)
-    logins = _services(request).store.logins
+    logins = services(request).store.logins
     # uvicorn's address, or the forwarded one when server.trusted_proxies names the proxy.
     address = request.client.host if request.client else "unknown"
     try:
@@ -158,7 +169,7 @@ async def login(request: Request) -> Response:
         await logins.succeeded(address)
         session_id = await logins.open_session(session.SESSION_TTL_S)
     except BrokerError as e:
-        return _unavailable(e)
+        return unavailable(e)
     response = RedirectResponse("/ui", status_code=303)
     response.set_cookie(
         session.COOKIE,
@@ -184,13 +195,13 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     """End the session on the server (the old cookie opens nothing any more), clear the
     cookie."""
-    admin = _admin_token(request)
+    admin = admin_token(request)
     session_id = session.session_of(admin, request.cookies.get(session.COOKIE)) if admin else None
     if session_id is not None:
         try:
-            await _services(request).store.logins.end_session(session_id)
+            await services(request).store.logins.end_session(session_id)
         except BrokerError as e:
-            return _unavailable(e)
+            return unavailable(e)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(session.COOKIE, path="/ui")
     return response
@@ -201,5 +212,8 @@ def install(app: FastAPI) -> None:
     from github_broker.ui import docs
 
     app.include_router(router)
+    app.include_router(controls.router, responses=BODY_LIMIT_RESPONSE)
+    app.include_router(live.router, responses=BODY_LIMIT_RESPONSE)
+    app.state.live_feed = live.LiveFeed()
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     docs.install(app)

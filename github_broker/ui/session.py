@@ -53,3 +53,19 @@ def session_of(admin_token: str, value: str | None, now_s: float | None = None) 
     if not hmac.compare_digest(mac.encode("utf-8", "surrogateescape"), expected):
         return None
     return session_id
+
+
+def csrf_token(admin_token: str, session_id: str) -> str:
+    """The CSRF token of a session: every form of the dashboard carries it, and an action is
+    refused unless it matches. Derived (HMAC with the admin token), so it needs no storage and
+    dies with the session; a page of another site can neither read nor guess it."""
+    message = f"github-broker-ui-csrf:{session_id}".encode()
+    return hmac.new(admin_token.encode(), message, hashlib.sha256).hexdigest()
+
+
+def same_token(expected: str, given: str | None) -> bool:
+    """Whether a form's token is the expected one, compared in constant time (as bytes: the
+    form is the client's input and may hold any character)."""
+    if not expected or not given:
+        return False
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogateescape"))
