@@ -490,8 +490,11 @@ def test_live_streams_need_a_login_and_are_capped_per_process(
         for t in streams:
             t.join()
         assert feed.streams == 0
-        again = c.get("/ui/live", params={"agent": "a1"})
+        # A stream that reconnects gets the page at once (it may have missed a change).
+        again = c.get("/ui/live", params={"agent": "a1"}, headers={"Last-Event-ID": "update"})
         assert again.status_code == 200 and again.text.startswith("retry: ")
+        updates = [data["html"] for kind, data in events_of(again.text) if kind == "update"]
+        assert len(updates) == 1 and 'data-agent="a1"' in updates[0]
 
 
 def test_a_live_stream_ends_when_its_session_logs_out(

@@ -379,6 +379,8 @@ def test_dashboard_in_a_real_browser_revoke_and_live_updates(
         assert f">{kind}<" in events, kind
     assert 'id="leader"' in dom and "none</dd>" not in dom.split('id="leader"')[1][:40]
     assert 'id="problems"' not in dom
+    # With JavaScript the <noscript> reload is inert: the page changes only in place.
+    assert browser.js("!!document.querySelector('meta[http-equiv=refresh]')") is False
     browser.wait_for("document.getElementById('live-state').textContent === 'live'", "the stream")
 
     # The maintainer opens the lease's controls and says why; the screenshot shows them.

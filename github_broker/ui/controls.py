@@ -239,9 +239,7 @@ def _step(
     return HTMLResponse(page, status_code=422 if error else 200)
 
 
-async def act(request: Request) -> Response:
-    action = request.url.path.rsplit("/", 1)[-1]
-    control = CONTROLS[action]
+async def act(request: Request, action: str, control: Control) -> Response:
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         return _refused(
             request, 415, "send the form as application/x-www-form-urlencoded", "unsupported"
@@ -406,10 +404,17 @@ def _responses(control: Control) -> dict[int | str, dict[str, Any]]:
     return answers
 
 
+def _endpoint(action: str) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        return await act(request, action, CONTROLS[action])
+
+    return endpoint
+
+
 for _name, _control in CONTROLS.items():
     router.add_api_route(
         f"/ui/actions/{_name}",
-        act,
+        _endpoint(_name),
         methods=["POST"],
         name=f"ui_{_name}",
         summary=f"{_control.label} ({_control.scope}) from the dashboard",

@@ -141,14 +141,20 @@ def feed(request: Request) -> LiveFeed:
 
 
 def _event(name: str, payload: dict[str, Any]) -> bytes:
-    return f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode()
+    # An id makes the browser send Last-Event-ID when it reconnects (see `live`).
+    return f"id: {name}\nevent: {name}\ndata: {json.dumps(payload)}\n\n".encode()
 
 
 async def _stream(
-    request: Request, who: guard.Visitor, render: Callable[[], Awaitable[str]]
+    request: Request,
+    who: guard.Visitor,
+    render: Callable[[], Awaitable[str]],
+    resumed: bool,
 ) -> AsyncIterator[bytes]:
     live = feed(request)
-    seen = live.version
+    # A page just loaded is fresh; a stream that reconnects (after STREAM_S, or to another
+    # process) may have missed a change meanwhile: it gets the page at once.
+    seen = -1 if resumed else live.version
     deadline = time.monotonic() + STREAM_S
     yield f"retry: {RETRY_MS}\n\n".encode()
     while (left := deadline - time.monotonic()) > 0:
@@ -232,7 +238,8 @@ async def live(
         )
         return fragments.agent(page, who)
 
-    return LiveResponse(_stream(request, who, render), live_feed.leave)
+    resumed = "last-event-id" in request.headers
+    return LiveResponse(_stream(request, who, render, resumed), live_feed.leave)
 
 
 class LiveResponse(StreamingResponse):
