@@ -471,6 +471,7 @@ def test_live_streams_need_a_login_and_are_capped_per_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(live, "MAX_STREAMS", 2)
+    monkeypatch.setattr(live, "STREAM_S", 1.0)
     with app_factory(server=STEER) as c:
         r = c.get("/ui/live")
         assert r.status_code == 401 and r.json()["reason"] == "unauthorized"
