@@ -397,8 +397,10 @@ def test_lease_rows_show_the_api_states_progress_and_stall_evidence(steer: TestC
     assert 'class="stalled"' not in leases
     rstore = steer.app.state.services.store.repo("acme/widgets")  # type: ignore[attr-defined]
     evidence = "held 31m 00s, no push, PR or review reply seen, 1 heartbeat"
+    # What the leader's progress check does (progress.py) once stall_after_s has passed.
+    (lease,) = steer.portal.call(rstore.leases)  # type: ignore[union-attr]
     flagged = steer.portal.call(  # type: ignore[union-attr]
-        rstore.lease_upkeep, "stall", task["issue_id"], task["lease"]["token"], evidence
+        rstore.lease_upkeep, "stall", lease.issue, lease.token, evidence
     )
     assert flagged
     page = steer.get("/ui").text
