@@ -493,6 +493,10 @@ def test_live_streams_need_a_login_and_are_capped_per_process(
         for t in streams:
             t.join()
         assert feed.streams == 0
+        # HEAD answers the stream's headers without holding a slot.
+        head = c.head("/ui/live")
+        assert head.status_code == 200 and head.content == b"" and feed.streams == 0
+        assert head.headers["content-type"].startswith("text/event-stream")
         # A stream that reconnects gets the page at once (it may have missed a change).
         again = c.get("/ui/live", params={"agent": "a1"}, headers={"Last-Event-ID": "update"})
         assert again.status_code == 200 and again.text.startswith("retry: ")

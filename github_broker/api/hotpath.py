@@ -67,7 +67,10 @@ class BrokerApp(FastAPI):
         if scope["type"] == "http" and scope["method"] == "HEAD":
             # Every GET route answers HEAD (RFC 9110): the GET's status and headers, no body.
             # FastAPI's routes take only the methods they name, so HEAD got 405 everywhere.
-            await super().__call__({**scope, "method": "GET"}, receive, _without_body(send))
+            # `head`: routes that stream (the dashboard's live page) answer without opening
+            # the stream.
+            head = {**scope, "method": "GET", "head": True}
+            await super().__call__(head, receive, _without_body(send))
             return
         if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
             path = scope["path"]

@@ -216,6 +216,9 @@ async def live(
         # An open dashboard's page sets its CSRF cookie first: a stream without one was not
         # opened by it.
         return _problem(401, "log in at /ui/login first", "unauthorized")
+    if request.scope.get("head"):
+        # A HEAD request: the stream's headers, no stream (it would hold a slot for minutes).
+        return Response(media_type="text/event-stream")
     svc = guard.services(request)
     if not feed(request).join(svc.store):
         return _problem(
