@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report, scenarios
+from benchmarks import after_handout, durability, report, repositories, scenarios
 from benchmarks.load import CLIENTS
 from benchmarks.scenarios import GROUPS, Bench, Options
 from benchmarks.servers import RedisServer
@@ -78,22 +78,40 @@ def measure(bench: Bench) -> None:
                                **first, "reproduce": rep})
             scenarios.backlog_comparison([(bench, small_sim, small_env, o.small_backlog),
                                           (other, big_sim, big_env, o.big_backlog)])
-    if "throughput" in only or o.profile:
+    skipped = durability.unavailable() if "durability" in only else None
+    if skipped is not None:
+        bench.add("durability", {"skipped": skipped, "reproduce": o.reproduce("durability")})
+    big = "throughput" in only or o.profile
+    if big or ("durability" in only and skipped is None):
         # The completing flows retire an issue per claim, over every repetition: a backlog
-        # large enough that no run drains it.
-        logger.info("data set: %d issues", o.throughput_issues)
-        with bench.dataset(o.throughput_issues) as (sim, env, first):
-            rep = o.reproduce("throughput")
-            bench.add("sync", {"figure": f"first sync, {o.throughput_issues:,} issues "
-                                         "(`sync --full`)", **first, "reproduce": rep})
+        # large enough that no run drains it. The durability runs share it when both run.
+        issues = o.throughput_issues if big else o.durability_issues
+        logger.info("data set: %d issues", issues)
+        with bench.dataset(issues) as (sim, env, first):
+            rep = o.reproduce("throughput" if big else "durability")
+            bench.add("sync", {"figure": f"first sync, {issues:,} issues (`sync --full`)",
+                               **first, "reproduce": rep})
             if "throughput" in only:
                 scenarios.throughput_figures(bench, sim, env)
             if o.profile:
                 scenarios.profile_figure(bench, sim, env)
+            if "durability" in only and skipped is None:
+                durability.durability_figures(bench, sim, env)
     if "webhooks" in only:
         logger.info("data set: %d issues (webhooks)", o.small_backlog)
         with bench.dataset(o.small_backlog) as (sim, env, _):
             scenarios.webhook_figures(bench, sim, env)
+    if "after-handout" in only:
+        logger.info("data set: %d issues (review, fix)", o.fix_samples)
+        with bench.dataset(o.fix_samples, people=True) as (sim, env, _):
+            after_handout.fix_figure(bench, sim, env, o.fix_samples)
+        logger.info("data set: %d issues (progress)", after_handout.HELD_TASKS)
+        with bench.dataset(after_handout.HELD_TASKS) as (sim, env, _):
+            after_handout.progress_figures(bench, sim, env)
+    if "repositories" in only:
+        repositories.repository_figures(bench)
+        logger.info("first sync of %d repositories, an agent waiting", o.first_sync_repos)
+        repositories.first_sync_figure(bench)
     bench.figures.get("backlog", []).sort(key=lambda row: (row["poller"], row["open_issues"]))
 
 
@@ -102,11 +120,15 @@ def findings(figures: dict[str, Any]) -> list[str]:
     out = []
     rows = figures.get("throughput", [])
     for r in (r for r in rows if r["server"] == "serve"):
+        script = r.get("claim_script") or {}
+        mean = (script.get("mean_us") or {}).get("median")
         out.append(
             f"serve {r['workers']}w `{r['flow']}`: {r['ratio_to_fastapi']['median']:.2f} x the "
-            f"FastAPI baseline, {r['ratio_to_asgi']['median']:.2f} x the bare ASGI baseline "
-            f"(medians of {r['runs']} runs); claim script {r.get('claim_script_us') or 0:.0f} µs "
-            "inside Redis.")
+            f"FastAPI baseline, {r['ratio_to_asgi']['median']:.2f} x the bare ASGI baseline on "
+            f"redis-py, {r['ratio_to_asgi_pipelined']['median']:.2f} x the bare ASGI baseline "
+            f"on serve's own Redis client (medians of {r['runs']} runs); claim script "
+            f"{r.get('claim_script_us') or 0:.0f} µs median, {mean or 0:.0f} µs mean inside "
+            "Redis.")
     if rows:
         busiest = max(r["generator_cpu_pct"] for r in rows)
         out.append(f"The load generator used at most {busiest:.0f} % of a core (median per "

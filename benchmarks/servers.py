@@ -168,32 +168,55 @@ class Process:
 
 
 class RedisServer(Process):
-    """Our own redis-server on a free port, never the machine's shared one."""
+    """Our own redis-server on a free port, never the machine's shared one; `replicaof`: a
+    replica of that server (`--replicaof`), started once its first sync is done."""
 
-    def __init__(self, log_dir: Path) -> None:
-        super().__init__("redis", log_dir)
+    def __init__(self, log_dir: Path, name: str = "redis",
+                 replicaof: RedisServer | None = None) -> None:
+        super().__init__(name, log_dir)
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.workdir = log_dir / "redis"
+        self.workdir = log_dir / name
+        self.replicaof = replicaof
 
     def start(self) -> RedisServer:
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError("redis-server is not installed (make install-redis)")
         self.workdir.mkdir(exist_ok=True)
-        self.spawn([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                    "--appendonly", "no", "--dir", str(self.workdir)])
+        argv = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", str(self.workdir)]
+        if self.replicaof is not None:
+            argv += ["--replicaof", "127.0.0.1", str(self.replicaof.port)]
+        self.spawn(argv)
         client = self.client()
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
                 client.ping()
-                return self
-            except redis.ConnectionError:
+                break
+            except (redis.ConnectionError, redis.BusyLoadingError):
                 self.check_alive()
                 if time.monotonic() > deadline:
                     raise RuntimeError("redis-server did not answer") from None
                 time.sleep(0.05)
+        if self.replicaof is not None:
+            self.wait_in_sync(deadline)
+        return self
+
+    def wait_in_sync(self, deadline: float) -> None:
+        """Until this replica's link to its primary is up (its first full sync done)."""
+        while cast(dict[str, Any], self.client().info("replication")).get(
+                "master_link_status") != "up":
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} never finished its sync with the primary")
+            time.sleep(0.1)
+
+    def has_command(self, name: str) -> bool:
+        """Whether this server knows `name` (WAITAOF came with Redis 7.2)."""
+        info = self.client().execute_command("COMMAND", "INFO", name)
+        return bool(info) and any(entry for entry in info)
 
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.url, decode_responses=True)
@@ -239,16 +262,24 @@ class RedisServer(Process):
 
 
 class SimulatorProcess(Process):
-    """`benchmarks.simserver` in a child process; counters through its /_sim control API."""
+    """`benchmarks.simserver` in a child process; counters through its /_sim control API.
+    `repos`: that many repositories (`simserver.repo_names`), the issues in the one at
+    `work_in`; `people`: a maintainer's and an agent's token beside the broker's."""
 
-    def __init__(self, log_dir: Path, issues: int) -> None:
-        super().__init__(f"simulator-{issues}", log_dir)
+    def __init__(self, log_dir: Path, issues: int, *, repos: int = 0, work_in: int = -1,
+                 people: bool = False) -> None:
+        super().__init__(f"simulator-{issues}" + (f"-{repos}repos" if repos else ""), log_dir)
         self.issues = issues
+        self.args = ["--issues", str(issues)]
+        if repos:
+            self.args += ["--repos", str(repos), "--work-in", str(work_in)]
+        if people:
+            self.args.append("--people")
         self.base_url = ""
         self._http = httpx.Client(timeout=60)
 
     def start(self) -> SimulatorProcess:
-        self.spawn([sys.executable, "-m", "benchmarks.simserver", "--issues", str(self.issues)],
+        self.spawn([sys.executable, "-m", "benchmarks.simserver", *self.args],
                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self.proc is not None and self.proc.stdout is not None
         self.base_url = self.proc.stdout.readline().decode().strip()
@@ -352,12 +383,13 @@ def size(client: redis.Redis, key: str) -> int:
     return int(cast(int, client.scard(key) if kind == "set" else client.zcard(key)))
 
 
-def wait_for_ready(client: redis.Redis, count: int, timeout_s: float) -> float:
+def wait_for_ready(client: redis.Redis, count: int, timeout_s: float,
+                   keys: RepoKeys = KEYS) -> float:
     """Seconds until `count` tasks are claimable (the sync has indexed the backlog)."""
     started = time.monotonic()
-    while size(client, KEYS.ready) < count:
+    while size(client, keys.ready) < count:
         if time.monotonic() - started > timeout_s:
-            raise RuntimeError(f"only {size(client, KEYS.ready)} of {count} tasks became ready")
+            raise RuntimeError(f"only {size(client, keys.ready)} of {count} tasks became ready")
         time.sleep(0.1)
     return time.monotonic() - started
 
