@@ -85,7 +85,7 @@ def variants(primary: RedisServer) -> tuple[list[str], list[str]]:
     for setting in SETTINGS:
         if allowed and setting not in allowed:
             notes.append(f"`{setting}` is not a value of `redis.durability` here")
-        elif setting == "aof" and not primary.has_command("WAITAOF"):
+        elif setting == "aof" and not primary.has_waitaof():
             notes.append(f"`aof` not measured: Redis {primary.version()} has no WAITAOF "
                          "(7.2 or later)")
         else:

@@ -278,17 +278,21 @@ def _repositories(figs: dict[str, Any]) -> list[str]:
         "the same repetition and mode.",
         "",
         "| mode | repositories | requests/s | x 1 repository | claim p50 / p99 ms "
-        "| server CPU | Redis CPU | Lua µs/call | reproduce |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| 204 answers | server CPU | Redis CPU | Lua µs/call | reproduce |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(f"| {r['mode']} | {r['repositories']:,} | {_mid(r['requests_per_s'], 0)} "
                    f"| {_mid(r['ratio_to_one'], 2)} | {_ms(r['ops'].get('claim'))} "
+                   f"| {r['no_task_204']} "
                    f"| {_n(r['cpu_pct'].get('server'), 0)} % "
                    f"| {_n(r['cpu_pct'].get('redis'), 0)} % "
                    f"| {_n(r.get('lua_us_per_call'), 0)} | {_code(r['reproduce'])} |")
     notes = [f"- {r['mode']}, {r['repositories']:,} repositories: {r['warning']}"
              for r in rows if r.get("warning")]
+    if any(r["no_task_204"] for r in rows):
+        notes.insert(0, f"- 204 answers (all {first['issues']} tasks held by the other agents "
+                        "at that moment) are answered requests and count in requests/s.")
     out += ["", *notes, *([""] if notes else [])]
     lat = figs.get("repositories_latency", [])
     if lat:
@@ -312,10 +316,13 @@ def _repositories(figs: dict[str, Any]) -> list[str]:
         out += [
             f"Idle long-poll cost: {idle[0]['agents']} agents each wait in one "
             "`request-task` (`wait_seconds` past the window) while every task is held by "
-            "other agents, so nothing can be handed out; CPU of serve (1 worker, no poller) "
-            "and of Redis over the measured window, % of one core, and the commands Redis "
-            "ran per second. Medians (ranges) over the alternating repetitions; x 1 "
-            "repository as above.",
+            "other agents, so nothing can be handed out. The agents start spread over one "
+            "recheck period (`server.long_poll_recheck_s`, 5 s, also the index reload's) and "
+            "the window is the next period, so each waiting request rechecks once in it. CPU "
+            "of serve (1 worker, no poller) and of Redis over the window, % of one core, from "
+            "the scheduler's nanosecond accounting, and the commands Redis ran per second. "
+            f"Medians (ranges) over {idle[0]['runs']} alternating repetitions; x 1 repository "
+            "as above.",
             "",
             "| repositories | serve CPU % | Redis CPU % | serve x 1 repository "
             "| Redis x 1 repository | Redis commands/s | answers | reproduce |",
@@ -340,18 +347,21 @@ def _first_sync(figs: dict[str, Any]) -> list[str]:
         "",
         "Serve (1 worker, with its poller) starts on an empty Redis; the issues are in the "
         "middle repository. One agent asks from the moment `/health` answers (long-polling; "
-        "0.2 s after a 503, where the SDK would wait the 2 s of Retry-After). Times from "
-        "serve's start; CPU from its start until every repository is mirrored (serve: the "
-        "API worker and the poller, start-up included).",
+        "0.2 s after a 503, where the SDK would wait the 2 s of Retry-After). Times in "
+        "seconds from serve's start: `/health` answering, the first repository mirrored "
+        "(the sync's first pass under way), the one with work mirrored, the agent's first "
+        "task, every repository mirrored. CPU from serve's start until every repository is "
+        "mirrored (serve: the API worker and the poller, start-up included).",
         "",
-        "| repositories | work in | serve up s | first task s | all mirrored s "
-        "| answered before the sync ended | answers before it | serve CPU s | Redis CPU s "
-        "| GitHub calls | reproduce |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| repositories | work in | serve up | first mirrored | work mirrored | first task "
+        "| all mirrored | answered before the sync ended | answers | serve CPU s "
+        "| Redis CPU s | GitHub calls | reproduce |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         answers = ", ".join(f"{n}x {k}" for k, n in sorted(r["answers"].items()))
         out.append(f"| {r['repositories']:,} | {r['work_in']} | {_n(r['serve_up_s'], 1)} "
+                   f"| {_n(r['first_mirrored_s'], 1)} | {_n(r['work_mirrored_s'], 1)} "
                    f"| {_n(r['first_task_s'], 1)} | {_n(r['synced_s'], 1)} "
                    f"| {'yes' if r['answered_before_sync_end'] else 'no'} | {answers} "
                    f"| {_n(r['cpu_s']['serve'], 1)} | {_n(r['cpu_s']['redis'], 1)} "

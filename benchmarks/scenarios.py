@@ -495,6 +495,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "outbox_after": runs[-1]["outbox_after"],
         "outbox_lag_s_after": runs[-1]["outbox_lag_s_after"],
         "outbox_growth_per_s": spread([r["outbox_growth_per_s"] for r in runs])["median"],
+        "no_task_204": sum(r["no_task_204"] for r in runs),
         "warning": "; ".join(sorted({r["warning"] for r in runs if r["warning"]})),
     }
     for key in RATIOS:
