@@ -321,8 +321,9 @@ def _repositories(figs: dict[str, Any]) -> list[str]:
             "the window is the next period, so each waiting request rechecks once in it. CPU "
             "of serve (1 worker, no poller) and of Redis over the window, % of one core, from "
             "the scheduler's nanosecond accounting, and the commands Redis ran per second. "
-            f"Medians (ranges) over {idle[0]['runs']} alternating repetitions; x 1 repository "
-            "as above.",
+            "Every repository count is measured in the same window (each has its own serve "
+            f"and Redis); medians (ranges) over {idle[0]['runs']} windows, x 1 repository "
+            "per window.",
             "",
             "| repositories | serve CPU % | Redis CPU % | serve x 1 repository "
             "| Redis x 1 repository | Redis commands/s | answers | reproduce |",

@@ -5,7 +5,8 @@ Every data set holds WORK_ISSUES open issues in its last repository and nothing 
 others, as the issue measured. Each gets a Redis, a simulator and a first sync of its own
 (`github-broker sync --full`, a row of the sync table), then one serve per priority mode;
 all of them run side by side and the load runs alternate between the data sets, the order
-rotating each repetition, so the machine's drift hits every repository count alike. Serve
+rotating each repetition, so the machine's drift hits every repository count alike (the idle
+rows measure every data set in one window instead). Serve
 runs without its poller here: the rows measure the request path, and at 1,000 repositories a
 poller syncing every second (the bench's interval) would take a core of its own; its cost per
 repository is what the sync rows show.
@@ -60,8 +61,8 @@ IDLE_PERIOD_S = max(float(ServerSettings.model_fields["long_poll_recheck_s"].def
                     RELOAD_S)
 #: Seconds an idle long-poll outlasts the measured window (it then answers 204 by itself).
 IDLE_TAIL_S = 0.5
-#: Repetitions of the idle rows (each takes two periods).
-IDLE_REPEATS = 3
+#: Repetitions of the idle rows (each takes two periods, every data set at once).
+IDLE_REPEATS = 5
 #: Priority modes of the request-rate rows; latency and idle rows run in the first.
 MODES = ("best_effort", "strict")
 #: Repositories of the first-sync figure, and where its work is: the middle one, so the
@@ -130,11 +131,14 @@ def repository_figures(bench: Any) -> None:
                                          f"{WORK_ISSUES} issues in the last (`sync --full`)",
                                **first, "reproduce": rep})
             stacks.append(stack)
+        # The other modes' serves stop before the idle rows: each serve reloads the index
+        # of every repository now and then, which would count in the idle Redis figures.
+        others = started.enter_context(ExitStack())
         for stack in stacks:
             for mode in MODES:
-                stack.serves[mode] = started.enter_context(bench.serve(
-                    stack.env, 1, GITHUB_BROKER_SERVER__RUN_POLLER="false",
-                    GITHUB_BROKER_PRIORITY_MODE=mode))
+                stack.serves[mode] = (started if mode == MODES[0] else others).enter_context(
+                    bench.serve(stack.env, 1, GITHUB_BROKER_SERVER__RUN_POLLER="false",
+                                GITHUB_BROKER_PRIORITY_MODE=mode))
         rates: dict[tuple[int, str], list[dict[str, Any]]] = {}
         solo: dict[int, list[dict[str, Any]]] = {}
         idle: dict[int, list[dict[str, Any]]] = {}
@@ -153,9 +157,10 @@ def repository_figures(bench: Any) -> None:
                 result = run_sequential(stack.serves[MODES[0]].url, flow="claim-abandon",
                                         count=o.latency_samples, client=o.client)
                 solo.setdefault(stack.count, []).append(result.summary())
-            if r < IDLE_REPEATS:
-                for stack in rotated(stacks, r):
-                    idle.setdefault(stack.count, []).append(idle_cost(stack))
+        others.close()
+        for _ in range(min(o.repeats, IDLE_REPEATS)):
+            for count, row in idle_costs(stacks).items():
+                idle.setdefault(count, []).append(row)
     _rows(bench, counts, rates, solo, idle, rep)
 
 
@@ -228,36 +233,47 @@ def _merge(counters: list[dict[str, int]]) -> dict[str, int]:
 # --- the idle long-poll cost --------------------------------------------------------------
 
 
-def idle_cost(stack: Stack) -> dict[str, Any]:
-    """CPU of serve and Redis (% of one core) while IDLE_AGENTS agents long-poll and nothing
-    is claimable: every task of the data set is held by other agents meanwhile."""
-    redis_server: RedisServer = stack.bench.redis
-    server = stack.serves[MODES[0]]
-    held = asyncio.run(_hold_all(server.url, stack))
+def idle_costs(stacks: list[Stack]) -> dict[int, dict[str, Any]]:
+    """Per data set: CPU of serve and Redis (% of one core) while IDLE_AGENTS agents
+    long-poll and nothing is claimable (every task held by other agents meanwhile). Every
+    data set is measured at once, in one window: idle costs are a few ms a second, too
+    little for the data sets to disturb each other, and the same moment of the machine
+    serves them all."""
+    held = {stack.count: asyncio.run(_hold_all(stack)) for stack in stacks}
     try:
-        def probe() -> dict[str, Any]:
-            return {"serve": cpu_exact_s(server.pid), "redis": cpu_exact_s(redis_server.pid),
-                    "commands": sum(redis_server.command_calls().values()),
-                    "t": time.monotonic()}
+        def probe() -> dict[int, dict[str, float]]:
+            out = {}
+            for stack in stacks:
+                redis_server: RedisServer = stack.bench.redis
+                out[stack.count] = {
+                    "serve": cpu_exact_s(stack.serves[MODES[0]].pid),
+                    "redis": cpu_exact_s(redis_server.pid),
+                    "commands": float(sum(redis_server.command_calls().values())),
+                    "t": time.monotonic(),
+                }
+            return out
 
-        before, after, answers = asyncio.run(
-            _long_poll(server.url, IDLE_AGENTS, IDLE_PERIOD_S, probe))
+        before, after, answers = asyncio.run(_long_poll(stacks, IDLE_PERIOD_S, probe))
     finally:
-        asyncio.run(_release(server.url, held))
-    window = after["t"] - before["t"]
-    return {
-        "cpu_pct": {name: 100 * (after[name] - before[name]) / window
-                    for name in ("serve", "redis")},
-        # INFO itself is one command per probe: left out.
-        "redis_commands_per_s": (after["commands"] - before["commands"] - 1) / window,
-        "answers": answers,
-    }
+        for stack in stacks:
+            asyncio.run(_release(stack.serves[MODES[0]].url, held[stack.count]))
+    out = {}
+    for stack in stacks:
+        b, a = before[stack.count], after[stack.count]
+        window = a["t"] - b["t"]
+        out[stack.count] = {
+            "cpu_pct": {name: 100 * (a[name] - b[name]) / window for name in ("serve", "redis")},
+            # INFO itself is one command per probe: left out.
+            "redis_commands_per_s": (a["commands"] - b["commands"] - 1) / window,
+            "answers": answers[stack.count],
+        }
+    return out
 
 
-async def _hold_all(url: str, stack: Stack) -> list[tuple[str, dict[str, Any]]]:
+async def _hold_all(stack: Stack) -> list[tuple[str, dict[str, Any]]]:
     """One agent per claimable task claims it: nothing is left to hand out."""
     held = []
-    client = RawClient(url)
+    client = RawClient(stack.serves[MODES[0]].url)
     try:
         for agent in agent_ids(WORK_ISSUES + 5, "holder"):
             status, body = await client.post("/request-task", {"agent_id": agent})
@@ -283,34 +299,39 @@ async def _release(url: str, held: list[tuple[str, dict[str, Any]]]) -> None:
         await client.close()
 
 
-async def _long_poll(url: str, agents: int, period_s: float,
-                     probe: Callable[[], dict[str, Any]]
-                     ) -> tuple[dict[str, Any], dict[str, Any], dict[str, int]]:
-    """Agents start one after the other over one period, each sending one request that
-    waits past the window (the next period); CPU read around the window."""
-    clients = [RawClient(url) for _ in range(agents)]
+async def _long_poll(stacks: list[Stack], period_s: float, probe: Callable[[], Any]
+                     ) -> tuple[Any, Any, dict[int, dict[str, int]]]:
+    """IDLE_AGENTS agents per data set start one after the other over one period, each
+    sending one request that waits past the window (the next period); `probe` is read
+    around the window."""
     began = time.monotonic()
     ends = began + 2 * period_s + IDLE_TAIL_S
+    clients: list[tuple[int, RawClient]] = []
 
     async def ask(i: int, client: RawClient, agent: str) -> int:
-        await asyncio.sleep(i * period_s / agents)
+        await asyncio.sleep(i * period_s / IDLE_AGENTS)
         status, _ = await client.post(
             "/request-task", {"agent_id": agent, "wait_seconds": ends - time.monotonic()})
         return status
 
+    waiting: list[tuple[int, asyncio.Task[int]]] = []
     try:
-        waiting = [asyncio.create_task(ask(i, c, a)) for i, (c, a)
-                   in enumerate(zip(clients, agent_ids(agents, "idle"), strict=True))]
+        for stack in stacks:
+            for i, agent in enumerate(agent_ids(IDLE_AGENTS, "idle")):
+                client = RawClient(stack.serves[MODES[0]].url)
+                clients.append((stack.count, client))
+                waiting.append((stack.count, asyncio.create_task(ask(i, client, agent))))
         await asyncio.sleep(max(0.0, began + period_s - time.monotonic()))
         before = await asyncio.to_thread(probe)
         await asyncio.sleep(max(0.0, began + 2 * period_s - time.monotonic()))
         after = await asyncio.to_thread(probe)
-        answers: dict[str, int] = {}
-        for outcome in await asyncio.gather(*waiting, return_exceptions=True):
+        outcomes = await asyncio.gather(*(t for _, t in waiting), return_exceptions=True)
+        answers: dict[int, dict[str, int]] = {stack.count: {} for stack in stacks}
+        for (count, _), outcome in zip(waiting, outcomes, strict=True):
             key = str(outcome) if isinstance(outcome, int) else type(outcome).__name__
-            answers[key] = answers.get(key, 0) + 1
+            answers[count][key] = answers[count].get(key, 0) + 1
     finally:
-        for client in clients:
+        for _, client in clients:
             await client.close()
     return before, after, answers
 
