@@ -140,6 +140,7 @@ def findings(figures: dict[str, Any]) -> list[str]:
                    f"due for {lag:,.0f} s (its lag; drained at GitHub's pace of about 80 writes "
                    "a minute, while every claim of a new issue adds that issue's one label job "
                    "and its branch job).")
+    out += _more_findings(figures)
     for poller in ("on", "off"):
         backlog = [r for r in figures.get("backlog", []) if r["poller"] == poller]
         if len(backlog) < 2:
@@ -153,6 +154,49 @@ def findings(figures: dict[str, Any]) -> list[str]:
             f"{big['claims_per_s']['median'] / small['claims_per_s']['median']:.2f} x the rate "
             f"with {small['open_issues']:,}; claim p99 "
             f"{small['ops']['claim']['p99_ms']:.0f} ms -> {big['ops']['claim']['p99_ms']:.0f} ms.")
+    return out
+
+
+def _more_findings(figures: dict[str, Any]) -> list[str]:
+    """Observations on the many-repository, after-hand-out and durability figures."""
+    out = []
+    for mode in ("best_effort", "strict"):
+        rows = {r["repositories"]: r for r in figures.get("repositories", [])
+                if r["mode"] == mode}
+        if len(rows) > 1:
+            ratios = ", ".join(f"{n:,}: {r['ratio_to_one']['median']:.2f} x"
+                               for n, r in rows.items() if n != min(rows))
+            out.append(f"request-task requests/s ({mode}) against the rate with "
+                       f"{min(rows)} repository: {ratios}.")
+    lat = {r["repositories"]: r for r in figures.get("repositories_latency", [])}
+    if len(lat) > 1:
+        ratios = ", ".join(f"{n:,}: {r['p99_ratio']['median']:.2f} x"
+                           for n, r in lat.items() if n != min(lat))
+        out.append(f"Single-agent request-task p99 against 1 repository's: {ratios}.")
+    for r in figures.get("first_sync", []):
+        out.append(f"First sync of {r['repositories']:,} repositories with an agent waiting: "
+                   f"first task at {r['first_task_s']:.1f} s, every repository mirrored at "
+                   f"{r['synced_s']:.1f} s (serve answered /health at {r['serve_up_s']:.1f} s).")
+    for r in figures.get("after_handout", []):
+        if r["p50_ms"] is None:
+            out.append(f"Review submitted -> fix claimable: all {r['samples']} samples lost.")
+            continue
+        out.append(f"Review submitted -> fix claimable with webhooks: p50 {r['p50_ms']:.0f} ms, "
+                   f"p99 {r['p99_ms']:.0f} ms with {r['detail'].split(';')[0]}; "
+                   f"{r['after_due_p99_ms']:.0f} ms after the debounce ended at p99.")
+    for r in figures.get("progress_calls", []):
+        if not r["calls"]:
+            out.append(f"Progress tracking, {r['mode']}: no GitHub calls.")
+            continue
+        out.append(f"Progress tracking, {r['mode']}: {r['per_task_hour']:.1f} GitHub calls per "
+                   f"held task per hour ({r['counted_per_task_hour']:.1f} counted against the "
+                   "quota, the rest free 304s).")
+    for r in figures.get("durability", []):
+        if r.get("skipped"):
+            out.append(f"Durable acknowledgements: {r['skipped']}.")
+        elif r["setting"] != "none":
+            out.append(f"`redis.durability` {r['setting']}, `{r['flow']}`: "
+                       f"{r['ratio_to_none']['median']:.2f} x the requests/s of `none`.")
     return out
 
 

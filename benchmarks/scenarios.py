@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -451,7 +451,7 @@ def rotated(items: tuple[Any, ...] | list[Any], by: int) -> list[Any]:
     return [*items[by:], *items[:by]]
 
 
-def spread(values: list[float]) -> dict[str, float | None]:
+def spread(values: Sequence[float | None]) -> dict[str, float | None]:
     """Median and range of repeated measurements."""
     clean = [v for v in values if v is not None]
     if not clean:
