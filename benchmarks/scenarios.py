@@ -69,6 +69,7 @@ class Options:
     #: Configured repositories of the many-repository rows (`repositories.py`), and of the
     #: first sync with an agent waiting.
     repo_counts: tuple[int, ...] = (1, 30, 100, 300, 1000)
+    strict_repo_counts: tuple[int, ...] = (1, 300, 1000)
     first_sync_repos: int = 300
     #: Reviews timed from submission until their fix is claimable (`after_handout.py`).
     fix_samples: int = 30
@@ -88,8 +89,9 @@ class Options:
                        throughput_issues=60_000,
                        latency_samples=100, lifecycles=20,
                        redis_claims=30, repeats=2, webhook_samples=20, poll_samples=5,
-                       repo_counts=(1, 100, 1000), fix_samples=8, progress_speedup=60.0,
-                       progress_window_s=10.0, durability_issues=60_000, quick=True)
+                       repo_counts=(1, 100, 1000), strict_repo_counts=(1, 1000),
+                       fix_samples=8, progress_speedup=60.0, progress_window_s=10.0,
+                       durability_issues=60_000, quick=True)
 
     def reproduce(self, group: str, *extra: str) -> str:
         parts = [".venv/bin/python -m benchmarks.run", f"--only {group}"]
