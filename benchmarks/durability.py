@@ -2,23 +2,25 @@
 `redis.durability` setting, as ratios to `none`, in the same run.
 
 The settings reach serve by environment (`GITHUB_BROKER_REDIS__DURABILITY`,
-`GITHUB_BROKER_REDIS__DURABLE_REPLICAS`, `GITHUB_BROKER_REDIS__DURABLE_TIMEOUT_MS`). The
-broker refuses an environment setting it does not know at start, so each is passed only when
-`RedisSettings` has the field, and the figure is skipped with a note while `durability`
-itself is not a setting (or lacks the value `none` to compare against).
+`GITHUB_BROKER_REDIS__DURABLE_REPLICAS`, `GITHUB_BROKER_REDIS__DURABLE_TIMEOUT_MS`, the last
+two at the broker's own defaults). The broker refuses an environment setting it does not
+know at start, so each is passed only when `RedisSettings` has the field, and the figure is
+skipped with a note while `durability` itself is not a setting (or lacks `none`).
 
-Every variant shares one primary (the data set's Redis) with a replica attached
-(`--replicaof`, started here) and, when `aof` is measured, the append-only file switched on
-(`appendfsync everysec`): the ratio is the cost of waiting for the acknowledgement, not of
-replicating or of writing the file, which every variant pays alike. `aof` runs only on a
-server with WAITAOF (Redis 7.2 or later). Serve runs without its poller, one per setting,
-side by side; the runs alternate, the order rotating each repetition.
+`none` and `replica` run against the data set's Redis with a replica attached
+(`redis-server --replicaof`, started here; `none` pays the replication stream too, so their
+ratio is the wait for the replica's acknowledgement). `aof` runs against a copy of the data
+set: a second redis-server that synced as a replica and was then detached (`REPLICAOF NO
+ONE`), with the append-only file on as docs/operations.md asks: `appendonly yes` and, below
+Redis 7.2 (no WAITAOF), `appendfsync always`, which the broker checks at start. Its ratio is
+what the setting costs on the server it needs: the wait for WAITAOF, or an fsync per write.
+Serve runs without its poller, one per setting, side by side; the runs alternate, the order
+rotating each repetition.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import typing
 from contextlib import ExitStack
 from typing import Any
@@ -32,12 +34,6 @@ SETTINGS = ("none", "replica", "aof")
 #: Flows measured with each setting: the original's request-task (asking again completes
 #: the held task) and claim, then complete with the lease token.
 FLOWS = ("request-task", "claim-complete")
-#: Replicas a `replica` acknowledgement waits for.
-DURABLE_REPLICAS = 1
-#: Milliseconds an acknowledgement may wait for its replica or the file.
-DURABLE_TIMEOUT_MS = 1000
-#: Seconds the primary's AOF rewrite may take once appendonly is switched on.
-AOF_TIMEOUT_S = 600.0
 
 
 def _fields() -> dict[str, Any]:
@@ -68,44 +64,24 @@ def _allowed(field: Any) -> set[str]:
 
 
 def setting_env(setting: str) -> dict[str, str]:
-    """The environment that selects `setting`, with only the fields the broker has."""
+    """The environment that selects `setting`: the wait's bounds at the broker's defaults,
+    only the fields the broker has."""
     fields = _fields()
     env = {"GITHUB_BROKER_REDIS__DURABILITY": setting}
     if setting != "none" and "durable_timeout_ms" in fields:
-        env["GITHUB_BROKER_REDIS__DURABLE_TIMEOUT_MS"] = str(DURABLE_TIMEOUT_MS)
+        env["GITHUB_BROKER_REDIS__DURABLE_TIMEOUT_MS"] = str(fields["durable_timeout_ms"].default)
     if setting == "replica" and "durable_replicas" in fields:
-        env["GITHUB_BROKER_REDIS__DURABLE_REPLICAS"] = str(DURABLE_REPLICAS)
+        # One replica is started here: wait for it, whatever the default says.
+        env["GITHUB_BROKER_REDIS__DURABLE_REPLICAS"] = "1"
     return env
 
 
-def variants(primary: RedisServer) -> tuple[list[str], list[str]]:
-    """The settings this broker and server can run, and a note for each left out."""
+def variants() -> tuple[list[str], list[str]]:
+    """The settings this broker takes, and a note for each left out."""
     allowed = _allowed(_fields()["durability"])
-    run, notes = [], []
-    for setting in SETTINGS:
-        if allowed and setting not in allowed:
-            notes.append(f"`{setting}` is not a value of `redis.durability` here")
-        elif setting == "aof" and not primary.has_waitaof():
-            notes.append(f"`aof` not measured: Redis {primary.version()} has no WAITAOF "
-                         "(7.2 or later)")
-        else:
-            run.append(setting)
+    run = [s for s in SETTINGS if not allowed or s in allowed]
+    notes = [f"`{s}` is not a value of `redis.durability` here" for s in SETTINGS if s not in run]
     return run, notes
-
-
-def _aof_on(primary: RedisServer) -> None:
-    client = primary.client()
-    client.config_set("appendfsync", "everysec")
-    client.config_set("appendonly", "yes")
-    deadline = time.monotonic() + AOF_TIMEOUT_S
-    while True:
-        info = typing.cast(dict[str, Any], client.info("persistence"))
-        if int(info.get("aof_enabled", 0)) and not int(info.get("aof_rewrite_in_progress", 0)) \
-                and not int(info.get("aof_rewrite_scheduled", 0)):
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError("the primary's AOF rewrite did not finish")
-        time.sleep(0.1)
 
 
 def durability_figures(bench: Any, sim: SimulatorProcess, env: dict[str, str]) -> None:
@@ -117,32 +93,45 @@ def durability_figures(bench: Any, sim: SimulatorProcess, env: dict[str, str]) -
     if note is not None:
         bench.add("durability", {"skipped": note, "reproduce": rep})
         return
-    settings, notes = variants(bench.redis)
+    settings, notes = variants()
     replica = RedisServer(bench.workdir, "redis-replica", replicaof=bench.redis)
+    copy = RedisServer(bench.workdir, "redis-aof", replicaof=bench.redis)
+    benches = {setting: bench for setting in settings}
+    envs = {setting: env for setting in settings}
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     try:
-        logger.info("durability: starting a replica of the data set's Redis")
+        logger.info("durability: a replica of the data set's Redis")
         replica.start()
         if "aof" in settings:
-            _aof_on(bench.redis)
+            logger.info("durability: a copy of the data set with its append-only file on")
+            copy.start()
+            copy.detach()
+            waitaof = copy.has_waitaof()
+            copy.aof_on(always=not waitaof)
+            notes.append(f"`aof` on Redis {copy.version()}: "
+                         + ("WAITAOF, `appendfsync everysec`" if waitaof else
+                            "no WAITAOF (7.2), so `appendfsync always` (an fsync per write)"))
+            benches["aof"] = type(bench)(o, bench.workdir, copy, bench.figures)
+            envs["aof"] = {**env, "GITHUB_BROKER_REDIS__URL": copy.url}
         with ExitStack() as started:
             serves = {setting: started.enter_context(bench.serve(
-                env, 1, GITHUB_BROKER_SERVER__RUN_POLLER="false", **setting_env(setting)))
+                envs[setting], 1, GITHUB_BROKER_SERVER__RUN_POLLER="false",
+                **setting_env(setting)))
                 for setting in settings}
-            runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
             pairs = [(setting, flow) for setting in settings for flow in FLOWS]
             for r in range(o.repeats):
+                logger.info("durability: repetition %d of %d", r + 1, o.repeats)
                 done = {}
                 for setting, flow in rotated(pairs, r):
-                    done[(setting, flow)] = bench.load(serves[setting], sim, flow,
-                                                       watch={"replica": replica})
+                    done[(setting, flow)] = benches[setting].load(
+                        serves[setting], sim, flow, watch={"replica": replica})
                 for (setting, flow), row in done.items():
                     row["ratio_to_none"] = row["requests_per_s"] / done[
                         (SETTINGS[0], flow)]["requests_per_s"]
                     runs.setdefault((setting, flow), []).append(row)
     finally:
+        copy.stop()
         replica.stop()
-        if "aof" in settings:
-            bench.redis.client().config_set("appendonly", "no")
     for (setting, _flow), rows in runs.items():
         row = aggregate(rows)
         row["ratio_to_none"] = spread([r["ratio_to_none"] for r in rows])

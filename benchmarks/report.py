@@ -434,10 +434,13 @@ def _durability(figs: dict[str, Any]) -> list[str]:
                 ""]
     out += [
         f"{rows[0]['agents']} agents, serve with 1 worker per setting (no poller), side by "
-        "side on one primary with a replica attached (and its append-only file on when `aof` "
-        "runs), so the ratio is the wait for the acknowledgement alone; runs alternate, "
-        f"the order rotating, {rows[0]['runs']} times. x none: the median of the "
-        "per-repetition ratios to `none` with the same flow.",
+        "side. `none` and `replica` on the data set's Redis with a replica attached (both "
+        "pay the replication stream: their ratio is the wait for the replica's "
+        "acknowledgement); `aof` on a copy of the data set with its append-only file on as "
+        "docs/operations.md asks (below Redis 7.2: `appendfsync always`), so its ratio is what "
+        "the setting costs on the server it needs. The wait's bounds are the broker's "
+        f"defaults. Runs alternate, the order rotating, {rows[0]['runs']} times; x none: the "
+        "median of the per-repetition ratios to `none` with the same flow.",
         "",
         "| setting | flow | requests/s | x none | claim p50 / p99 ms | complete p50 / p99 ms "
         "| server CPU | Redis CPU | replica CPU | reproduce |",

@@ -230,6 +230,28 @@ class RedisServer(Process):
                 raise RuntimeError(f"{self.name} never finished its sync with the primary")
             time.sleep(0.1)
 
+    def detach(self) -> None:
+        """A replica no more (`REPLICAOF NO ONE`): a copy of its primary's data that goes its
+        own way."""
+        self.client().execute_command("REPLICAOF", "NO", "ONE")
+
+    def aof_on(self, *, always: bool) -> None:
+        """The append-only file on (`appendfsync always`: an fsync per write, else everysec),
+        once its first rewrite is done."""
+        client = self.client()
+        client.config_set("appendfsync", "always" if always else "everysec")
+        client.config_set("appendonly", "yes")
+        deadline = time.monotonic() + REPLICA_SYNC_TIMEOUT_S
+        while True:
+            info = cast(dict[str, Any], client.info("persistence"))
+            if int(info.get("aof_enabled", 0)) and not int(info.get("aof_rewrite_in_progress", 0)) \
+                    and not int(info.get("aof_rewrite_scheduled", 0)):
+                return
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}'s AOF rewrite did not finish")
+            time.sleep(0.1)
+
     def has_waitaof(self) -> bool:
         """Whether this server knows WAITAOF (Redis 7.2 or later); asked with nothing to wait
         for, it answers at once."""
