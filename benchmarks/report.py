@@ -193,8 +193,8 @@ def _latency(figs: dict[str, Any]) -> list[str]:
         "## Latency of one agent, no other load",
         "",
         "One request at a time over a kept-alive connection; serve's poller runs beside it as "
-        "in production. Medians over the alternating repetitions; p99 x baseline against the "
-        "FastAPI baseline of the same workers.",
+        "in production. Medians over the alternating repetitions; p99 x FastAPI and x ASGI "
+        "pipelined: against the p99 of those baselines with the same workers.",
         "",
         "| server | workers | operation | p50 ms | p99 ms (range) | p99 x FastAPI "
         "| p99 x ASGI pipelined | samples | reproduce |",
