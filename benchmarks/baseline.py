@@ -5,8 +5,13 @@ Two apps do exactly that and nothing else, served by uvicorn with serve's settin
 ratio claim/baseline is the cost of the broker's own logic:
 
 - `fastapi`: a FastAPI endpoint with a pydantic body model, the framework serve is built on;
-- `asgi`: the same endpoint as a bare ASGI callable (json in, one EVALSHA, json out), the
-  fairer ceiling: no framework at all.
+- `asgi`: the same endpoint as a bare ASGI callable (json in, one EVALSHA, json out), no
+  framework at all, on redis-py's asyncio client (a connection checked out of its pool per
+  call);
+- `asgi-pipelined`: the same bare endpoint on serve's own Redis client (one pipelined
+  hiredis connection per event loop, `github_broker/store/resp.py`: `pipelined_for`,
+  `PipelinedScript`), the fairest ceiling: what is left between it and serve is the
+  broker's own logic, not its Redis client.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
+from github_broker.store.resp import PipelinedScript, close_pipelined, pipelined_for
+
 #: Environment variable naming the Redis the baseline talks to.
 REDIS_URL_ENV = "BENCH_REDIS_URL"
 #: The trivial script: one round trip, no key touched.
 SCRIPT = "return ARGV[1]"
-KINDS = ("fastapi", "asgi")
+KINDS = ("fastapi", "asgi", "asgi-pipelined")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -63,9 +70,11 @@ def create_app() -> FastAPI:
 
 
 class BareApp:
-    """The same two routes as a bare ASGI application."""
+    """The same two routes as a bare ASGI application; `pipelined`: on serve's Redis client
+    instead of redis-py's."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, pipelined: bool = False) -> None:
+        self.pipelined = pipelined
         self.script: Any = None
         self.client: Any = None
 
@@ -100,9 +109,19 @@ class BareApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self.client = aioredis.Redis.from_url(os.environ[REDIS_URL_ENV])
-                self.script = self.client.register_script(SCRIPT)
+                if self.pipelined:
+                    # As serve's store builds it (store/scripts.py): the pipelined client for
+                    # the redis-py client's server, one EVALSHA per call.
+                    pipelined = pipelined_for(self.client)
+                    if pipelined is None:
+                        raise RuntimeError(f"{REDIS_URL_ENV} is not a plain redis:// URL")
+                    self.script = PipelinedScript(pipelined, SCRIPT)
+                else:
+                    self.script = self.client.register_script(SCRIPT)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.pipelined:
+                    await close_pipelined(self.client)
                 await self.client.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -119,6 +138,10 @@ def create_asgi_app() -> BareApp:
     return BareApp()
 
 
+def create_pipelined_app() -> BareApp:
+    return BareApp(pipelined=True)
+
+
 def main() -> None:
     """Serve a baseline exactly as `github-broker serve` serves the broker."""
     import argparse
@@ -131,7 +154,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--kind", choices=KINDS, default="fastapi")
     args = parser.parse_args()
-    factory = "create_app" if args.kind == "fastapi" else "create_asgi_app"
+    factory = {"fastapi": "create_app", "asgi": "create_asgi_app",
+               "asgi-pipelined": "create_pipelined_app"}[args.kind]
     spec = ServeSpec(app=f"benchmarks.baseline:{factory}", host="127.0.0.1", port=args.port,
                      workers=args.workers, log_level="info", access_log=False)
     raise SystemExit(Supervisor(spec, poller=False).run())

@@ -244,9 +244,10 @@ async def _sequential(url: str, flow: str, count: int, client: str) -> LoadResul
     agent = _Agent(agent_ids(1, "solo")[0], make_client(client, url), flow, result,
                    (0.0, float("inf")))
     began = time.perf_counter()
+    previous = "abandoned" if flow == "claim-abandon" else "completed"
     try:
         for _ in range(count):
-            await agent.cycle("completed")
+            await agent.cycle(previous)
         result.window_s = time.perf_counter() - began
         await agent.give_back()
     finally:

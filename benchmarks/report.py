@@ -88,6 +88,15 @@ def _mid(value: Any, digits: int = 1) -> str:
     return f"{_n(value['median'], digits)} ({_n(value['min'], digits)}-{_n(value['max'], digits)})"
 
 
+def _script(stats: dict[str, Any] | None) -> str:
+    """Claim script µs: median / mean (range over the repetitions) / p99."""
+    if not stats or not isinstance(stats.get("mean_us"), dict) \
+            or stats["mean_us"].get("median") is None:
+        return "-"
+    return (f"{_n(stats['median_us']['median'], 0)} / {_mid(stats['mean_us'], 0)} "
+            f"/ {_n(stats['p99_us']['median'], 0)}")
+
+
 def _split(splits: list[list[int]]) -> str:
     return ", ".join(":".join(str(c) for c in s) or "-" for s in splits)
 
@@ -104,33 +113,43 @@ def _throughput(figs: dict[str, Any]) -> list[str]:
         "completes the held task (one request per claim). `claim-complete`: claim, then "
         "`POST /tasks/{owner}/{repo}/{n}/complete` with the lease token (two requests). "
         "Baselines: the same request body to an endpoint doing one `EVALSHA` of a trivial "
-        "script (`benchmarks/baseline.py`), once as a FastAPI route and once as a bare ASGI "
-        "app, served by the same process model as serve. Every variant of one worker count "
+        "script (`benchmarks/baseline.py`): a FastAPI route and a bare ASGI app on redis-py's "
+        "asyncio client, and the same bare ASGI app on serve's own pipelined Redis client "
+        "(`asgi-pipelined`, the fairest ceiling: what separates it from serve is the broker's "
+        "own logic), all served by the same process model as serve. Every variant of one "
+        "worker count "
         f"runs {rows[0]['runs']} times in turn (the order rotating); figures are medians with "
         "the range in brackets, and each x baseline is the median of the per-repetition ratios "
         "against the baseline measured in the same repetition. Split: established connections "
         "per worker process, per repetition. Lua µs/call: Redis's time per EVALSHA of any script "
-        "(INFO commandstats); claim.lua µs: the median time of one claim script call inside "
-        "Redis (SLOWLOG at 15 µs: every claim call, hardly any of the commands inside "
-        "scripts, which Redis logs too and which at 0 µs cost Redis CPU in the measured runs). "
+        "(INFO commandstats); claim.lua µs: median / mean / p99 time of one claim script call "
+        "inside Redis (settle+claim in `request-task`, the explicit claim in `claim-complete`; "
+        "SLOWLOG at 15 µs: every claim call, hardly any of the commands inside scripts, which "
+        "Redis logs too and which at 0 µs cost Redis CPU in the measured runs). SLOWLOG times "
+        "each call apart, by the script's SHA, so the mean is the claim script's own; "
+        "commandstats only sums every EVALSHA. The durations are wall time: a call during "
+        "which Redis waited for a core counts whole, which is why the mean exceeds the median "
+        "on a shared machine. "
         "Foreign: CPU (% of one core) used by everything outside the measured processes, per "
         "repetition.",
         "",
         "| server | workers | flow | claims/s | requests/s | x FastAPI | x ASGI "
+        "| x ASGI pipelined "
         "| claim p50 / p99 ms | complete p50 / p99 ms | server CPU | Redis CPU | Lua µs/call "
-        "| claim.lua µs "
+        "| claim.lua µs median / mean / p99 "
         "| split | foreign CPU % | reproduce |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cpu = r["cpu_pct"]
         out.append(
             f"| {r['server']} | {r['workers']} | {r['flow']} | {_mid(r['claims_per_s'], 0)} "
             f"| {_mid(r['requests_per_s'], 0)} | {_mid(r.get('ratio_to_fastapi'), 2)} "
-            f"| {_mid(r.get('ratio_to_asgi'), 2)} | {_ms(r['ops'].get('claim'))} "
+            f"| {_mid(r.get('ratio_to_asgi'), 2)} | {_mid(r.get('ratio_to_asgi_pipelined'), 2)} "
+            f"| {_ms(r['ops'].get('claim'))} "
             f"| {_ms(r['ops'].get('complete'))} | {_n(cpu.get('server'), 0)} % "
             f"| {_n(cpu.get('redis'), 0)} % | {_n(r.get('lua_us_per_call'), 0)} "
-            f"| {_n(r.get('claim_script_us'), 0)} | {_split(r['connection_split'])} "
+            f"| {_script(r.get('claim_script'))} | {_split(r['connection_split'])} "
             f"| {', '.join(_n(f, 0) for f in r['foreign_cpu_pct'])} "
             f"| {_code(r['reproduce'])} |"
         )
@@ -174,19 +193,22 @@ def _latency(figs: dict[str, Any]) -> list[str]:
         "## Latency of one agent, no other load",
         "",
         "One request at a time over a kept-alive connection; serve's poller runs beside it as "
-        "in production. Medians over the alternating repetitions; p99 x baseline against the "
-        "FastAPI baseline of the same workers.",
+        "in production. Medians over the alternating repetitions; p99 x FastAPI and x ASGI "
+        "pipelined: against the p99 of those baselines with the same workers.",
         "",
-        "| server | workers | operation | p50 ms | p99 ms (range) | p99 x FastAPI | samples "
-        "| reproduce |",
-        "|---|---|---|---|---|---|---|---|",
+        "| server | workers | operation | p50 ms | p99 ms (range) | p99 x FastAPI "
+        "| p99 x ASGI pipelined | samples | reproduce |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     base = {r["workers"]: r["p99_ms"] for r in rows if r["server"] == "baseline-fastapi"}
+    piped = {r["workers"]: r["p99_ms"] for r in rows
+             if r["server"] == "baseline-asgi-pipelined"}
     for r in rows:
         ratio = r["p99_ms"] / base[r["workers"]] if base.get(r["workers"]) else None
+        to_piped = r["p99_ms"] / piped[r["workers"]] if piped.get(r["workers"]) else None
         out.append(f"| {r['server']} | {r['workers']} | {r['operation']} | {_n(r['p50_ms'], 2)} "
-                   f"| {_mid(r['p99_range_ms'], 2)} | {_n(ratio, 2)} | {r['count']} "
-                   f"| {_code(r['reproduce'])} |")
+                   f"| {_mid(r['p99_range_ms'], 2)} | {_n(ratio, 2)} | {_n(to_piped, 2)} "
+                   f"| {r['count']} | {_code(r['reproduce'])} |")
     return [*out, ""]
 
 
@@ -237,6 +259,205 @@ def _webhooks(figs: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def _repositories(figs: dict[str, Any]) -> list[str]:
+    rows = figs.get("repositories", [])
+    if not rows:
+        return []
+    first = rows[0]
+    out = [
+        "## Many repositories: request-task",
+        "",
+        f"{first['issues']} open issues in the last configured repository, the others empty, "
+        "after the first sync finished. `request-task` in the `claim-abandon` flow (asking "
+        f"again gives the held task back, so the {first['issues']} issues never run out), "
+        f"{first['agents']} agents, serve with 1 worker and without its poller (the rows "
+        "measure the request path; the poller's cost per repository is the sync table's). "
+        "Every repository count has its own Redis, simulator and serve, running side by "
+        f"side; their runs alternate, the order rotating, {first['runs']} times. x 1 "
+        "repository: the median of the per-repetition ratios to the one-repository run of "
+        "the same repetition and mode.",
+        "",
+        "| mode | repositories | requests/s | x 1 repository | claim p50 / p99 ms "
+        "| 204 answers | server CPU | Redis CPU | Lua µs/call | reproduce |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(f"| {r['mode']} | {r['repositories']:,} | {_mid(r['requests_per_s'], 0)} "
+                   f"| {_mid(r['ratio_to_one'], 2)} | {_ms(r['ops'].get('claim'))} "
+                   f"| {r['no_task_204']} "
+                   f"| {_n(r['cpu_pct'].get('server'), 0)} % "
+                   f"| {_n(r['cpu_pct'].get('redis'), 0)} % "
+                   f"| {_n(r.get('lua_us_per_call'), 0)} | {_code(r['reproduce'])} |")
+    notes = [f"- {r['mode']}, {r['repositories']:,} repositories: {r['warning']}"
+             for r in rows if r.get("warning")]
+    if any(r["no_task_204"] for r in rows):
+        notes.insert(0, f"- 204 answers (all {first['issues']} tasks held by the other agents "
+                        "at that moment) are answered requests and count in requests/s.")
+    out += ["", *notes, *([""] if notes else [])]
+    lat = figs.get("repositories_latency", [])
+    if lat:
+        out += [
+            "One agent, one request at a time (the same flow, "
+            f"{lat[0]['mode']}), {lat[0]['count'] // max(1, lat[0]['runs'])} requests per "
+            "repetition; medians (ranges) over the alternating repetitions.",
+            "",
+            "| repositories | p50 ms | p99 ms | p50 x 1 repository | p99 x 1 repository "
+            "| samples | 204 / errors | reproduce |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in lat:
+            out.append(f"| {r['repositories']:,} | {_mid(r['p50_ms'], 2)} "
+                       f"| {_mid(r['p99_ms'], 2)} | {_mid(r['p50_ratio'], 2)} "
+                       f"| {_mid(r['p99_ratio'], 2)} | {r['count']} "
+                       f"| {r['no_task_204']} / {r['errors']} | {_code(r['reproduce'])} |")
+        out.append("")
+    idle = figs.get("repositories_idle", [])
+    if idle:
+        out += [
+            f"Idle long-poll cost: {idle[0]['agents']} agents each wait in one "
+            "`request-task` (`wait_seconds` past the window) while every task is held by "
+            "other agents, so nothing can be handed out. The agents start spread over one "
+            "recheck period (`server.long_poll_recheck_s`, 5 s, also the index reload's) and "
+            "the window is the next period, so each waiting request rechecks once in it. CPU "
+            "of serve (1 worker, no poller) and of Redis over the window, % of one core, from "
+            "the scheduler's nanosecond accounting, and the commands Redis ran per second. "
+            "Every repository count is measured in the same window (each has its own serve "
+            f"and Redis); medians (ranges) over {idle[0]['runs']} windows, x 1 repository "
+            "per window.",
+            "",
+            "| repositories | serve CPU % | Redis CPU % | serve x 1 repository "
+            "| Redis x 1 repository | Redis commands/s | answers | reproduce |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in idle:
+            answers = ", ".join(f"{n}x {k}" for k, n in sorted(r["answers"].items()))
+            out.append(f"| {r['repositories']:,} | {_mid(r['serve_cpu_pct'])} "
+                       f"| {_mid(r['redis_cpu_pct'])} | {_mid(r['serve_ratio'], 2)} "
+                       f"| {_mid(r['redis_ratio'], 2)} | {_mid(r['redis_commands_per_s'])} "
+                       f"| {answers} | {_code(r['reproduce'])} |")
+        out.append("")
+    return out
+
+
+def _first_sync(figs: dict[str, Any]) -> list[str]:
+    rows = figs.get("first_sync", [])
+    if not rows:
+        return []
+    out = [
+        "## First sync of many repositories, an agent waiting",
+        "",
+        "Serve (1 worker, with its poller) starts on an empty Redis; the issues are in the "
+        "middle repository. One agent asks from the moment `/health` answers (long-polling; "
+        "0.2 s after a 503, where the SDK would wait the 2 s of Retry-After). Times in "
+        "seconds from serve's start: `/health` answering, the first repository mirrored "
+        "(the sync's first pass under way), the one with work mirrored, the agent's first "
+        "task, every repository mirrored. CPU from serve's start until every repository is "
+        "mirrored (serve: the API worker and the poller, start-up included).",
+        "",
+        "| repositories | work in | serve up | first mirrored | work mirrored | first task "
+        "| all mirrored | answered before the sync ended | answers | serve CPU s "
+        "| Redis CPU s | GitHub calls | reproduce |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        answers = ", ".join(f"{n}x {k}" for k, n in sorted(r["answers"].items()))
+        out.append(f"| {r['repositories']:,} | {r['work_in']} | {_n(r['serve_up_s'], 1)} "
+                   f"| {_n(r['first_mirrored_s'], 1)} | {_n(r['work_mirrored_s'], 1)} "
+                   f"| {_n(r['first_task_s'], 1)} | {_n(r['synced_s'], 1)} "
+                   f"| {'yes' if r['answered_before_sync_end'] else 'no'} | {answers} "
+                   f"| {_n(r['cpu_s']['serve'], 1)} | {_n(r['cpu_s']['redis'], 1)} "
+                   f"| {r['github_calls']:,} | {_code(r['reproduce'])} |")
+    return [*out, ""]
+
+
+def _after_handout(figs: dict[str, Any]) -> list[str]:
+    rows = figs.get("after_handout", [])
+    calls = figs.get("progress_calls", [])
+    if not rows and not calls:
+        return []
+    out = ["## After the hand-out: fixes and progress", ""]
+    if rows:
+        out += [
+            "A maintainer submits a review requesting changes on a PR whose review task an "
+            "agent has completed; measured from the review's API call until `fix:{n}` is in "
+            "the ready set (polled every 2 ms), one PR at a time after a random pause of up to "
+            "1 s (review times have GitHub's one-second resolution). After the debounce: from "
+            "the moment the debounce ended (the review's `submitted_at` plus "
+            "`review.fix_debounce_s`).",
+            "",
+            "| figure | samples | p50 ms | p99 ms | max ms | after the debounce p50 / p99 ms "
+            "| GitHub calls / fix | lost | settings | reproduce |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            out.append(f"| {r['figure']} | {r['samples']} | {_n(r['p50_ms'], 0)} "
+                       f"| {_n(r['p99_ms'], 0)} | {_n(r['max_ms'], 0)} "
+                       f"| {_n(r['after_due_p50_ms'], 0)} / {_n(r['after_due_p99_ms'], 0)} "
+                       f"| {_n(r['github_calls_per_fix'], 1)} | {r['lost']} | {r['detail']} "
+                       f"| {_code(r['reproduce'])} |")
+        out.append("")
+    if calls:
+        first = calls[0]
+        out += [
+            f"GitHub calls of progress tracking: {first['held_tasks']} held tasks in one "
+            "repository, each branch pushed to every 10 minutes (simulated). Time runs "
+            f"{first['speedup']:g} x faster than production's (`progress.check_interval_s` "
+            "15 s and `progress.branch_check_interval_s` 300 s divided by it), so the "
+            f"{first['window_s']:g} s window stands for {first['simulated_s'] / 60:g} minutes; "
+            "calls are counted by the simulator on every route and scaled to an hour per held "
+            "task. 304 answers are free on GitHub (not charged to the quota): *all* counts "
+            "them, *counted* leaves them out. The open pull requests are listed once per look "
+            "per repository with held tasks, so their share per task falls as tasks are added.",
+            "",
+            "| mode | calls / held task / hour (all) | counted (not 304) | branch reads "
+            "| PR lists | other calls in the window | pushes in the window | reproduce |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in calls:
+            out.append(f"| {r['mode']} | {_n(r['per_task_hour'], 1)} "
+                       f"| {_n(r['counted_per_task_hour'], 1)} "
+                       f"| {_n(r['branch_reads_per_task_hour'], 1)} "
+                       f"| {_n(r['pull_lists_per_task_hour'], 1)} | {r['other_calls']} "
+                       f"| {r['pushes']} | {_code(r['reproduce'])} |")
+        out.append("")
+    return out
+
+
+def _durability(figs: dict[str, Any]) -> list[str]:
+    rows = figs.get("durability", [])
+    if not rows:
+        return []
+    out = ["## Durable acknowledgements (`redis.durability`)", ""]
+    skipped = [r for r in rows if r.get("skipped")]
+    if skipped:
+        return [*out, f"{skipped[0]['skipped']}; reproduce: {_code(skipped[0]['reproduce'])}",
+                ""]
+    out += [
+        f"{rows[0]['agents']} agents, serve with 1 worker per setting (no poller), side by "
+        "side. `none` and `replica` on the data set's Redis with a replica attached (both "
+        "pay the replication stream: their ratio is the wait for the replica's "
+        "acknowledgement); `aof` on a copy of the data set with its append-only file on as "
+        "docs/operations.md asks (below Redis 7.2: `appendfsync always`), so its ratio is what "
+        "the setting costs on the server it needs. The wait's bounds are the broker's "
+        f"defaults. Runs alternate, the order rotating, {rows[0]['runs']} times; x none: the "
+        "median of the per-repetition ratios to `none` with the same flow.",
+        "",
+        "| setting | flow | requests/s | x none | claim p50 / p99 ms | complete p50 / p99 ms "
+        "| server CPU | Redis CPU | replica CPU | reproduce |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cpu = r["cpu_pct"]
+        out.append(f"| {r['setting']} | {r['flow']} | {_mid(r['requests_per_s'], 0)} "
+                   f"| {_mid(r['ratio_to_none'], 2)} | {_ms(r['ops'].get('claim'))} "
+                   f"| {_ms(r['ops'].get('complete'))} | {_n(cpu.get('server'), 0)} % "
+                   f"| {_n(cpu.get('redis'), 0)} % | {_n(cpu.get('replica'), 0)} % "
+                   f"| {_code(r['reproduce'])} |")
+    notes = sorted({n for r in rows for n in r.get("notes", [])})
+    notes += [f"{r['setting']} `{r['flow']}`: {r['warning']}" for r in rows if r.get("warning")]
+    return [*out, "", *[f"- {n}" for n in notes], *([""] if notes else [])]
+
+
 def _profile(figs: dict[str, Any]) -> list[str]:
     prof = figs.get("profile")
     if not prof:
@@ -279,7 +500,8 @@ def markdown(results: dict[str, Any]) -> str:
         "redis-server, the GitHub simulator, serve and the generator share the machine.",
         "",
     ]
-    for section in (_throughput, _backlog, _latency, _costs, _sync, _webhooks, _profile):
+    for section in (_throughput, _backlog, _latency, _costs, _sync, _webhooks, _repositories,
+                    _first_sync, _after_handout, _durability, _profile):
         lines += section(figs)
     findings = results.get("findings", [])
     if findings:

@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report, scenarios
+from benchmarks import after_handout, durability, report, repositories, scenarios
 from benchmarks.load import CLIENTS
 from benchmarks.scenarios import GROUPS, Bench, Options
 from benchmarks.servers import RedisServer
@@ -78,22 +78,40 @@ def measure(bench: Bench) -> None:
                                **first, "reproduce": rep})
             scenarios.backlog_comparison([(bench, small_sim, small_env, o.small_backlog),
                                           (other, big_sim, big_env, o.big_backlog)])
-    if "throughput" in only or o.profile:
+    skipped = durability.unavailable() if "durability" in only else None
+    if skipped is not None:
+        bench.add("durability", {"skipped": skipped, "reproduce": o.reproduce("durability")})
+    big = "throughput" in only or o.profile
+    if big or ("durability" in only and skipped is None):
         # The completing flows retire an issue per claim, over every repetition: a backlog
-        # large enough that no run drains it.
-        logger.info("data set: %d issues", o.throughput_issues)
-        with bench.dataset(o.throughput_issues) as (sim, env, first):
-            rep = o.reproduce("throughput")
-            bench.add("sync", {"figure": f"first sync, {o.throughput_issues:,} issues "
-                                         "(`sync --full`)", **first, "reproduce": rep})
+        # large enough that no run drains it. The durability runs share it when both run.
+        issues = o.throughput_issues if big else o.durability_issues
+        logger.info("data set: %d issues", issues)
+        with bench.dataset(issues) as (sim, env, first):
+            rep = o.reproduce("throughput" if big else "durability")
+            bench.add("sync", {"figure": f"first sync, {issues:,} issues (`sync --full`)",
+                               **first, "reproduce": rep})
             if "throughput" in only:
                 scenarios.throughput_figures(bench, sim, env)
             if o.profile:
                 scenarios.profile_figure(bench, sim, env)
+            if "durability" in only and skipped is None:
+                durability.durability_figures(bench, sim, env)
     if "webhooks" in only:
         logger.info("data set: %d issues (webhooks)", o.small_backlog)
         with bench.dataset(o.small_backlog) as (sim, env, _):
             scenarios.webhook_figures(bench, sim, env)
+    if "after-handout" in only:
+        logger.info("data set: %d issues (review, fix)", o.fix_samples)
+        with bench.dataset(o.fix_samples, people=True) as (sim, env, _):
+            after_handout.fix_figure(bench, sim, env, o.fix_samples)
+        logger.info("data set: %d issues (progress)", after_handout.HELD_TASKS)
+        with bench.dataset(after_handout.HELD_TASKS) as (sim, env, _):
+            after_handout.progress_figures(bench, sim, env)
+    if "repositories" in only:
+        repositories.repository_figures(bench)
+        logger.info("first sync of %d repositories, an agent waiting", o.first_sync_repos)
+        repositories.first_sync_figure(bench)
     bench.figures.get("backlog", []).sort(key=lambda row: (row["poller"], row["open_issues"]))
 
 
@@ -102,11 +120,15 @@ def findings(figures: dict[str, Any]) -> list[str]:
     out = []
     rows = figures.get("throughput", [])
     for r in (r for r in rows if r["server"] == "serve"):
+        script = r.get("claim_script") or {}
+        mean = (script.get("mean_us") or {}).get("median")
         out.append(
             f"serve {r['workers']}w `{r['flow']}`: {r['ratio_to_fastapi']['median']:.2f} x the "
-            f"FastAPI baseline, {r['ratio_to_asgi']['median']:.2f} x the bare ASGI baseline "
-            f"(medians of {r['runs']} runs); claim script {r.get('claim_script_us') or 0:.0f} µs "
-            "inside Redis.")
+            f"FastAPI baseline, {r['ratio_to_asgi']['median']:.2f} x the bare ASGI baseline on "
+            f"redis-py, {r['ratio_to_asgi_pipelined']['median']:.2f} x the bare ASGI baseline "
+            f"on serve's own Redis client (medians of {r['runs']} runs); claim script "
+            f"{r.get('claim_script_us') or 0:.0f} µs median, {mean or 0:.0f} µs mean inside "
+            "Redis.")
     if rows:
         busiest = max(r["generator_cpu_pct"] for r in rows)
         out.append(f"The load generator used at most {busiest:.0f} % of a core (median per "
@@ -118,6 +140,7 @@ def findings(figures: dict[str, Any]) -> list[str]:
                    f"due for {lag:,.0f} s (its lag; drained at GitHub's pace of about 80 writes "
                    "a minute, while every claim of a new issue adds that issue's one label job "
                    "and its branch job).")
+    out += _more_findings(figures)
     for poller in ("on", "off"):
         backlog = [r for r in figures.get("backlog", []) if r["poller"] == poller]
         if len(backlog) < 2:
@@ -131,6 +154,49 @@ def findings(figures: dict[str, Any]) -> list[str]:
             f"{big['claims_per_s']['median'] / small['claims_per_s']['median']:.2f} x the rate "
             f"with {small['open_issues']:,}; claim p99 "
             f"{small['ops']['claim']['p99_ms']:.0f} ms -> {big['ops']['claim']['p99_ms']:.0f} ms.")
+    return out
+
+
+def _more_findings(figures: dict[str, Any]) -> list[str]:
+    """Observations on the many-repository, after-hand-out and durability figures."""
+    out = []
+    for mode in ("best_effort", "strict"):
+        rows = {r["repositories"]: r for r in figures.get("repositories", [])
+                if r["mode"] == mode}
+        if len(rows) > 1:
+            ratios = ", ".join(f"{n:,}: {r['ratio_to_one']['median']:.2f} x"
+                               for n, r in rows.items() if n != min(rows))
+            out.append(f"request-task requests/s ({mode}) against the rate with "
+                       f"{min(rows)} repository: {ratios}.")
+    lat = {r["repositories"]: r for r in figures.get("repositories_latency", [])}
+    if len(lat) > 1:
+        ratios = ", ".join(f"{n:,}: {r['p99_ratio']['median']:.2f} x"
+                           for n, r in lat.items() if n != min(lat))
+        out.append(f"Single-agent request-task p99 against 1 repository's: {ratios}.")
+    for r in figures.get("first_sync", []):
+        out.append(f"First sync of {r['repositories']:,} repositories with an agent waiting: "
+                   f"first task at {r['first_task_s']:.1f} s, every repository mirrored at "
+                   f"{r['synced_s']:.1f} s (serve answered /health at {r['serve_up_s']:.1f} s).")
+    for r in figures.get("after_handout", []):
+        if r["p50_ms"] is None:
+            out.append(f"Review submitted -> fix claimable: all {r['samples']} samples lost.")
+            continue
+        out.append(f"Review submitted -> fix claimable with webhooks: p50 {r['p50_ms']:.0f} ms, "
+                   f"p99 {r['p99_ms']:.0f} ms with {r['detail'].split(';')[0]}; "
+                   f"{r['after_due_p99_ms']:.0f} ms after the debounce ended at p99.")
+    for r in figures.get("progress_calls", []):
+        if not r["calls"]:
+            out.append(f"Progress tracking, {r['mode']}: no GitHub calls.")
+            continue
+        out.append(f"Progress tracking, {r['mode']}: {r['per_task_hour']:.1f} GitHub calls per "
+                   f"held task per hour ({r['counted_per_task_hour']:.1f} counted against the "
+                   "quota, the rest free 304s).")
+    for r in figures.get("durability", []):
+        if r.get("skipped"):
+            out.append(f"Durable acknowledgements: {r['skipped']}.")
+        elif r["setting"] != "none":
+            out.append(f"`redis.durability` {r['setting']}, `{r['flow']}`: "
+                       f"{r['ratio_to_none']['median']:.2f} x the requests/s of `none`.")
     return out
 
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks import costs, polling, profiling, webhooks
+from benchmarks.baseline import KINDS as BASELINE_KINDS
 from benchmarks.load import LoadResult, run_load, run_sequential
 from benchmarks.servers import (
     KEYS,
     HTTPServer,
+    Process,
     RedisServer,
     SimulatorProcess,
     baseline_argv,
@@ -27,9 +29,11 @@ from benchmarks.servers import (
     size,
     wait_for_ready,
 )
+from github_broker.keys import RepoKeys
 
 #: Figure groups, each reproducible alone with `--only`.
-GROUPS = ("sync", "costs", "latency", "backlog", "throughput", "webhooks")
+GROUPS = ("sync", "costs", "latency", "backlog", "throughput", "webhooks", "repositories",
+          "after-handout", "durability")
 #: Generator CPU (% of one core) above which its own speed may cap the measured rate.
 GENERATOR_LIMIT_PCT = 80.0
 #: Issues sent to review before a backlog run: production always has some, and the poller's
@@ -62,6 +66,20 @@ class Options:
     poll_samples: int = 20
     #: poll.interval_s of the polling-only row (production's default is 60 s).
     poll_interval_s: float = 5.0
+    #: Configured repositories of the many-repository rows (`repositories.py`), and of the
+    #: first sync with an agent waiting.
+    repo_counts: tuple[int, ...] = (1, 30, 100, 300, 1000)
+    strict_repo_counts: tuple[int, ...] = (1, 300, 1000)
+    first_sync_repos: int = 300
+    #: Reviews timed from submission until their fix is claimable (`after_handout.py`).
+    fix_samples: int = 30
+    #: How many times faster than production the progress intervals run in the progress
+    #: figure, and its measured window (real seconds).
+    progress_speedup: float = 30.0
+    progress_window_s: float = 30.0
+    #: The durability runs' backlog when the throughput data set is not built in the same
+    #: run (both flows retire an issue per claim, with every setting, in every repetition).
+    durability_issues: int = 300_000
     quick: bool = False
     profile: bool = False
     only: tuple[str, ...] = GROUPS
@@ -71,7 +89,9 @@ class Options:
                        throughput_issues=60_000,
                        latency_samples=100, lifecycles=20,
                        redis_claims=30, repeats=2, webhook_samples=20, poll_samples=5,
-                       quick=True)
+                       repo_counts=(1, 100, 1000), strict_repo_counts=(1, 1000),
+                       fix_samples=8, progress_speedup=60.0, progress_window_s=10.0,
+                       durability_issues=60_000, quick=True)
 
     def reproduce(self, group: str, *extra: str) -> str:
         parts = [".venv/bin/python -m benchmarks.run", f"--only {group}"]
@@ -97,10 +117,12 @@ class Bench:
         self.figures.setdefault(section, []).append(row)
 
     @contextmanager
-    def dataset(self, issues: int) -> Iterator[tuple[SimulatorProcess, dict[str, str], dict]]:
-        """Empty Redis, a simulator holding `issues` open P1 issues, and the first full sync."""
+    def dataset(self, issues: int, *, people: bool = False
+                ) -> Iterator[tuple[SimulatorProcess, dict[str, str], dict]]:
+        """Empty Redis, a simulator holding `issues` open P1 issues (`people`: with a
+        maintainer's and an agent's token), and the first full sync."""
         self.redis.flush()
-        sim = SimulatorProcess(self.workdir, issues).start()
+        sim = SimulatorProcess(self.workdir, issues, people=people).start()
         try:
             env = broker_env(self.redis.url, sim.base_url, self.workdir / "no-config")
             first = polling.sync_pass(self.redis, sim, env, full=True, issues=issues)
@@ -139,39 +161,52 @@ class Bench:
         env = {**os.environ, "BENCH_REDIS_URL": self.redis.url}
         return self.server(f"baseline-{kind}-{workers}w", baseline_argv(workers, kind), env)
 
+    @contextmanager
+    def baselines(self, workers: int) -> Iterator[dict[str, HTTPServer]]:
+        """Every baseline (`benchmarks/baseline.py`), named `baseline-<kind>`."""
+        with ExitStack() as stack:
+            yield {f"baseline-{kind}": stack.enter_context(self.baseline(workers, kind))
+                   for kind in BASELINE_KINDS}
+
     def load(self, server: HTTPServer, sim: SimulatorProcess, flow: str,
-             client: str | None = None) -> dict[str, Any]:
-        """`options.agents` agents doing `flow`, with the CPU of every process involved."""
+             client: str | None = None, *, agents: int | None = None,
+             keys: RepoKeys = KEYS, watch: dict[str, Process] | None = None
+             ) -> dict[str, Any]:
+        """`agents` (default `options.agents`) agents doing `flow`, with the CPU of every
+        process involved (`watch`: more processes, by name); `keys`: the repository whose
+        write queue and leases are watched."""
         o = self.options
+        more = watch or {}
 
         def probe() -> dict[str, Any]:
             return {
                 "cpu": {"server": server.cpu_s(), "redis": self.redis.cpu_s(),
-                        "simulator": sim.cpu_s()},
+                        "simulator": sim.cpu_s(),
+                        **{name: process.cpu_s() for name, process in more.items()}},
                 "machine_busy_s": machine_busy_s(),
                 "split": sorted(connection_split(server.pid, server.port).values(),
                                 reverse=True),
                 "scripts": self.redis.script_usec(),
                 "github_calls": sim.stats()["total"],
-                "outbox": size(self.redis.client(), KEYS.outbox),
-                "outbox_lag_s": _oldest_due_age_s(self.redis.client()),
+                "outbox": size(self.redis.client(), keys.outbox),
+                "outbox_lag_s": _oldest_due_age_s(self.redis.client(), keys),
             }
 
-        result = run_load(server.url, agents=o.agents, flow=flow, warmup_s=o.warmup_s,
+        result = run_load(server.url, agents=agents or o.agents, flow=flow, warmup_s=o.warmup_s,
                           duration_s=o.duration_s, client=client or o.client, probe=probe)
         row = {**_row(result, o.duration_s), "client": client or o.client}
         # Every agent gives its task back when the window ends: a lease left behind would
         # shrink the pool of the next run (a 100-issue backlog ran dry after two runs).
-        row["leases_after"] = size(self.redis.client(), KEYS.leases)
+        row["leases_after"] = size(self.redis.client(), keys.leases)
         if row["leases_after"]:
             held = f"{row['leases_after']} leases still held after the run"
             row["warning"] = "; ".join(filter(None, [row["warning"], held]))
         return row
 
 
-def _oldest_due_age_s(client: Any) -> float:
+def _oldest_due_age_s(client: Any, keys: RepoKeys = KEYS) -> float:
     """The write queue's lag: seconds since the oldest due job fell due (0 when none is)."""
-    head = client.zrange(KEYS.outbox, 0, 0, withscores=True)
+    head = client.zrange(keys.outbox, 0, 0, withscores=True)
     if not head:
         return 0.0
     return max(0.0, time.time() - head[0][1] / 1000)
@@ -304,6 +339,7 @@ PACED = {"GITHUB_BROKER_GITHUB__SECONDS_BETWEEN_WRITES": "0.75"}
 LATENCY_VARIANTS = (
     ("baseline-fastapi", "baseline"),
     ("baseline-asgi", "baseline"),
+    ("baseline-asgi-pipelined", "baseline"),
     ("serve", "request-task"),
     ("serve", "claim-complete"),
 )
@@ -318,10 +354,9 @@ def latency_figures(bench: Bench, env: dict[str, str]) -> None:
     o = bench.options
     rep = o.reproduce("latency")
     for workers in (1, 2):
-        with bench.baseline(workers, "fastapi") as fastapi, \
-                bench.baseline(workers, "asgi") as asgi, \
+        with bench.baselines(workers) as baselines, \
                 bench.serve(env, workers, **PACED) as serve:
-            servers = {"baseline-fastapi": fastapi, "baseline-asgi": asgi, "serve": serve}
+            servers = {**baselines, "serve": serve}
             samples: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
             for r in range(o.repeats):
                 for name, flow in rotated(LATENCY_VARIANTS, r):
@@ -399,9 +434,18 @@ def backlog_comparison(stacks: list[tuple[Bench, SimulatorProcess, dict[str, str
 THROUGHPUT_VARIANTS = (
     ("baseline-fastapi", "baseline"),
     ("baseline-asgi", "baseline"),
+    ("baseline-asgi-pipelined", "baseline"),
     ("serve", "request-task"),
     ("serve", "claim-complete"),
 )
+
+
+#: Ratio field -> the baseline serve's requests/s are divided by (same repetition).
+RATIOS = {
+    "ratio_to_fastapi": "baseline-fastapi",
+    "ratio_to_asgi": "baseline-asgi",
+    "ratio_to_asgi_pipelined": "baseline-asgi-pipelined",
+}
 
 
 def rotated(items: tuple[Any, ...] | list[Any], by: int) -> list[Any]:
@@ -409,7 +453,7 @@ def rotated(items: tuple[Any, ...] | list[Any], by: int) -> list[Any]:
     return [*items[by:], *items[:by]]
 
 
-def spread(values: list[float]) -> dict[str, float | None]:
+def spread(values: Sequence[float | None]) -> dict[str, float | None]:
     """Median and range of repeated measurements."""
     clean = [v for v in values if v is not None]
     if not clean:
@@ -442,13 +486,21 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "lua_us_per_call": spread([r["lua_us_per_call"] for r in runs])["median"],
         "claim_script_us": spread([r.get("script_us", {}).get("claim", {}).get("median_us")
                                    for r in runs])["median"],
+        # Mean beside median: under load the mean carries the calls that waited for a core
+        # mid-script (the issue's "mean time in Redis"), which the median hides.
+        "claim_script": {
+            stat: spread([r.get("script_us", {}).get("claim", {}).get(stat) for r in runs])
+            for stat in ("median_us", "mean_us", "p99_us")
+        } | {"calls": sum(r.get("script_us", {}).get("claim", {}).get("calls", 0)
+                          for r in runs)},
         "github_calls_per_s": spread([r["github_calls_per_s"] for r in runs])["median"],
         "outbox_after": runs[-1]["outbox_after"],
         "outbox_lag_s_after": runs[-1]["outbox_lag_s_after"],
         "outbox_growth_per_s": spread([r["outbox_growth_per_s"] for r in runs])["median"],
+        "no_task_204": sum(r["no_task_204"] for r in runs),
         "warning": "; ".join(sorted({r["warning"] for r in runs if r["warning"]})),
     }
-    for key in ("ratio_to_fastapi", "ratio_to_asgi"):
+    for key in RATIOS:
         if key in first:
             row[key] = spread([r[key] for r in runs])
     return row
@@ -458,7 +510,8 @@ def _script_us(times: dict[str, list[int]], shas: dict[str, str]) -> dict[str, A
     """Per broker script: calls and median / mean µs inside Redis (SLOWLOG, see
     `servers.SLOWLOG_THRESHOLD_US`)."""
     return {shas[sha]: {"calls": len(t), "median_us": statistics.median(t),
-                        "mean_us": statistics.fmean(t)}
+                        "mean_us": statistics.fmean(t),
+                        "p99_us": sorted(t)[min(len(t) - 1, round(0.99 * (len(t) - 1)))]}
             for sha, t in times.items() if sha in shas and t}
 
 
@@ -467,10 +520,9 @@ def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str])
     rep = o.reproduce("throughput")
     shas = script_shas({**env, **PACED})
     for workers in (1, 2):
-        with bench.baseline(workers, "fastapi") as fastapi, \
-                bench.baseline(workers, "asgi") as asgi, \
+        with bench.baselines(workers) as baselines, \
                 bench.serve(env, workers, **PACED) as serve:
-            servers = {"baseline-fastapi": fastapi, "baseline-asgi": asgi, "serve": serve}
+            servers = {**baselines, "serve": serve}
             runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
             for r in range(o.repeats):
                 done: dict[tuple[str, str], dict[str, Any]] = {}
@@ -481,10 +533,9 @@ def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str])
                         bench.redis.script_times(), shas)
                 for (name, flow), row in done.items():
                     if name == "serve":
-                        row["ratio_to_fastapi"] = row["requests_per_s"] / done[
-                            ("baseline-fastapi", "baseline")]["requests_per_s"]
-                        row["ratio_to_asgi"] = row["requests_per_s"] / done[
-                            ("baseline-asgi", "baseline")]["requests_per_s"]
+                        for key, baseline in RATIOS.items():
+                            row[key] = row["requests_per_s"] / done[
+                                (baseline, "baseline")]["requests_per_s"]
                     runs.setdefault((name, flow), []).append(row)
         for (name, _flow), rows in runs.items():
             bench.add("throughput", {**aggregate(rows), "server": name, "workers": workers,

@@ -31,6 +31,9 @@ SLOWLOG_LEN = 200_000
 SLOWLOG_THRESHOLD_US = 15
 #: Seconds a process may take to answer its first request.
 START_TIMEOUT_S = 60.0
+#: Seconds a replica may take for its first full sync (the throughput data set's primary
+#: holds 800,000 issues: an RDB of it made, sent and loaded).
+REPLICA_SYNC_TIMEOUT_S = 600.0
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -128,6 +131,20 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def cpu_exact_s(pid: int) -> float:
+    """CPU time of a live process, its threads and its live descendants, from the
+    scheduler's nanosecond accounting (/proc/<pid>/task/<tid>/schedstat): for windows too
+    short for cpu_seconds' 10 ms ticks (an idle server uses a few ms a second)."""
+    total = 0
+    for process in _descendants(pid):
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{process}/task"):
+                with contextlib.suppress(OSError, ValueError):
+                    total += int(Path(f"/proc/{process}/task/{tid}/schedstat").read_text()
+                                 .split()[0])
+    return total / 1e9
+
+
 class Process:
     """A child process with a log file, stopped by SIGTERM (SIGKILL when it hangs)."""
 
@@ -168,32 +185,83 @@ class Process:
 
 
 class RedisServer(Process):
-    """Our own redis-server on a free port, never the machine's shared one."""
+    """Our own redis-server on a free port, never the machine's shared one; `replicaof`: a
+    replica of that server (`--replicaof`), started once its first sync is done."""
 
-    def __init__(self, log_dir: Path) -> None:
-        super().__init__("redis", log_dir)
+    def __init__(self, log_dir: Path, name: str = "redis",
+                 replicaof: RedisServer | None = None) -> None:
+        super().__init__(name, log_dir)
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.workdir = log_dir / "redis"
+        self.workdir = log_dir / name
+        self.replicaof = replicaof
 
     def start(self) -> RedisServer:
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError("redis-server is not installed (make install-redis)")
         self.workdir.mkdir(exist_ok=True)
-        self.spawn([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                    "--appendonly", "no", "--dir", str(self.workdir)])
+        argv = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", str(self.workdir)]
+        if self.replicaof is not None:
+            argv += ["--replicaof", "127.0.0.1", str(self.replicaof.port)]
+        self.spawn(argv)
         client = self.client()
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
                 client.ping()
-                return self
-            except redis.ConnectionError:
+                break
+            except (redis.ConnectionError, redis.BusyLoadingError):
                 self.check_alive()
                 if time.monotonic() > deadline:
                     raise RuntimeError("redis-server did not answer") from None
                 time.sleep(0.05)
+        if self.replicaof is not None:
+            self.wait_in_sync(time.monotonic() + REPLICA_SYNC_TIMEOUT_S)
+        return self
+
+    def wait_in_sync(self, deadline: float) -> None:
+        """Until this replica's link to its primary is up (its first full sync done)."""
+        while cast(dict[str, Any], self.client().info("replication")).get(
+                "master_link_status") != "up":
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} never finished its sync with the primary")
+            time.sleep(0.1)
+
+    def detach(self) -> None:
+        """A replica no more (`REPLICAOF NO ONE`): a copy of its primary's data that goes its
+        own way."""
+        self.client().execute_command("REPLICAOF", "NO", "ONE")
+
+    def aof_on(self, *, always: bool) -> None:
+        """The append-only file on (`appendfsync always`: an fsync per write, else everysec),
+        once its first rewrite is done."""
+        client = self.client()
+        client.config_set("appendfsync", "always" if always else "everysec")
+        client.config_set("appendonly", "yes")
+        deadline = time.monotonic() + REPLICA_SYNC_TIMEOUT_S
+        while True:
+            info = cast(dict[str, Any], client.info("persistence"))
+            if int(info.get("aof_enabled", 0)) and not int(info.get("aof_rewrite_in_progress", 0)) \
+                    and not int(info.get("aof_rewrite_scheduled", 0)):
+                return
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}'s AOF rewrite did not finish")
+            time.sleep(0.1)
+
+    def has_waitaof(self) -> bool:
+        """Whether this server knows WAITAOF (Redis 7.2 or later); asked with nothing to wait
+        for, it answers at once."""
+        try:
+            self.client().execute_command("WAITAOF", 0, 0, 0)
+        except redis.ResponseError as e:
+            if "unknown command" in str(e).lower():
+                return False
+            raise
+        return True
 
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.url, decode_responses=True)
@@ -239,16 +307,24 @@ class RedisServer(Process):
 
 
 class SimulatorProcess(Process):
-    """`benchmarks.simserver` in a child process; counters through its /_sim control API."""
+    """`benchmarks.simserver` in a child process; counters through its /_sim control API.
+    `repos`: that many repositories (`simserver.repo_names`), the issues in the one at
+    `work_in`; `people`: a maintainer's and an agent's token beside the broker's."""
 
-    def __init__(self, log_dir: Path, issues: int) -> None:
-        super().__init__(f"simulator-{issues}", log_dir)
+    def __init__(self, log_dir: Path, issues: int, *, repos: int = 0, work_in: int = -1,
+                 people: bool = False) -> None:
+        super().__init__(f"simulator-{issues}" + (f"-{repos}repos" if repos else ""), log_dir)
         self.issues = issues
+        self.args = ["--issues", str(issues)]
+        if repos:
+            self.args += ["--repos", str(repos), "--work-in", str(work_in)]
+        if people:
+            self.args.append("--people")
         self.base_url = ""
         self._http = httpx.Client(timeout=60)
 
     def start(self) -> SimulatorProcess:
-        self.spawn([sys.executable, "-m", "benchmarks.simserver", "--issues", str(self.issues)],
+        self.spawn([sys.executable, "-m", "benchmarks.simserver", *self.args],
                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self.proc is not None and self.proc.stdout is not None
         self.base_url = self.proc.stdout.readline().decode().strip()
@@ -352,12 +428,13 @@ def size(client: redis.Redis, key: str) -> int:
     return int(cast(int, client.scard(key) if kind == "set" else client.zcard(key)))
 
 
-def wait_for_ready(client: redis.Redis, count: int, timeout_s: float) -> float:
+def wait_for_ready(client: redis.Redis, count: int, timeout_s: float,
+                   keys: RepoKeys = KEYS) -> float:
     """Seconds until `count` tasks are claimable (the sync has indexed the backlog)."""
     started = time.monotonic()
-    while size(client, KEYS.ready) < count:
+    while size(client, keys.ready) < count:
         if time.monotonic() - started > timeout_s:
-            raise RuntimeError(f"only {size(client, KEYS.ready)} of {count} tasks became ready")
+            raise RuntimeError(f"only {size(client, keys.ready)} of {count} tasks became ready")
         time.sleep(0.1)
     return time.monotonic() - started
 
