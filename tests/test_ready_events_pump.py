@@ -24,7 +24,7 @@ class _FlakyPubSub:
         if self.calls == 1:
             raise self.error
         if self.calls == 2:
-            return {"type": "message", "channel": b"events", "data": b"1"}
+            return {"type": "message", "channel": b"gb:events", "data": b"ready"}
         await asyncio.sleep(0.05)
         return None
 
@@ -41,7 +41,7 @@ async def test_pump_survives_a_reconnect_that_times_out(error: Exception) -> Non
     queue: asyncio.Queue[str] = asyncio.Queue()
     pump = asyncio.create_task(Store._pump(None, _FlakyPubSub(error), queue))  # type: ignore[arg-type]
     try:
-        assert await asyncio.wait_for(queue.get(), timeout=5) == "events"
+        assert await asyncio.wait_for(queue.get(), timeout=5) == "ready"  # the message, queued
         assert not pump.done()
     finally:
         pump.cancel()
