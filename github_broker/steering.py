@@ -66,6 +66,10 @@ class Steering:
         the current holder's lease is revoked."""
         _check_agent(self.settings, agent_id)
         rstore = await self._issue(repository, number)
+        if len(self.store.repos) > 1:
+            # Its next request must look there, even if it never claimed there before.
+            keep_ms = self.settings.leases.agent_task_ttl_s * 1000
+            await self.store.note_agent_repos(agent_id, [repository], keep_ms)
         done = await rstore.control("reassign", actor, str(number), _text(reason), agent_id)
         return self._result("reassign", f"{repository}#{number}", done)
 

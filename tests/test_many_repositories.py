@@ -117,3 +117,27 @@ async def test_a_claim_during_the_first_sync_gets_work_from_a_mirrored_repositor
         assert await tasks.request_task("a4") is None  # everything mirrored, nothing left
     finally:
         await store.close()
+
+
+async def test_a_task_reassigned_in_a_repository_the_agent_never_claimed_in_reaches_it(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    from github_broker.steering import Steering
+
+    settings = make_settings(
+        redis={"url": redis_url}, repositories=names(30), leases={"settle_grace_s": 0}
+    )
+    store = Store.from_settings(settings)
+    try:
+        for name in names(30)[:-1]:
+            await mirrored(store, name, [])
+        await mirrored(store, names(30)[-1], [1])
+        tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
+        held = await tasks.request_task("a1")
+        assert held is not None and held.repository == names(30)[-1]
+        await Steering(settings, store).reassign(names(30)[-1], 1, "newcomer", "alice")
+        moved = await tasks.request_task("newcomer")
+        assert moved is not None and moved.issue_id == 1
+        assert moved.continues is not None and moved.continues.from_agent == "a1"
+    finally:
+        await store.close()
