@@ -143,7 +143,7 @@ def _view_settings(args: argparse.Namespace) -> Settings:
             raise ConfigError("no sandbox is running (`github-broker sandbox` starts one)")
         _require_repositories(settings)
     assert running is not None
-    from github_broker.sandbox import sandbox_settings
+    from github_broker.sandbox_world import sandbox_settings
 
     print(
         f"github-broker: showing the sandbox running at {running.url} (pid {running.pid})",
@@ -274,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--all", action="store_true", help="list every issue, not the first of each group"
     )
     from github_broker.agent.runner.cli import add_agent_command
-    from github_broker.sandbox import add_labels_command, add_sandbox_command
+    from github_broker.labels_init import add_labels_command
+    from github_broker.sandbox import add_sandbox_command
 
     add_agent_command(sub)
     from github_broker.agent.mcp_cli import add_mcp_command

@@ -17,7 +17,8 @@ import pytest
 
 from github_broker import __version__, logs
 from github_broker.cli import main
-from github_broker.sandbox import cmd_labels_init, label_set, port_free
+from github_broker.labels_init import cmd_labels_init, label_set
+from github_broker.sandbox_servers import port_free
 from github_broker.settings import DEFAULTS_DIR, load_settings
 from github_broker.simulator import Simulator
 from tests.factories import body

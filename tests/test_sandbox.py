@@ -1,31 +1,51 @@
-"""`github-broker sandbox` end to end, its offline settings, and `labels init`."""
+"""`github-broker sandbox` end to end (its agents never idle silently: a simulated maintainer,
+or the event log saying what a person must do), its offline settings, and `labels init`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from github_broker.agent.client import BrokerClient
 from github_broker.errors import ConfigError
-from github_broker.models import Claimed
+from github_broker.labels_init import cmd_labels_init
+from github_broker.models import Claimed, Task
 from github_broker.rules import Rules
-from github_broker.sandbox import BrokerWatcher, cmd_labels_init, sandbox_settings
+from github_broker.sandbox_watch import BrokerWatcher
+from github_broker.sandbox_world import sandbox_settings
 from github_broker.simulator import Simulator
 from github_broker.store import Store, flush_memory
 from github_broker.sync import index_item
 from tests.conftest import free_port
 from tests.factories import issue
+
+#: The sandbox's intervals shortened further through the environment, so a whole backlog
+#: runs in seconds: review delay, poll, no-PR grace, cool-down, own-review fallback, debounce.
+FAST = {
+    "GITHUB_BROKER_REVIEW__DELAY_S": "1",
+    "GITHUB_BROKER_POLL__INTERVAL_S": "0.5",
+    "GITHUB_BROKER_PROGRESS__NO_PR_GRACE_S": "2",
+    "GITHUB_BROKER_FAILURES__COOLDOWN_S": "1",
+    "GITHUB_BROKER_REVIEW__AUTHOR_FALLBACK_S": "1",
+    "GITHUB_BROKER_REVIEW__FIX_DEBOUNCE_S": "1",
+}
+#: The development issues of the demo backlog (#9 is a story, #13 names no branch).
+DEMO_WORK = {1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12}
+#: What the event log says when the agents have nothing to take.
+QUIET = r"nothing to hand out now|nothing left for the agents"
 
 
 def sandbox_cli(*args: str) -> list[str]:
@@ -72,23 +92,58 @@ class Output:
         self._thread.join(timeout=5)
 
 
+class Running:
+    """A sandbox process: its output, broker API and simulated GitHub."""
+
+    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
+        self.proc = proc
+        self.output = Output(proc)
+        self.url = f"http://127.0.0.1:{port}"
+        self.github_url = ""
+
+    def ready(self) -> int:
+        """Index of the event log's first line, once the banner is out."""
+        at, _ = self.output.index(r"--- event log", 30)
+        _, match = self.output.index(r"simulated GitHub\s+(http://\S+)", 1)
+        self.github_url = match.group(1)
+        return at
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.output.join()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
 @pytest.fixture
-def sandbox() -> Iterator[tuple[subprocess.Popen[str], Output, str]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        sandbox_cli("--port", str(port), "--agents", "1", "--work-seconds", "1"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output = Output(proc)
-    yield proc, output, f"http://127.0.0.1:{port}"
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    output.join()
-    assert proc.stdout is not None
-    proc.stdout.close()
+def start_sandbox() -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> Running:
+        port = free_port()
+        proc = subprocess.Popen(
+            sandbox_cli("--port", str(port), *args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        started.append(Running(proc, port))
+        return started[-1]
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+@pytest.fixture
+def sandbox(
+    start_sandbox: Callable[..., Running],
+) -> tuple[subprocess.Popen[str], Output, str]:
+    running = start_sandbox("--agents", "1", "--work-seconds", "1")
+    return running.proc, running.output, running.url
 
 
 @pytest.mark.slow
@@ -137,6 +192,15 @@ def test_sandbox_settings_are_offline_with_short_intervals() -> None:
     assert settings.github.base_url == "http://127.0.0.1:9"
     assert [r.full_name for r in settings.repositories] == ["demo/sandbox"]
     assert settings.poll.interval_s <= 2 and settings.leases.lease_ttl_s == 120
+    # An agent alone gets its own reviews, and work completed without a PR comes back, soon.
+    assert settings.review.author_fallback_s <= 10 and settings.progress.no_pr_grace_s <= 30
+
+
+def test_sandbox_short_intervals_yield_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_BROKER_REVIEW__DELAY_S", "1")
+    settings = sandbox_settings("http://127.0.0.1:9", "memory://", 8080)
+    assert settings.review.delay_s == 1
+    assert settings.review.timeout_s == 60  # the rest of the section stays the sandbox's
 
 
 def test_labels_init_creates_the_label_set_once(
@@ -174,7 +238,7 @@ def test_labels_init_creates_the_label_set_once(
     assert "created" not in second.replace(" 0 created", "")
 
 
-def test_broker_watcher_logs_other_agents_and_summarises_an_empty_backlog(
+def test_broker_watcher_logs_other_agents_and_says_what_each_waiting_issue_needs_from_a_person(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = sandbox_settings("http://127.0.0.1:9", "memory://", 8080)
@@ -187,25 +251,26 @@ def test_broker_watcher_logs_other_agents_and_summarises_an_empty_backlog(
         items = [
             issue(1, "P0", "BACKENDCODER"),
             issue(2, "P0", "BACKENDCODER", text="no deliverables here"),
-            issue(3, "P1", "BACKENDCODER"),
+            issue(3, "P1", "BACKENDCODER", "needs-human"),
         ]
         await rstore.upsert_issues([index_item(rules, i, "main") for i in items])
         await rstore.save_sync_state({}, rebuilt=True)  # the mirror is complete
-        for agent in ("my-agent", "demo-agent-1"):
-            got = await rstore.claim(
-                agent, previous="completed", mode="best_effort", base_branch="main", roles=None
-            )
-            assert isinstance(got, Claimed)
-            assert (await rstore.finish(got.issue.number, agent, got.token, "completed"))[0]
+        got = await rstore.claim(
+            "my-agent", previous="completed", mode="strict", base_branch="main", roles=None
+        )
+        assert isinstance(got, Claimed) and got.issue.number == 1
+        assert (await rstore.finish(1, "my-agent", got.token, "completed"))[0]
+        await rstore.remove_issues([1])  # its PR was merged: the issue closed
         await store.close()
 
-    caplog.set_level(logging.INFO, logger="github_broker.sandbox")
-    watcher = BrokerWatcher(settings, ["demo-agent-1"], interval_s=0.05)
+    caplog.set_level(logging.INFO, logger="github_broker.sandbox_watch")
+    hints = ["  what a person does here: merge with curl"]
+    watcher = BrokerWatcher(settings, "demo/sandbox", ["demo-agent-1"], hints, interval_s=0.05)
     asyncio.run(seed_and_work())
     watcher.start()
     try:
         deadline = time.monotonic() + 20
-        while "ran out" not in caplog.text:
+        while "nothing left for the agents" not in caplog.text:
             assert time.monotonic() < deadline, caplog.text
             time.sleep(0.05)
     finally:
@@ -214,8 +279,116 @@ def test_broker_watcher_logs_other_agents_and_summarises_an_empty_backlog(
     text = caplog.text
     assert "broker: my-agent claimed demo/sandbox#1 (development)" in text
     assert "broker: my-agent completed demo/sandbox#1" in text
-    assert "demo-agent-1 claimed" not in text  # its runner logs it already
-    assert "done (2): #1 by my-agent, #3 by demo-agent-1" in text
+    assert "backlog of demo/sandbox: nothing left for the agents; 1 wait on a person" in text
+    assert "done (1): #1 by my-agent" in text
+    assert "#3 Task 3: labelled needs-human: look at it, then retry it" in text
     assert "#2 Task 2: body has no deliverables section" in text
-    assert "waiting (2):" in text and "#1: no claimable task for it now" in text
-    assert "#3: no claimable task for it now" in text
+    assert hints[0] in text
+
+
+class OutsideAgent:
+    """An agent of the user's own over HTTP: development pushes a commit to the task's branch
+    and opens a PR (except on `without_pr`, completed as docs/mcp.md's walk-through does);
+    a review is completed without approving anything."""
+
+    def __init__(self, running: Running, without_pr: set[int]) -> None:
+        self.github_url = running.github_url
+        self.without_pr = set(without_pr)
+        self.done: list[tuple[int, str]] = []
+
+    def work(self, client: BrokerClient, task: Task) -> None:
+        if task.task_type == "development" and task.issue_id not in self.without_pr:
+            repo = f"{self.github_url}/repos/{task.repository}"
+            push = f"{self.github_url}/_sim/repos/{task.repository}/push"
+            body = {"branch": task.branch_name, "author": client.agent_id}
+            requests.post(push, json=body, timeout=10).raise_for_status()
+            pull = {
+                "title": task.title,
+                "head": task.branch_name,
+                "base": task.base_branch,
+                "body": f"Closes #{task.issue_id}",
+            }
+            headers = {"Authorization": "token outside-agent"}
+            requests.post(
+                f"{repo}/pulls", json=pull, headers=headers, timeout=10
+            ).raise_for_status()
+        self.without_pr.discard(task.issue_id)
+        client.complete(task)
+        self.done.append((task.issue_id, task.task_type.value))
+
+
+@pytest.mark.slow
+def test_an_outside_agent_alone_never_idles_silently_and_hears_what_waits_on_a_person(
+    start_sandbox: Callable[..., Running],
+) -> None:
+    running = start_sandbox("--agents", "0", "--no-maintainer", env=FAST)
+    running.ready()
+    output = running.output
+    agent = OutsideAgent(running, without_pr={1})
+    deadline = time.monotonic() + 100
+    with BrokerClient(running.url, "my-agent") as client:
+        since_work = len(output.lines)
+        while True:
+            assert time.monotonic() < deadline, output.text
+            task = client.request_task(wait_seconds=3)
+            if task is None:
+                # Idle: the event log said why since the agent's last task, within a judgement.
+                output.index(QUIET, 3, since_work)
+                if re.search(r"nothing left for the agents", "\n".join(output.lines[since_work:])):
+                    break
+                continue
+            agent.work(client, task)
+            since_work = len(output.lines)
+
+    assert {n for n, kind in agent.done if kind == "development"} == DEMO_WORK
+    assert {n for n, kind in agent.done if kind == "review"} == DEMO_WORK
+    # The development completed without a PR was named, came back and was done again.
+    output.index(r"#1 completed without a PR: back in the pool at \S+ .*feature/issue-1", 1)
+    output.index(r"broker: my-agent completed with no PR \(back in the pool\) demo/sandbox#1", 1)
+    assert agent.done.count((1, "development")) == 2
+    # A reviewed P0 waits on a person, and the P1 work goes on meanwhile.
+    waits, _ = output.index(r"waits on a person: #(1|6) .*: merge PR #\d+ \(reviewed\)", 1)
+    p1, _ = output.index(r"broker: my-agent claimed demo/sandbox#(2|3|5|8|10|12) \(development", 1)
+    assert waits < p1
+    summary, _ = output.index(
+        r"backlog of demo/sandbox: nothing left for the agents; 11 wait on a person", 1
+    )
+    for n in DEMO_WORK:
+        output.index(
+            rf"^\S+ +#{n} .*: merge PR #\d+ \(reviewed\) — or comment on it to ask for changes$",
+            1,
+            summary,
+        )
+    output.index(r"merge: +curl -s -X PUT http://\S+/repos/demo/sandbox/pulls/PR/merge", 1, summary)
+    assert "Traceback" not in output.text
+
+
+@pytest.mark.slow
+def test_with_its_maintainer_the_demo_runs_to_done_with_every_workable_issue_closed(
+    start_sandbox: Callable[..., Running],
+) -> None:
+    running = start_sandbox(
+        "--agents", "2", "--work-seconds", "0.3", "--ask-changes-every", "3", env=FAST
+    )
+    ready = running.ready()
+    output = running.output
+    output.index(r"backlog of demo/sandbox done: nothing left for the agents", 100, ready)
+
+    listed = requests.get(
+        f"{running.github_url}/repos/demo/sandbox/issues",
+        params={"state": "open", "per_page": "100"},
+        headers={"Authorization": "token test"},
+        timeout=10,
+    )
+    # Only the issue that names no branch is open: a person must decide its scope.
+    assert [i["number"] for i in listed.json()] == [13]
+    text = output.text
+    maintainer = r"maintainer \(the sandbox's stand-in for a person\)"
+    merged = set(re.findall(rf"{maintainer}: merged PR #\d+; #(\d+) closed", text))
+    assert {int(n) for n in merged} == DEMO_WORK
+    assert re.search(rf"{maintainer}: asked for changes on PR #\d+", text)
+    assert re.search(r"demo-agent-\d claimed demo/sandbox#\d+ \(fix", text)
+    assert (
+        f"{maintainer[:-2]}): closed story #9: #10, #11, #12 are closed".replace("\\", "") in text
+    )
+    assert "Traceback" not in text

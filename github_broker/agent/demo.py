@@ -1,9 +1,11 @@
 """The sandbox's stand-in coding agent: pretends to work, then acts on the simulated GitHub.
 
-Run by the runner with the GB_* variables of one task. Development work opens a PR from the
-task's branch that closes the issue; a review approves and merges the PR (a maintainer's
-job on real GitHub, done here so the demo backlog keeps moving); a fix answers on the PR.
-Imports only `requests`, so each task starts fast.
+Run by the runner with the GB_* variables of one task, it acts as a real agent would, so the
+broker's progress tracking sees it: development pushes a commit to the task's branch (the
+simulator's push control route stands in for `git push`) and opens a PR that closes the
+issue; a review approves the PR (merging it is a person's job: the sandbox's simulated
+maintainer does it); a fix pushes a commit and answers on the PR. Imports only `requests`,
+so each task starts fast.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class SimulatedGitHub:
 
     def __init__(self, base_url: str, repository: str) -> None:
         self.repo_url = f"{base_url.rstrip('/')}/repos/{repository}"
+        self.control_url = f"{base_url.rstrip('/')}/_sim/repos/{repository}"
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"token {SIMULATOR_TOKEN}"
 
@@ -57,16 +60,21 @@ class SimulatedGitHub:
         pulls = r.json()
         return int(pulls[0]["number"]) if pulls else None
 
-    def approve_and_merge(self, pr: int) -> str:
+    def push(self, branch: str, message: str, author: str) -> str:
+        """One commit on `branch` (created from the default branch if missing)."""
+        body = {"branch": branch, "message": message, "author": author}
+        r = self.session.post(f"{self.control_url}/push", json=body, timeout=TIMEOUT_S)
+        r.raise_for_status()
+        return f"pushed {r.json()['after'][:7]} to {branch}"
+
+    def approve(self, pr: int) -> str:
         r = self.call(
             "POST",
             f"/pulls/{pr}/reviews",
             {"event": "APPROVE", "body": "Checked against the issue: looks good."},
         )
         r.raise_for_status()
-        r = self.call("PUT", f"/pulls/{pr}/merge", {"merge_method": "squash"})
-        r.raise_for_status()
-        return f"approved and merged PR #{pr}"
+        return f"approved PR #{pr} (a maintainer merges it)"
 
     def comment(self, number: int, body: str) -> str:
         r = self.call("POST", f"/issues/{number}/comments", {"body": body})
@@ -77,16 +85,20 @@ class SimulatedGitHub:
 def act(github: SimulatedGitHub, env: Mapping[str, str]) -> str:
     """Do what the task type asks; returns a one-line summary."""
     task_type, number, branch = env["GB_TASK_TYPE"], env["GB_ISSUE_ID"], env["GB_BRANCH"]
+    agent = env["GB_AGENT_ID"]
     if task_type == "development":
-        body = f"Closes #{number}\n\nDone by {env['GB_AGENT_ID']} in the github-broker sandbox."
-        return github.open_pull(env["GB_TITLE"], branch, env["GB_BASE_BRANCH"], body)
+        pushed = github.push(branch, env["GB_TITLE"], agent)
+        body = f"Closes #{number}\n\nDone by {agent} in the github-broker sandbox."
+        opened = github.open_pull(env["GB_TITLE"], branch, env["GB_BASE_BRANCH"], body)
+        return f"{pushed}; {opened}"
     owner = env["GB_REPOSITORY"].split("/")[0]
     pr = github.pull_for(owner, branch)
     if pr is None:
         return f"no open PR from {branch}; nothing to do"
     if task_type == "review":
-        return github.approve_and_merge(pr)
-    return github.comment(pr, "Addressed the review feedback in a new commit.")
+        return github.approve(pr)
+    pushed = github.push(branch, "Address the review feedback", agent)
+    return f"{pushed}; " + github.comment(pr, "Addressed the review feedback in a new commit.")
 
 
 def main(argv: list[str] | None = None) -> int:
