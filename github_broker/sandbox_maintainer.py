@@ -10,20 +10,18 @@ lists is closed. Off (`--no-maintainer`), it only says what a person must do.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
 import time
 
-from github_broker.errors import BrokerError, MirrorRebuilding
 from github_broker.models import Waiting
 from github_broker.sandbox_summary import person_todo
-from github_broker.sandbox_watch import Loop
+from github_broker.sandbox_watch import StoreLoop
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.simulator.messages import ApiError
-from github_broker.store import RepoStore, Store
+from github_broker.store import RepoStore
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +43,9 @@ CHANGES_BODY = (
 _REFERENCE = re.compile(r"#(\d+)\b")
 
 
-class Maintainer(Loop):
+class Maintainer(StoreLoop):
+    """Acts on (or, off, tells a person of) what waits on a person; see the module."""
+
     name = "sandbox-maintainer"
 
     def __init__(
@@ -59,10 +59,8 @@ class Maintainer(Loop):
         delay_s: float = DELAY_S,
         interval_s: float = INTERVAL_S,
     ) -> None:
-        super().__init__(interval_s)
+        super().__init__(settings, repository, interval_s)
         self.sim = sim
-        self.settings = settings
-        self.repository = repository
         self.owner, self.repo = repository.split("/")
         self.acting = acting
         self.changes_every = changes_every
@@ -75,25 +73,7 @@ class Maintainer(Loop):
         #: (issue, code, since_ms) of the waits already told to a person.
         self.told: set[tuple[int, str, int]] = set()
 
-    def _run(self) -> None:
-        asyncio.run(self._watch())
-
-    async def _watch(self) -> None:
-        store = Store.from_settings(self.settings)
-        rstore = store.repo(self.repository)
-        try:
-            while not self._stop.is_set():
-                try:
-                    await self.tick_once(rstore)
-                except MirrorRebuilding:
-                    pass  # the first sync has not run yet
-                except BrokerError as e:
-                    logger.warning("%s: broker state unreadable: %s", SAYS, e)
-                await asyncio.sleep(self.interval_s)
-        finally:
-            await store.close()
-
-    async def tick_once(self, rstore: RepoStore) -> None:
+    async def step(self, rstore: RepoStore) -> None:
         waiting = await rstore.waiting()
         states = await rstore.review_states(sorted(waiting))
         now_ms = time.time() * 1000

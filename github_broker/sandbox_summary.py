@@ -88,43 +88,41 @@ async def backlog_left(
     (`maintainer`: the simulated one merges reviewed PRs)."""
     if await rstore.leases():
         return None
+    # Agents' judgements differ only in their own holds (the review of their own work, their
+    # cool-downs): every one is asked, the first one's is read.
     judged: list[tuple[str, list[Verdict]]] = []
-    for agent in agents or [""]:
-        verdicts = await explain_repo(rstore, settings, None, agent or None)
-        if any(v.verdict == "next" for v in verdicts):
+    for name in agents or [""]:
+        found = await explain_repo(rstore, settings, None, name or None)
+        if any(v.verdict == "next" for v in found):
             return None
-        judged.append((agent, verdicts))
-    numbers = sorted({v.issue for _, verdicts in judged for v in verdicts})
-    issues = {i.number: i for i in await rstore.get_issues(numbers)}
-    reviews = await waiting_reviews(rstore, settings, {}, [])
-    reader = _Reader(rstore, settings, issues, reviews, await rstore.waiting(), maintainer)
-    reader.skips = await rstore.skipped()
-    backlog = Backlog(rstore.repository)
+        judged.append((name, found))
     agent, verdicts = judged[0]
+    reader = _Reader(
+        rstore,
+        settings,
+        maintainer,
+        issues={i.number: i for i in await rstore.get_issues([v.issue for v in verdicts])},
+        reviews=await waiting_reviews(rstore, settings, {}, []),
+        waiting=await rstore.waiting(),
+        skips=await rstore.skipped(),
+    )
+    backlog = Backlog(rstore.repository)
     for v in verdicts:
         await reader.add(backlog, v, agent)
     return backlog
 
 
+@dataclass
 class _Reader:
     """Turns one agent's verdicts into a Backlog."""
 
-    def __init__(
-        self,
-        rstore: RepoStore,
-        settings: Settings,
-        issues: dict[int, Issue],
-        reviews: dict[int, WaitingReview],
-        waiting: dict[int, Waiting],
-        maintainer: bool,
-    ) -> None:
-        self.rstore = rstore
-        self.maintainer = maintainer
-        self.settings = settings
-        self.issues = issues
-        self.reviews = reviews
-        self.waiting = waiting
-        self.skips: dict[int, SkipReason] = {}
+    rstore: RepoStore
+    settings: Settings
+    maintainer: bool
+    issues: dict[int, Issue]
+    reviews: dict[int, WaitingReview]
+    waiting: dict[int, Waiting]
+    skips: dict[int, SkipReason]
 
     def title(self, n: int) -> str:
         issue = self.issues.get(n)

@@ -68,6 +68,37 @@ class Loop:
         raise NotImplementedError
 
 
+class StoreLoop(Loop):
+    """A Loop with an event loop and a connection to the broker's store of its own: `step`
+    on one repository every `interval_s`."""
+
+    def __init__(self, settings: Settings, repository: str, interval_s: float) -> None:
+        super().__init__(interval_s)
+        self.settings = settings
+        self.repository = repository
+
+    def _run(self) -> None:
+        asyncio.run(self._steps())
+
+    async def _steps(self) -> None:
+        store = Store.from_settings(self.settings)
+        rstore = store.repo(self.repository)
+        try:
+            while not self._stop.is_set():
+                try:
+                    await self.step(rstore)
+                except MirrorRebuilding:
+                    pass  # the first sync has not run yet
+                except BrokerError as e:
+                    logger.warning("%s: broker state unreadable: %s", self.name, e)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            await store.close()
+
+    async def step(self, rstore: RepoStore) -> None:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class Item:
     """One issue or pull request as the event log last saw it."""
@@ -154,10 +185,10 @@ def agent_event_line(event: Event) -> str:
     return f"broker: {event.agent} {what} {event.repository}#{event.issue}{task}"
 
 
-class BrokerWatcher(Loop):
+class BrokerWatcher(StoreLoop):
     """Logs what other agents do (from the broker's timeline) and, each time the agents have
-    nothing to take, what is left: one line while the broker moves on by itself soon, the
-    whole summary (done, waiting on a person and what to do, skipped) when only people can."""
+    nothing to take, what is left: one line while the backlog moves on by itself, the whole
+    summary (done, waiting on a person and what to do, skipped) when only people can."""
 
     name = "sandbox-broker"
 
@@ -170,10 +201,8 @@ class BrokerWatcher(Loop):
         maintainer: bool = False,
         interval_s: float = WATCH_INTERVAL_S,
     ) -> None:
-        super().__init__(interval_s)
-        self.settings = settings
+        super().__init__(settings, repository, interval_s)
         self.maintainer = maintainer
-        self.repository = repository
         self.demo_agents = set(demo_agents)
         #: The agents whose turn the summary judges: the demo ones and every one seen claim.
         self.agents = set(demo_agents)
@@ -182,30 +211,16 @@ class BrokerWatcher(Loop):
         self.done: dict[int, str] = {}
         #: What was said since the last claim (a claim starts a new stretch of work).
         self.said: Said = None
+        self.last_event = "0-0"
+        self.judged_at = 0.0
 
-    def _run(self) -> None:
-        asyncio.run(self._watch())
-
-    async def _watch(self) -> None:
-        store = Store.from_settings(self.settings)
-        rstore = store.repo(self.repository)
-        last, judged_at = "0-0", 0.0
-        try:
-            while not self._stop.is_set():
-                try:
-                    for event in await rstore.timeline_since(last):
-                        last = event.id
-                        self._note(event)
-                    if time.monotonic() - judged_at >= LEFT_INTERVAL_S:
-                        judged_at = time.monotonic()
-                        self.said = await self._left(rstore, self.said)
-                except MirrorRebuilding:
-                    pass  # the first sync has not run yet
-                except BrokerError as e:
-                    logger.warning("broker state unreadable: %s", e)
-                await asyncio.sleep(self.interval_s)
-        finally:
-            await store.close()
+    async def step(self, rstore: RepoStore) -> None:
+        for event in await rstore.timeline_since(self.last_event):
+            self.last_event = event.id
+            self._note(event)
+        if time.monotonic() - self.judged_at >= LEFT_INTERVAL_S:
+            self.judged_at = time.monotonic()
+            self.said = await self._left(rstore, self.said)
 
     async def _left(self, rstore: RepoStore, said: Said) -> Said:
         """Log what is left when the agents have nothing to take: one line as that starts

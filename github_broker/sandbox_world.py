@@ -50,9 +50,6 @@ SANDBOX_OVERRIDES: dict[str, Any] = {
     "progress": {"no_pr_grace_s": 30, "branch_check_interval_s": 5},
     "failures": {"cooldown_s": 60},
 }
-#: The settings sandbox_settings fixes whatever the environment says (it refuses to run when
-#: the environment changes them).
-_OFFLINE = ("repositories", "github", "redis", "server")
 
 
 @dataclass(frozen=True)
@@ -71,11 +68,12 @@ class Options:
 
 
 def _short_intervals() -> dict[str, Any]:
-    """SANDBOX_OVERRIDES less the values the environment sets (those win)."""
+    """SANDBOX_OVERRIDES less the intervals the environment sets (those win; what keeps the
+    sandbox offline is not in here, and sandbox_settings refuses an environment changing it)."""
     env = {k.upper() for k in os.environ}
     out: dict[str, Any] = {}
     for section, values in SANDBOX_OVERRIDES.items():
-        if section in _OFFLINE or not isinstance(values, dict):
+        if not isinstance(values, dict):
             out[section] = values
             continue
         prefix = f"{ENV_PREFIX}{section}__".upper()
@@ -128,6 +126,8 @@ def person_hints(api_url: str, github_url: str) -> list[str]:
         f"    merge:            curl -s -X PUT {pulls}/PR/merge -H 'Authorization: token me'",
         f"    ask for changes:  curl -s -X POST {api_url}/tasks/fix "
         f"-H 'Content-Type: application/json' -d '{fix}'",
+        "                      (a comment through this simulated GitHub comes from the "
+        "broker's own login, which never counts as feedback)",
         f"    retry:            curl -s -X POST {api_url}/admin/tasks/{SANDBOX_REPO}/N/retry",
     ]
 
