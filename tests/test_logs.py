@@ -108,7 +108,7 @@ async def test_json_lines_name_repository_issue_agent_and_task(
     await _claim_twice(redis_url, make_settings)
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     claimed = next(x for x in lines if x["message"].startswith("claimed"))
-    assert claimed["level"] == "DEBUG" and claimed["logger"] == "github_broker.tasks"
+    assert claimed["level"] == "DEBUG" and claimed["logger"] == "github_broker.claim_walk"
     assert claimed["repository"] == "acme/widgets" and claimed["issue"] == 1
     assert claimed["agent"] == "a1" and claimed["task"] == "development:1"
     settled = next(x for x in lines if "settled by its next request" in x["message"])
