@@ -118,7 +118,7 @@ class Running:
 
 
 @pytest.fixture
-def start_sandbox() -> Iterator[Callable[..., Running]]:
+def start_sandbox(tmp_path: Path) -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
 
     def start(*args: str, env: dict[str, str] | None = None) -> Running:
@@ -128,7 +128,8 @@ def start_sandbox() -> Iterator[Callable[..., Running]]:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, **(env or {})},
+            # Its log directory (kept for a person to read) goes with the test's.
+            env={**os.environ, "TMPDIR": str(tmp_path), **(env or {})},
         )
         started.append(Running(proc, port))
         return started[-1]
