@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -18,12 +18,18 @@ import redis.cluster
 
 from github_broker.settings import Settings, load_settings
 
+if TYPE_CHECKING:
+    from tests.processes import LiveStack
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "issues(p0, p1): how many P0 and P1 issues a test_concurrency simulator holds"
+    )
+    config.addinivalue_line(
+        "markers", "live_stack(issues=1, env={}): the simulator and broker of the `stack` fixture"
     )
 
 
@@ -64,6 +70,19 @@ def redis_url(redis_server: str) -> Iterator[str]:
     client.flushall()
     client.close()
     yield redis_server
+
+
+@pytest.fixture
+def stack(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Iterator[LiveStack]:
+    """The live stack every agent-side test file shares (test_aio_client, test_client,
+    test_presets, test_runner): a simulator and a broker process on this test's Redis, first
+    sync done (`tests.processes.LiveStack`). `@pytest.mark.live_stack(issues=N, env={...})`
+    sets how many P1 issues acme/widgets holds and the broker's extra environment."""
+    from tests.processes import live_stack  # tests.processes imports this module
+
+    marker = request.node.get_closest_marker("live_stack")
+    with live_stack(redis_url, tmp_path, **(marker.kwargs if marker else {})) as live:
+        yield live
 
 
 #: Masters of the test cluster; Redis needs at least three.

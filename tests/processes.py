@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import redis
 import requests
 
 from github_broker.keys import RepoKeys
-from github_broker.simulator import Simulator
+from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
 
 
@@ -30,6 +31,8 @@ class BrokerProcess:
         name: str,
         workers: int = 1,
         preexec_fn: Callable[[], None] | None = None,
+        *,
+        single_process: bool = False,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -38,6 +41,9 @@ class BrokerProcess:
         self.workers = workers
         #: Run in the child before serve starts (a lowered file limit, say).
         self.preexec_fn = preexec_fn
+        #: `serve --single-process`: the API with the poller inside it, one process instead of
+        #: a supervisor, an API worker and a poller (each spawned one imports the whole stack).
+        self.single_process = single_process
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 20.0) -> BrokerProcess:
@@ -56,6 +62,7 @@ class BrokerProcess:
                     str(self.port),
                     "--workers",
                     str(self.workers),
+                    *(["--single-process"] if self.single_process else []),
                 ],
                 env=self.env,
                 stdout=log,
@@ -166,12 +173,18 @@ def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 @contextmanager
 def live_broker(
-    sim: Simulator, redis_url: str, tmp_path: Path, issues: int, **extra: str
+    sim: Simulator,
+    redis_url: str,
+    tmp_path: Path,
+    issues: int,
+    *,
+    single_process: bool = False,
+    **extra: str,
 ) -> Iterator[BrokerProcess]:
     """`github-broker serve` on acme/widgets against `sim`, once its first sync has made the
     `issues` simulated issues claimable; stopped on exit. `extra`: more environment."""
     env = broker_env(redis_url, sim.base_url, "acme/widgets", **extra)
-    proc = BrokerProcess(env, tmp_path, "broker").start()
+    proc = BrokerProcess(env, tmp_path, "broker", single_process=single_process).start()
     try:
         client = redis.Redis.from_url(redis_url)
         try:
@@ -182,3 +195,36 @@ def live_broker(
         yield proc
     finally:
         proc.stop()
+
+
+@dataclass(frozen=True)
+class LiveStack:
+    """A simulator holding acme/widgets, and a broker process serving it over HTTP."""
+
+    sim: Simulator
+    broker: BrokerProcess
+
+
+@contextmanager
+def live_stack(
+    redis_url: str, tmp_path: Path, *, issues: int = 1, env: dict[str, str] | None = None
+) -> Iterator[LiveStack]:
+    """A simulator whose acme/widgets holds `issues` P1 issues (#1, #2, ...) and
+    `serve --single-process` on it, its first sync done: the stack of the tests whose subject
+    is the agent side (SDKs, runner, presets). They need a real broker over HTTP, not serve's
+    process layout (test_serve_processes, test_stalls and the other fault tests start that),
+    and one process starts in half the time and CPU of three."""
+    seed = {
+        "repositories": [
+            {
+                "owner": "acme",
+                "name": "widgets",
+                "issues": generate_issues(issues, priorities=("P1",)),
+            }
+        ]
+    }
+    with (
+        Simulator(seed) as sim,
+        live_broker(sim, redis_url, tmp_path, issues, single_process=True, **(env or {})) as proc,
+    ):
+        yield LiveStack(sim, proc)
