@@ -20,6 +20,10 @@ from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
 
+#: Seconds a broker may take to answer /health: a start-up is one to three seconds alone, but
+#: under parallel test workers on a loaded 2-core machine spawning serve's children has taken 13.
+START_TIMEOUT_S = 60.0
+
 
 class BrokerProcess:
     """One `github-broker serve` process configured by environment variables."""
@@ -46,7 +50,7 @@ class BrokerProcess:
         self.single_process = single_process
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 20.0) -> BrokerProcess:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
         return self.launch().wait_started(timeout_s)
 
     def launch(self) -> BrokerProcess:
@@ -71,7 +75,7 @@ class BrokerProcess:
             )
         return self
 
-    def wait_started(self, timeout_s: float = 20.0) -> BrokerProcess:
+    def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
         """Wait until the launched process answers /health."""
         assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
@@ -126,7 +130,9 @@ class BrokerProcess:
                 self.kill()
 
 
-def start_all(brokers: list[BrokerProcess], timeout_s: float = 20.0) -> list[BrokerProcess]:
+def start_all(
+    brokers: list[BrokerProcess], timeout_s: float = START_TIMEOUT_S
+) -> list[BrokerProcess]:
     """Start several brokers side by side (their start-ups overlap); all answer on return. If
     one fails to start, every one is stopped before the error propagates."""
     try:
