@@ -34,14 +34,8 @@ def restore_logging() -> Iterator[None]:
 def test_idle_serve_polls_without_logging_a_line(redis_url: str, tmp_path: Path) -> None:
     with simulated(ONE_ISSUE) as sim:
         # A generous leader TTL: a loaded test machine must not make leadership flap (and log).
-        # The default drain interval (1 s), not the tests' 0.2 s: a drain pass slowed past its
-        # interval by a loaded machine is skipped, and APScheduler logs a warning for it.
         env = broker_env(
-            redis_url,
-            sim.base_url,
-            "acme/widgets",
-            GITHUB_BROKER_POLL__LEADER_TTL_S="30",
-            GITHUB_BROKER_POLL__OUTBOX_INTERVAL_S="1",
+            redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_POLL__LEADER_TTL_S="30"
         )
         broker = BrokerProcess(env, tmp_path, "b")
         broker.start()
