@@ -49,6 +49,9 @@ class BrokerProcess:
         #: a supervisor, an API worker and a poller (each spawned one imports the whole stack).
         self.single_process = single_process
         self.proc: subprocess.Popen[bytes] | None = None
+        #: Whether it answered once: a restart keeps its port, whatever happens.
+        self.started = False
+        self._log_from = 0
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
         return self.launch().wait_started(timeout_s)
@@ -56,6 +59,7 @@ class BrokerProcess:
     def launch(self) -> BrokerProcess:
         """Spawn the process without waiting for it to answer (see `start_all`)."""
         with self.log_path.open("ab") as log:
+            self._log_from = log.tell()
             self.proc = subprocess.Popen(
                 [
                     sys.executable,
@@ -81,15 +85,28 @@ class BrokerProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if not self.started and self._port_taken():
+                    # Taken between its pick and serve's bind (a client's outgoing connection
+                    # may take any free port): a first start moves to another.
+                    self.port = free_port()
+                    self.url = f"http://127.0.0.1:{self.port}"
+                    self.launch()
+                    continue
                 raise RuntimeError(f"broker exited early:\n{self.log_path.read_text()[-3000:]}")
             try:
                 if requests.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    self.started = True
                     return self
             except requests.ConnectionError:
                 pass
             time.sleep(0.1)
         self.kill()  # never leave a half-started broker behind to serve later tests
         raise RuntimeError(f"broker did not start:\n{self.log_path.read_text()[-3000:]}")
+
+    def _port_taken(self) -> bool:
+        with self.log_path.open("rb") as log:
+            log.seek(self._log_from)
+            return b"Address already in use" in log.read()
 
     def pids(self) -> set[int]:
         """serve's supervisor and every process under it (API workers, the poller)."""
