@@ -80,7 +80,16 @@ class BrokerProcess:
         return self
 
     def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
-        """Wait until the launched process answers /health."""
+        """Wait until the launched process answers /health. If it does not, it is killed:
+        a half-started broker left behind would take the poller's leadership in the next
+        test's Redis."""
+        try:
+            return self._wait_started(timeout_s)
+        except BaseException:
+            self.kill()
+            raise
+
+    def _wait_started(self, timeout_s: float) -> BrokerProcess:
         assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -97,10 +106,9 @@ class BrokerProcess:
                 if requests.get(f"{self.url}/health", timeout=1).status_code == 200:
                     self.started = True
                     return self
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or too busy starting to answer within a second
             time.sleep(0.1)
-        self.kill()  # never leave a half-started broker behind to serve later tests
         raise RuntimeError(f"broker did not start:\n{self.log_path.read_text()[-3000:]}")
 
     def _port_taken(self) -> bool:
