@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -37,6 +38,12 @@ def pytest_configure(config: pytest.Config) -> None:
 #: bound it long before (a broker answers within START_TIMEOUT_S).
 PORT_CLAIM_S = 120.0
 _claims: list[tuple[float, socket.socket]] = []
+
+
+@atexit.register
+def _release_claims() -> None:
+    for _, claim in _claims:
+        claim.close()
 
 
 def free_port() -> int:
