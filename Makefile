@@ -32,11 +32,18 @@ lint: install
 	$(BIN)/ruff check github_broker tests benchmarks
 	$(BIN)/mypy
 
+# Test processes (pytest-xdist), each with its own redis-server. Three on two cores: the
+# multi-process tests spend much of their time waiting on brokers, GitHub and timers.
+TEST_WORKERS ?= 3
+# worksteal: an idle worker takes queued tests from a busy one, so the long fault tests
+# do not leave the others idle at the end of the run.
+XDIST := -n $(TEST_WORKERS) --dist worksteal
+
 test: install install-redis install-chromium
-	$(BIN)/pytest
+	$(BIN)/pytest $(XDIST)
 
 test-fast: install install-redis
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest $(XDIST) -m "not slow"
 
 bench: install install-redis
 	$(BIN)/python -m benchmarks.run

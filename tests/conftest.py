@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -10,13 +11,16 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
 import redis.cluster
 
 from github_broker.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from tests.processes import LiveStack
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -25,12 +29,44 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "issues(p0, p1): how many P0 and P1 issues a test_concurrency simulator holds"
     )
+    config.addinivalue_line(
+        "markers", "live_stack(issues=1, env={}): the simulator and broker of the `stack` fixture"
+    )
+
+
+#: Seconds a port handed out by `free_port` stays claimed for this process: its server has
+#: bound it long before (a broker answers within START_TIMEOUT_S).
+PORT_CLAIM_S = 120.0
+_claims: list[tuple[float, socket.socket]] = []
+
+
+@atexit.register
+def _release_claims() -> None:
+    for _, claim in _claims:
+        claim.close()
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port, claimed for this process for PORT_CLAIM_S (an abstract unix
+    socket named after it, gone with the process): parallel test workers, and other test runs
+    on the machine, pick their ports between their pick and their server's bind as well, and
+    must never pick the same one."""
+    now = time.monotonic()
+    while _claims and now - _claims[0][0] > PORT_CLAIM_S:
+        _claims.pop(0)[1].close()
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            claim.bind(f"\0github-broker-test-port-{port}")
+        except OSError:  # another test process handed it out a moment ago
+            claim.close()
+            continue
+        _claims.append((now, claim))
+        return port
+    raise RuntimeError("no free port that no other test process claimed")
 
 
 def sync_client(url: str) -> Any:
@@ -66,11 +102,41 @@ def redis_url(redis_server: str) -> Iterator[str]:
     yield redis_server
 
 
+@pytest.fixture
+def stack(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Iterator[LiveStack]:
+    """The live stack every agent-side test file shares (test_aio_client, test_client,
+    test_presets, test_runner): a simulator and a broker process on this test's Redis, first
+    sync done (`tests.processes.LiveStack`). `@pytest.mark.live_stack(issues=N, env={...})`
+    sets how many P1 issues acme/widgets holds and the broker's extra environment."""
+    from tests.processes import live_stack  # tests.processes imports this module
+
+    marker = request.node.get_closest_marker("live_stack")
+    with live_stack(redis_url, tmp_path, **(marker.kwargs if marker else {})) as live:
+        yield live
+
+
 #: Masters of the test cluster; Redis needs at least three.
 CLUSTER_NODES = 3
 
 
+#: Starts of a redis-server on a fresh port when the port was taken before it could bind.
+START_ATTEMPTS = 3
+
+
 def _start_redis(exe: str, workdir: str, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    for _ in range(START_ATTEMPTS - 1):
+        started = _try_redis(exe, workdir, *extra)
+        if started is not None:
+            return started
+    started = _try_redis(exe, workdir, *extra)
+    if started is None:
+        pytest.fail("redis-server did not start")
+    return started
+
+
+def _try_redis(exe: str, workdir: str, *extra: str) -> tuple[subprocess.Popen[bytes], int] | None:
+    """A redis-server on a free port, or None if it exited at start (the port was taken
+    between its pick and the bind: a client's outgoing connection may take any free port)."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -94,17 +160,24 @@ def _start_redis(exe: str, workdir: str, *extra: str) -> tuple[subprocess.Popen[
     )
     client = redis.Redis(port=port)
     deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or proc.poll() is not None:
+    try:
+        while True:
+            try:
+                # Ours, not a server that held the port before: its pid is the one we started.
+                if client.info("server")["process_id"] == proc.pid:
+                    return proc, port
+            except redis.ConnectionError:
+                pass
+            if proc.poll() is not None:
+                proc.wait()
+                return None
+            if time.monotonic() > deadline:
                 proc.kill()
+                proc.wait()
                 pytest.fail(f"redis-server did not start on port {port}")
             time.sleep(0.05)
-    client.close()
-    return proc, port
+    finally:
+        client.close()
 
 
 def _redis_exe() -> str:

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,12 @@ import redis
 import requests
 
 from github_broker.keys import RepoKeys
-from github_broker.simulator import Simulator
+from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
+
+#: Seconds a broker may take to answer /health: a start-up is one to three seconds alone, but
+#: under parallel test workers on a loaded 2-core machine spawning serve's children has taken 13.
+START_TIMEOUT_S = 60.0
 
 
 class BrokerProcess:
@@ -30,6 +35,8 @@ class BrokerProcess:
         name: str,
         workers: int = 1,
         preexec_fn: Callable[[], None] | None = None,
+        *,
+        single_process: bool = False,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -38,14 +45,21 @@ class BrokerProcess:
         self.workers = workers
         #: Run in the child before serve starts (a lowered file limit, say).
         self.preexec_fn = preexec_fn
+        #: `serve --single-process`: the API with the poller inside it, one process instead of
+        #: a supervisor, an API worker and a poller (each spawned one imports the whole stack).
+        self.single_process = single_process
         self.proc: subprocess.Popen[bytes] | None = None
+        #: Whether it answered once: a restart keeps its port, whatever happens.
+        self.started = False
+        self._log_from = 0
 
-    def start(self, timeout_s: float = 20.0) -> BrokerProcess:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
         return self.launch().wait_started(timeout_s)
 
     def launch(self) -> BrokerProcess:
         """Spawn the process without waiting for it to answer (see `start_all`)."""
         with self.log_path.open("ab") as log:
+            self._log_from = log.tell()
             self.proc = subprocess.Popen(
                 [
                     sys.executable,
@@ -56,6 +70,7 @@ class BrokerProcess:
                     str(self.port),
                     "--workers",
                     str(self.workers),
+                    *(["--single-process"] if self.single_process else []),
                 ],
                 env=self.env,
                 stdout=log,
@@ -64,21 +79,42 @@ class BrokerProcess:
             )
         return self
 
-    def wait_started(self, timeout_s: float = 20.0) -> BrokerProcess:
-        """Wait until the launched process answers /health."""
+    def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
+        """Wait until the launched process answers /health. If it does not, it is killed:
+        a half-started broker left behind would take the poller's leadership in the next
+        test's Redis."""
+        try:
+            return self._wait_started(timeout_s)
+        except BaseException:
+            self.kill()
+            raise
+
+    def _wait_started(self, timeout_s: float) -> BrokerProcess:
         assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if not self.started and self._port_taken():
+                    # Taken between its pick and serve's bind (a client's outgoing connection
+                    # may take any free port): a first start moves to another.
+                    self.port = free_port()
+                    self.url = f"http://127.0.0.1:{self.port}"
+                    self.launch()
+                    continue
                 raise RuntimeError(f"broker exited early:\n{self.log_path.read_text()[-3000:]}")
             try:
                 if requests.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    self.started = True
                     return self
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or too busy starting to answer within a second
             time.sleep(0.1)
-        self.kill()  # never leave a half-started broker behind to serve later tests
         raise RuntimeError(f"broker did not start:\n{self.log_path.read_text()[-3000:]}")
+
+    def _port_taken(self) -> bool:
+        with self.log_path.open("rb") as log:
+            log.seek(self._log_from)
+            return b"Address already in use" in log.read()
 
     def pids(self) -> set[int]:
         """serve's supervisor and every process under it (API workers, the poller)."""
@@ -119,7 +155,9 @@ class BrokerProcess:
                 self.kill()
 
 
-def start_all(brokers: list[BrokerProcess], timeout_s: float = 20.0) -> list[BrokerProcess]:
+def start_all(
+    brokers: list[BrokerProcess], timeout_s: float = START_TIMEOUT_S
+) -> list[BrokerProcess]:
     """Start several brokers side by side (their start-ups overlap); all answer on return. If
     one fails to start, every one is stopped before the error propagates."""
     try:
@@ -166,12 +204,18 @@ def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 @contextmanager
 def live_broker(
-    sim: Simulator, redis_url: str, tmp_path: Path, issues: int, **extra: str
+    sim: Simulator,
+    redis_url: str,
+    tmp_path: Path,
+    issues: int,
+    *,
+    single_process: bool = False,
+    **extra: str,
 ) -> Iterator[BrokerProcess]:
     """`github-broker serve` on acme/widgets against `sim`, once its first sync has made the
     `issues` simulated issues claimable; stopped on exit. `extra`: more environment."""
     env = broker_env(redis_url, sim.base_url, "acme/widgets", **extra)
-    proc = BrokerProcess(env, tmp_path, "broker").start()
+    proc = BrokerProcess(env, tmp_path, "broker", single_process=single_process).start()
     try:
         client = redis.Redis.from_url(redis_url)
         try:
@@ -182,3 +226,36 @@ def live_broker(
         yield proc
     finally:
         proc.stop()
+
+
+@dataclass(frozen=True)
+class LiveStack:
+    """A simulator holding acme/widgets, and a broker process serving it over HTTP."""
+
+    sim: Simulator
+    broker: BrokerProcess
+
+
+@contextmanager
+def live_stack(
+    redis_url: str, tmp_path: Path, *, issues: int = 1, env: dict[str, str] | None = None
+) -> Iterator[LiveStack]:
+    """A simulator whose acme/widgets holds `issues` P1 issues (#1, #2, ...) and
+    `serve --single-process` on it, its first sync done: the stack of the tests whose subject
+    is the agent side (SDKs, runner, presets). They need a real broker over HTTP, not serve's
+    process layout (test_serve_processes, test_stalls and the other fault tests start that),
+    and one process starts in half the time and CPU of three."""
+    seed = {
+        "repositories": [
+            {
+                "owner": "acme",
+                "name": "widgets",
+                "issues": generate_issues(issues, priorities=("P1",)),
+            }
+        ]
+    }
+    with (
+        Simulator(seed) as sim,
+        live_broker(sim, redis_url, tmp_path, issues, single_process=True, **(env or {})) as proc,
+    ):
+        yield LiveStack(sim, proc)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,15 +19,15 @@ from github_broker.agent.client import (
     Unauthorized,
     Usage,
 )
-from github_broker.keys import RepoKeys
 from github_broker.models import Task
-from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
-from tests.processes import BrokerProcess, live_broker, wait_for
+from tests.processes import LiveStack, wait_for
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.live_stack(issues=2, env={"GITHUB_BROKER_LEASES__LEASE_TTL_S": "3"}),
+]
 
-KEYS = RepoKeys("gb", "acme", "widgets")
 TASK_JSON = {
     "issue_id": 7,
     "issue_url": "https://github.com/acme/widgets/issues/7",
@@ -144,28 +142,12 @@ async def test_an_unreachable_broker_raises_broker_unavailable_after_the_retries
 # --- against a real broker -------------------------------------------------------------------
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    seed = {
-        "repositories": [
-            {"owner": "acme", "name": "widgets", "issues": generate_issues(2, priorities=("P1",))}
-        ]
-    }
-    with Simulator(seed) as s:
-        yield s
-
-
-@pytest.fixture
-def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    with live_broker(sim, redis_url, tmp_path, 2, GITHUB_BROKER_LEASES__LEASE_TTL_S="3") as proc:
-        yield proc
-
-
 @pytest.mark.slow
 async def test_request_heartbeat_complete_and_a_lost_lease_against_serve(
-    sim: Simulator, broker: BrokerProcess
+    stack: LiveStack,
 ) -> None:
-    async with AsyncBrokerClient(broker.url, "agent-a") as client:
+    sim = stack.sim
+    async with AsyncBrokerClient(stack.broker.url, "agent-a") as client:
         first = await client.request_task(wait_seconds=5)
         assert first is not None
         await anyio.sleep(1.1)

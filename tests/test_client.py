@@ -10,11 +10,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from github_broker.agent.client import (
     MAX_NOTE_CHARS,
@@ -28,14 +26,16 @@ from github_broker.agent.client import (
     Usage,
 )
 from github_broker.api.schemas import MAX_NOTE_CHARS as BROKER_MAX_NOTE_CHARS
-from github_broker.keys import RepoKeys
 from github_broker.models import Task
-from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
-from tests.processes import BrokerProcess, broker_env
+from tests.processes import LiveStack
 
-KEYS = RepoKeys("gb", "acme", "widgets")
 TOKENS = {"agent-a": "tok-a", "agent-b": "tok-b", "agent-c": "tok-c"}
+#: The broker of the live tests knows each agent by its bearer token.
+pytestmark = pytest.mark.live_stack(
+    issues=2,
+    env={"GITHUB_BROKER_SERVER__AGENT_TOKENS": json.dumps({t: a for a, t in TOKENS.items()})},
+)
 
 TASK_JSON = {
     "issue_id": 7,
@@ -235,46 +235,12 @@ def test_unreachable_broker_raises_unavailable() -> None:
 
 
 @pytest.fixture
-def sim() -> Iterator[Simulator]:
-    seed = {
-        "repositories": [
-            {"owner": "acme", "name": "widgets", "issues": generate_issues(2, priorities=("P1",))}
-        ]
-    }
-    with Simulator(seed) as s:
-        yield s
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-@pytest.fixture
-def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    tokens = json.dumps({token: agent for agent, token in TOKENS.items()})
-    env = broker_env(
-        redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_SERVER__AGENT_TOKENS=tokens
-    )
-    proc = BrokerProcess(env, tmp_path, "broker").start()
-    client = redis.Redis.from_url(redis_url)
-    try:
-        wait_until(lambda: client.zcard(KEYS.ready) == 2, 30, "the first sync")
-    finally:
-        client.close()
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture
-def agent(broker: BrokerProcess) -> Iterator[Callable[..., BrokerClient]]:
+def agent(stack: LiveStack) -> Iterator[Callable[..., BrokerClient]]:
     clients: list[BrokerClient] = []
 
     def make(agent_id: str, **options: Any) -> BrokerClient:
         options = {"token": TOKENS.get(agent_id), "backoff_s": 0.1, **options}
-        client = BrokerClient(broker.url, agent_id, **options)
+        client = BrokerClient(stack.broker.url, agent_id, **options)
         clients.append(client)
         return client
 
@@ -339,7 +305,7 @@ def test_errors_from_the_broker_are_raised(agent: Callable[..., BrokerClient]) -
 
 @pytest.mark.slow
 def test_long_poll_survives_a_broker_killed_and_restarted_mid_call(
-    broker: BrokerProcess, agent: Callable[..., BrokerClient], caplog: pytest.LogCaptureFixture
+    stack: LiveStack, agent: Callable[..., BrokerClient], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="github_broker.agent.client")
     a, b = agent("agent-a"), agent("agent-b")
@@ -358,8 +324,8 @@ def test_long_poll_survives_a_broker_killed_and_restarted_mid_call(
     waiter = threading.Thread(target=wait_for_task)
     waiter.start()
     time.sleep(1.0)
-    broker.kill()
-    broker.start()  # same port: a crash and a restart
+    stack.broker.kill()
+    stack.broker.start()  # same port: a crash and a restart
     a.release(first)
     waiter.join(timeout=40)
     assert not errors

@@ -31,7 +31,7 @@ def restore_logging() -> Iterator[None]:
 
 
 @pytest.mark.slow
-def test_idle_serve_logs_less_than_a_line_a_minute(redis_url: str, tmp_path: Path) -> None:
+def test_idle_serve_polls_without_logging_a_line(redis_url: str, tmp_path: Path) -> None:
     with simulated(ONE_ISSUE) as sim:
         # A generous leader TTL: a loaded test machine must not make leadership flap (and log).
         env = broker_env(

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,9 @@ from github_broker.agent.client import BrokerClient
 from github_broker.agent.presets import MAX_PROMPT_ARG_BYTES, PRESETS
 from github_broker.agent.runner import Runner, RunnerConfig, RunnerError
 from github_broker.agent.workspace import Workspaces
-from github_broker.keys import RepoKeys
-from github_broker.simulator import Simulator, generate_issues
-from tests.processes import BrokerProcess, live_broker, wait_for
+from tests.processes import LiveStack, wait_for
 
-KEYS = RepoKeys("gb", "acme", "widgets")
+pytestmark = pytest.mark.live_stack(issues=1)
 
 STUB = """\
 #!{python}
@@ -117,29 +114,11 @@ def origin(tmp_path: Path) -> Path:
     return bare
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    seed = {
-        "repositories": [
-            {"owner": "acme", "name": "widgets", "issues": generate_issues(1, priorities=("P1",))}
-        ]
-    }
-    with Simulator(seed) as s:
-        yield s
-
-
-@pytest.fixture
-def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    with live_broker(sim, redis_url, tmp_path, 1) as proc:
-        yield proc
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_runs_the_cli_in_the_task_worktree_and_cleans_it_up(
     name: str,
-    sim: Simulator,
-    broker: BrokerProcess,
+    stack: LiveStack,
     origin: Path,
     stubs: Path,
     tmp_path: Path,
@@ -149,7 +128,7 @@ def test_preset_runs_the_cli_in_the_task_worktree_and_cleans_it_up(
         command=["--verbose"], preset=PRESETS[name], workspaces=spaces, once=True, wait_s=5
     )
     config.check()
-    with BrokerClient(broker.url, "agent-a") as client:
+    with BrokerClient(stack.broker.url, "agent-a") as client:
         assert Runner(client, config).run() == 0
 
     seen: dict[str, Any] = json.loads(stubs.read_text())
@@ -162,32 +141,32 @@ def test_preset_runs_the_cli_in_the_task_worktree_and_cleans_it_up(
     assert seen["branch"] == "feature/issue-1"
     assert seen["stdin"] == ""  # the prompt is in argv: piped again, the CLI would read it twice
     assert not worktree.exists()
-    labels = lambda: set(sim.state.issue_labels("acme", "widgets", 1))  # noqa: E731
+    labels = lambda: set(stack.sim.state.issue_labels("acme", "widgets", 1))  # noqa: E731
     wait_for(lambda: "needs-review" in labels(), 15, "needs-review on the simulator")
 
 
 @pytest.mark.slow
 def test_a_failed_clone_releases_the_task_and_stops_the_runner(
-    broker: BrokerProcess, stubs: Path, tmp_path: Path
+    stack: LiveStack, stubs: Path, tmp_path: Path
 ) -> None:
     spaces = Workspaces(tmp_path / "ws", clone_url=f"{tmp_path}/nowhere/{{name}}.git")
     config = RunnerConfig(command=[], preset=PRESETS["claude"], workspaces=spaces, once=True)
     with (
-        BrokerClient(broker.url, "agent-a") as client,
+        BrokerClient(stack.broker.url, "agent-a") as client,
         pytest.raises(RunnerError, match="git clone"),
     ):
         Runner(client, config).run()
     assert not stubs.exists()  # the CLI never started
-    with BrokerClient(broker.url, "agent-b") as other:
+    with BrokerClient(stack.broker.url, "agent-b") as other:
         task = other.request_task(wait_seconds=5)
         assert task is not None and task.issue_id == 1
 
 
 @pytest.mark.slow
 def test_agent_command_line_wires_preset_workspace_and_extra_words(
-    broker: BrokerProcess, origin: Path, stubs: Path, tmp_path: Path
+    stack: LiveStack, origin: Path, stubs: Path, tmp_path: Path
 ) -> None:
-    command = [sys.executable, "-m", "github_broker", "agent", "--broker-url", broker.url]
+    command = [sys.executable, "-m", "github_broker", "agent", "--broker-url", stack.broker.url]
     command += ["--agent-id", "agent-a", "--once", "--wait", "5", "--preset", "aider"]
     command += ["--workspace", str(tmp_path / "ws")]
     command += ["--clone-url", f"{origin.parent.parent}/{{owner}}/{{name}}.git", "--"]

@@ -114,7 +114,7 @@ async def test_in_progress_removed_by_hand_revokes_the_lease(world: World, sim: 
 
 
 @pytest.mark.slow
-def test_killed_leader_is_replaced_within_one_interval(
+def test_killed_leader_is_replaced_once_its_lease_runs_out_and_the_successor_syncs(
     sim: Simulator, redis_url: str, tmp_path: Path
 ) -> None:
     env = broker_env(redis_url, sim.base_url, REPO)
@@ -134,7 +134,7 @@ def test_killed_leader_is_replaced_within_one_interval(
             current = client.get("gb:leader")
             if current is not None and current.decode() != leader:
                 break
-            # leader TTL 3 s + renewal every 1 s: well within one poll interval of slack
+            # leader TTL 3 s + renewal every 1 s, and slack for a loaded machine
             assert time.monotonic() - killed_at < 8, "no new leader"
             time.sleep(0.1)
         created = sim.state.create_issue(

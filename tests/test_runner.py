@@ -20,14 +20,13 @@ from github_broker.agent.client import BrokerClient, BrokerUnavailable
 from github_broker.agent.runner import Runner, RunnerConfig, RunnerError
 from github_broker.agent.runner.cli import command_from_argv
 from github_broker.agent.runner.task_files import MAX_ENV_JSON_BYTES, task_env
-from github_broker.keys import RepoKeys
 from github_broker.models import Task
-from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
-from tests.processes import BrokerProcess, live_broker
+from tests.processes import LiveStack
 from tests.processes import wait_for as wait_until
 
-KEYS = RepoKeys("gb", "acme", "widgets")
+# A 3 s lease: heartbeats every second, so a revocation shows within a second or two.
+pytestmark = pytest.mark.live_stack(issues=1, env={"GITHUB_BROKER_LEASES__LEASE_TTL_S": "3"})
 
 #: The agent command of these tests: records what it was given, then acts out its first argument.
 AGENT_SCRIPT = """\
@@ -164,24 +163,6 @@ def test_unreachable_broker_is_retried_until_stopped(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def sim() -> Iterator[Simulator]:
-    seed = {
-        "repositories": [
-            {"owner": "acme", "name": "widgets", "issues": generate_issues(1, priorities=("P1",))}
-        ]
-    }
-    with Simulator(seed) as s:
-        yield s
-
-
-@pytest.fixture
-def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    # A 3 s lease: heartbeats every second, so a revocation shows within a second or two.
-    with live_broker(sim, redis_url, tmp_path, 1, GITHUB_BROKER_LEASES__LEASE_TTL_S="3") as proc:
-        yield proc
-
-
-@pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     path = tmp_path / "work"
     path.mkdir()
@@ -190,11 +171,11 @@ def workdir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def run_agent(broker: BrokerProcess, workdir: Path) -> Iterator[Callable[..., int]]:
+def run_agent(stack: LiveStack, workdir: Path) -> Iterator[Callable[..., int]]:
     clients: list[BrokerClient] = []
 
     def run(mode: str, **config: Any) -> int:
-        client = BrokerClient(broker.url, "agent-a", backoff_s=0.1)
+        client = BrokerClient(stack.broker.url, "agent-a", backoff_s=0.1)
         clients.append(client)
         options = {"workdir": workdir, "once": True, "wait_s": 5, **config}
         command = [sys.executable, str(workdir / "agent.py"), mode]
@@ -205,8 +186,8 @@ def run_agent(broker: BrokerProcess, workdir: Path) -> Iterator[Callable[..., in
         client.close()
 
 
-def labels(sim: Simulator) -> set[str]:
-    return set(sim.state.issue_labels("acme", "widgets", 1))
+def labels(stack: LiveStack) -> set[str]:
+    return set(stack.sim.state.issue_labels("acme", "widgets", 1))
 
 
 def seen(workdir: Path) -> dict[str, Any]:
@@ -214,8 +195,8 @@ def seen(workdir: Path) -> dict[str, Any]:
     return data
 
 
-def assert_back_in_pool(broker: BrokerProcess) -> None:
-    with BrokerClient(broker.url, "agent-b") as other:
+def assert_back_in_pool(stack: LiveStack) -> None:
+    with BrokerClient(stack.broker.url, "agent-b") as other:
         task = other.request_task(wait_seconds=5)
         assert task is not None and task.issue_id == 1
         other.release(task)
@@ -223,7 +204,7 @@ def assert_back_in_pool(broker: BrokerProcess) -> None:
 
 @pytest.mark.slow
 def test_success_completes_and_the_issue_gets_needs_review(
-    sim: Simulator, workdir: Path, run_agent: Callable[..., int]
+    stack: LiveStack, workdir: Path, run_agent: Callable[..., int]
 ) -> None:
     assert run_agent("ok") == 0
 
@@ -243,7 +224,7 @@ def test_success_completes_and_the_issue_gets_needs_review(
     assert Path(record["cwd"]) == workdir
     # The write queue applies one label at a time: wait for the whole change.
     wait_until(
-        lambda: "needs-review" in labels(sim) and not labels(sim) & {"in-progress", "agent-a"},
+        lambda: "needs-review" in labels(stack) and not labels(stack) & {"in-progress", "agent-a"},
         15,
         "needs-review without in-progress on the simulator",
     )
@@ -251,22 +232,22 @@ def test_success_completes_and_the_issue_gets_needs_review(
 
 @pytest.mark.slow
 def test_failed_command_releases_the_task_back_to_the_pool(
-    sim: Simulator, broker: BrokerProcess, run_agent: Callable[..., int]
+    stack: LiveStack, run_agent: Callable[..., int]
 ) -> None:
     assert run_agent("fail") == 1
-    assert_back_in_pool(broker)
-    wait_until(lambda: not labels(sim) & {"agent-a", "needs-review"}, 15, "labels removed")
+    assert_back_in_pool(stack)
+    wait_until(lambda: not labels(stack) & {"agent-a", "needs-review"}, 15, "labels removed")
 
 
 @pytest.mark.slow
 def test_time_limit_kills_a_command_that_ignores_sigterm_and_releases(
-    broker: BrokerProcess, workdir: Path, run_agent: Callable[..., int]
+    stack: LiveStack, workdir: Path, run_agent: Callable[..., int]
 ) -> None:
     started = time.monotonic()
     assert run_agent("stubborn", timeout_s=1.0, kill_grace_s=0.5) == 1
     assert time.monotonic() - started < 10
     assert process_gone(seen(workdir)["pid"])
-    assert_back_in_pool(broker)
+    assert_back_in_pool(stack)
 
 
 #: A script that traps SIGTERM, started by a shell that does not (the shell dies at once).
@@ -280,12 +261,12 @@ while true; do sleep 0.1; done
 
 @pytest.mark.slow
 def test_time_limit_ends_the_whole_process_group_before_releasing(
-    broker: BrokerProcess, workdir: Path
+    stack: LiveStack, workdir: Path
 ) -> None:
     script = workdir / "agent.sh"
     script.write_text(TRAPPER)
     script.chmod(0o755)
-    client = BrokerClient(broker.url, "agent-a", backoff_s=0.1)
+    client = BrokerClient(stack.broker.url, "agent-a", backoff_s=0.1)
     config = RunnerConfig(
         command="./agent.sh; echo finished",
         workdir=workdir,
@@ -300,12 +281,12 @@ def test_time_limit_ends_the_whole_process_group_before_releasing(
         assert process_gone(int((workdir / "trapper.pid").read_text()))
     finally:
         client.close()
-    assert_back_in_pool(broker)
+    assert_back_in_pool(stack)
 
 
 @pytest.mark.slow
 def test_revoked_lease_stops_the_command(
-    sim: Simulator,
+    stack: LiveStack,
     workdir: Path,
     run_agent: Callable[..., int],
     caplog: pytest.LogCaptureFixture,
@@ -315,7 +296,7 @@ def test_revoked_lease_stops_the_command(
     worker = threading.Thread(target=lambda: result.append(run_agent("sleep")))
     worker.start()
     wait_until(lambda: (workdir / "seen.json").exists(), 15, "the command to start")
-    sim.state.update_issue("acme", "widgets", 1, state="closed")
+    stack.sim.state.update_issue("acme", "widgets", 1, state="closed")
     worker.join(timeout=30)
     assert result == [1]
     assert process_gone(seen(workdir)["pid"])
@@ -326,11 +307,11 @@ def test_revoked_lease_stops_the_command(
 
 @pytest.mark.slow
 def test_sigterm_stops_the_command_and_releases_the_lease(
-    sim: Simulator, broker: BrokerProcess, workdir: Path, tmp_path: Path
+    stack: LiveStack, workdir: Path, tmp_path: Path
 ) -> None:
     command = agent_cli(
         "--broker-url",
-        broker.url,
+        stack.broker.url,
         "--agent-id",
         "agent-a",
         "--wait",
@@ -346,7 +327,7 @@ def test_sigterm_stops_the_command_and_releases_the_lease(
         runner = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: (workdir / "seen.json").exists(), 20, "the command to start")
-        wait_until(lambda: "agent-a" in labels(sim), 15, "the claim labels on the simulator")
+        wait_until(lambda: "agent-a" in labels(stack), 15, "the claim labels on the simulator")
         runner.send_signal(signal.SIGTERM)
         assert runner.wait(timeout=20) == 128 + signal.SIGTERM
     finally:
@@ -354,6 +335,6 @@ def test_sigterm_stops_the_command_and_releases_the_lease(
             runner.kill()
             runner.wait()
     assert process_gone(seen(workdir)["pid"])
-    wait_until(lambda: not labels(sim) & {"in-progress", "agent-a"}, 15, "labels removed")
+    wait_until(lambda: not labels(stack) & {"in-progress", "agent-a"}, 15, "labels removed")
     assert "Traceback" not in (tmp_path / "runner.log").read_text()
-    assert_back_in_pool(broker)
+    assert_back_in_pool(stack)

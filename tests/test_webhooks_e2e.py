@@ -88,7 +88,7 @@ def test_label_becomes_claimable_within_a_second_and_mis_signed_changes_nothing(
         time.sleep(0.02)
     latency = time.monotonic() - started
     assert answer.status_code == 200 and answer.json()["issue_id"] == 2
-    assert latency < 5.0  # typically ~0.05 s; generous for a loaded machine
+    assert latency < 1.0, latency  # typically ~0.05 s
     assert issue_lists(sim) == lists  # no poll pass, no listing
     statuses = [d["status"] for d in sim.webhooks.describe()["deliveries"]]
     assert statuses[-1] == 202
