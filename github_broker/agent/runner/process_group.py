@@ -17,6 +17,8 @@ logger = logging.getLogger(__name__)
 
 #: How often (seconds) the end of a command's process group is checked.
 GROUP_POLL_S = 0.05
+#: Seconds the rest of a group is waited for after SIGKILL (the kernel delivers it to each).
+KILLED_WAIT_S = 2.0
 
 
 class ProcessGroup:
@@ -98,7 +100,13 @@ class ProcessGroup:
             grace_s,
         )
         self.signal(signal.SIGKILL)
-        return self.proc.wait()
+        code = self.proc.wait()
+        # SIGKILL is delivered to the rest of the group asynchronously: the leader's exit does
+        # not mean its children are gone yet. Wait for them, a bounded time.
+        deadline = time.monotonic() + KILLED_WAIT_S
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(GROUP_POLL_S)
+        return code
 
 
 def group_alive(pgid: int) -> bool:
