@@ -191,3 +191,33 @@ async def test_an_agent_with_100_cooled_down_tasks_at_the_head_still_gets_claima
         assert isinstance(got, Claimed) and got.issue.number == 101
     finally:
         await store.close()
+
+
+async def test_an_agent_failing_every_task_at_once_stops_ping_ponging_between_two_issues(
+    lua_redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """Failures reported inside the settle grace are free a couple of times in a row (a retry,
+    a concurrent request), then count: the agent cools down on what it failed (and its streak
+    grows toward the circuit breaker) instead of bouncing between two issues for ever."""
+    settings = make_settings(
+        redis={"url": lua_redis_url},
+        leases={"settle_grace_s": 30},
+        failures={"cooldown_s": 60, "max_failures": 3, "instant_failures_allowed": 2},
+    )
+    store = Store.from_settings(settings)
+    try:
+        rstore = await load(store, 1, 2)
+        seen = []
+        for _ in range(12):
+            got = await claim(rstore, "flaky", previous="failed")
+            if isinstance(got, NoTask):
+                seen.append(got.reason)
+                break
+            seen.append(got.issue.number)
+        # Two free instant failures, then two counted ones cool both issues down for it.
+        assert seen == [1, 2, 1, 2, "empty"], seen
+        assert int(await rstore.client.hget(rstore.keys.agent_streaks, "flaky")) == 2
+        other = await claim(rstore, "healthy")
+        assert isinstance(other, Claimed)  # the issues are not charged for its failures
+    finally:
+        await store.close()
