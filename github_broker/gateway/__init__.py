@@ -1,0 +1,16 @@
+"""The GitHub gateway: every call to GitHub goes through here (PyGithub's requester).
+
+Blocking by nature (PyGithub is synchronous): async callers run these methods in a worker
+thread (`asyncio.to_thread`), never on the event loop. `transport.py` makes the requests
+(quota, pacing, conditional cache, errors), `reads.py` and `writes.py` the endpoints.
+"""
+
+from github_broker.gateway.reads import Page, Reads
+from github_broker.gateway.transport import Transport, counting_calls, network_problem
+from github_broker.gateway.writes import Writes
+
+__all__ = ["GitHubGateway", "Page", "Transport", "counting_calls", "network_problem"]
+
+
+class GitHubGateway(Reads, Writes):
+    """Thin, typed access to the REST endpoints the broker uses."""
