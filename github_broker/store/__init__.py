@@ -1,6 +1,8 @@
 """The one package that talks to Redis: connections, Lua scripts, typed reads and writes.
 
-`Store` (shared.py) holds every repository's `RepoStore` (repo.py) and the keys they share.
+`Store` (shared.py) holds every repository's `RepoStore` (repo.py) and the keys they share;
+what it keeps per agent (the agent mutex, where an agent may hold a task, paused agents) is
+in agents.py.
 A `RepoStore` is made of one class per concern, as rq splits its registries: the issue
 mirror (mirror.py), claims and leases (leases.py), review and fix tasks (reviews.py), the
 GitHub write queue (write_queue.py), webhook deliveries (webhooks.py) and the timeline

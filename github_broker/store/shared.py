@@ -1,13 +1,11 @@
 """The deployment-wide store: every repository's store plus the keys they share (leader,
-agent mutex, quota, global timeline, ready events)."""
+quota, global timeline, broker pause, audit, ready events; per agent: agents.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import secrets
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,8 +16,9 @@ from github_broker.background import stop_task
 from github_broker.clock import now_ms
 from github_broker.errors import ConfigError, StoreUnavailable
 from github_broker.keys import GlobalKeys, RepoKeys
-from github_broker.models import AgentPause, AuditEntry, ControlOutcome, Event, Quota
+from github_broker.models import AuditEntry, Event, Quota
 from github_broker.settings import Settings
+from github_broker.store.agents import AgentState
 from github_broker.store.connection import (
     as_text,
     awaited,
@@ -30,7 +29,6 @@ from github_broker.store.connection import (
     translate_errors,
 )
 from github_broker.store.control import audit_entries, xadd_audit
-from github_broker.store.leases import pause_of
 from github_broker.store.logins import DashboardLogins
 from github_broker.store.repo import RepoStore
 from github_broker.store.resp import close_pipelined, pipelined_for
@@ -39,25 +37,6 @@ from github_broker.store.timeline import events_of, xadd_event
 
 logger = logging.getLogger(__name__)
 
-#: An agent's mutex across repositories is held for one call bound (`redis.socket_timeout_s`)
-#: per Redis call the request may make under it, plus this many as margin (Store.agent_mutex).
-AGENT_MUTEX_MARGIN_CALLS = 1
-#: Redis calls, one after another, of a repeated request id's check across repositories
-#: (`ClaimWalk._replayed_elsewhere`): who knows the id, their answers, then GET and EXISTS.
-AGENT_MUTEX_REPLAY_CALLS = 4
-#: Seconds a release that got no answer (or an acquire that got none) is retried afterwards.
-AGENT_MUTEX_RETRY_S = 60.0
-#: Pause between those retries (s).
-AGENT_MUTEX_RETRY_PAUSE_S = 0.1
-#: The background retries in flight (a strong reference, so none is garbage-collected).
-_MUTEX_RETRIES: set[asyncio.Task[None]] = set()
-
-
-_RELEASE_MUTEX = (
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-)
-
-
 #: Audit entries appended to the audit file per stream and pass.
 AUDIT_EXPORT_BATCH = 1000
 
@@ -65,8 +44,9 @@ AUDIT_EXPORT_BATCH = 1000
 PING_TIMEOUT_S = 0.8
 
 
-class Store:
-    """All repositories' stores plus the deployment-wide keys."""
+class Store(AgentState):
+    """All repositories' stores plus the deployment-wide keys; what it keeps per agent
+    (the agent mutex, where an agent may hold a task, paused agents) is in agents.py."""
 
     def __init__(self, client: Any, settings: Settings) -> None:
         self.client = client
@@ -190,77 +170,6 @@ class Store:
         )
         return int(res)
 
-    @asynccontextmanager
-    async def agent_mutex(self, agent_id: str, *, repos: int | None = None) -> AsyncIterator[None]:
-        """One request of `agent_id` at a time (deployments with several repositories, whose
-        claims are one script per repository and so not atomic across them).
-
-        The hold is proportional to the work: a request may check a repeated request id
-        (AGENT_MUTEX_REPLAY_CALLS), reads where the agent may hold a task, runs one settling
-        round (one script per such repository, concurrently), notes where it will claim and,
-        per repository it claims in (`repos` at most), a default-branch lookup and a claim,
-        each bounded by `call_timeout_s`; so the key lives that many call bounds plus a margin, and
-        another request of the agent waits at most as long. A SET or release that got no answer
-        (Redis stalled or unreachable) may still be run by Redis later, leaving a mutex nobody
-        would release: its compare-and-delete is retried in the background until
-        Redis deletes the token, or answers twice in a row (the second sent after the first
-        reply, so after anything Redis had queued) that the key no longer holds it."""
-        key, token = self.global_keys.agent_busy(agent_id), secrets.token_hex(8)
-        touched = len(self.repos) if repos is None else min(repos, len(self.repos))
-        calls = AGENT_MUTEX_REPLAY_CALLS + 2 + 2 * touched + AGENT_MUTEX_MARGIN_CALLS
-        hold_s = self.call_timeout_s * calls
-
-        async def release() -> bool:
-            async with asyncio.timeout(self.call_timeout_s):
-                return bool(await self.client.eval(_RELEASE_MUTEX, 1, key, token))
-
-        async def retry_release() -> None:
-            give_up, answered = time.monotonic() + AGENT_MUTEX_RETRY_S, False
-            while time.monotonic() < give_up:
-                try:
-                    if await release() or answered:
-                        return
-                    answered = True
-                    continue
-                except (redis.exceptions.RedisError, OSError, TimeoutError):
-                    answered = False
-                await asyncio.sleep(AGENT_MUTEX_RETRY_PAUSE_S)
-
-        def release_later() -> None:
-            retry = asyncio.get_running_loop().create_task(retry_release())
-            _MUTEX_RETRIES.add(retry)
-            retry.add_done_callback(_MUTEX_RETRIES.discard)
-
-        deadline = time.monotonic() + hold_s
-        try:
-            while True:
-                async with asyncio.timeout(self.call_timeout_s):
-                    taken = await self.client.set(key, token, nx=True, px=int(hold_s * 1000))
-                if taken:
-                    break
-                if time.monotonic() > deadline:
-                    raise StoreUnavailable(f"agent {agent_id} has another request in progress")
-                await asyncio.sleep(0.02)
-        except TimeoutError as e:
-            release_later()
-            raise StoreUnavailable(f"Redis did not answer within {self.call_timeout_s:g}s") from e
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
-            release_later()
-            raise StoreUnavailable(redis_problem(e)) from e
-        except asyncio.CancelledError:
-            release_later()
-            raise
-        try:
-            yield
-        finally:
-            try:
-                await release()
-            except (redis.exceptions.RedisError, OSError, TimeoutError):
-                release_later()
-            except asyncio.CancelledError:
-                release_later()
-                raise
-
     @translate_errors
     async def leader_id(self) -> str | None:
         raw = await awaited(self.client.get(self.global_keys.leader))
@@ -293,55 +202,6 @@ class Store:
         return sorted(events, key=lambda e: e.at_ms, reverse=True)[:count]
 
     # --- steering across repositories (each repository keeps a copy the claim reads) -------
-
-    @translate_errors
-    async def pause_agent(
-        self, agent_id: str, actor: str, reason: str, *, stop: bool = False
-    ) -> dict[str, ControlOutcome]:
-        """Pause `agent_id` everywhere (stop: and revoke its lease); returns what happened in
-        each repository where something did."""
-        kind = "stop" if stop else "pause"
-        record = json.dumps({"kind": kind, "by": actor, "reason": reason, "at_ms": now_ms()})
-        await self.client.hset(self.global_keys.agents, agent_id, record)
-        action = "stop_agent" if stop else "pause_agent"
-        results = await asyncio.gather(
-            *(r.control(action, actor, agent_id, reason) for r in self.repos.values())
-        )
-        return {name: out for name, out in zip(self.repos, results, strict=True)}
-
-    @translate_errors
-    async def resume_agent(self, agent_id: str, actor: str) -> bool:
-        """Resume `agent_id` everywhere (its streaks start again); False if it was not paused."""
-        was = bool(await self.client.hdel(self.global_keys.agents, agent_id))
-        await asyncio.gather(
-            *(r.control("resume_agent", actor, agent_id) for r in self.repos.values())
-        )
-        return was
-
-    @translate_errors
-    async def spread_trips(self, repository: str, agents: list[str]) -> list[str]:
-        """The circuit breaker paused these agents in `repository`: pause them in every
-        other one too (a maintainer's pause already there is kept). Returns those it newly
-        recorded for the deployment."""
-        source = self.repos[repository]
-        newly = []
-        for agent in agents:
-            raw = await awaited(self.client.hget(source.keys.paused_agents, agent))
-            if raw is None:
-                continue  # resumed meanwhile
-            if await self.client.hsetnx(self.global_keys.agents, agent, raw):
-                newly.append(agent)
-            async with self.client.pipeline(transaction=False) as pipe:
-                for rstore in self.repos.values():
-                    pipe.hsetnx(rstore.keys.paused_agents, agent, raw)
-                await pipe.execute()
-        return newly
-
-    @translate_errors
-    async def paused_agents(self) -> dict[str, AgentPause]:
-        """Every paused agent of the deployment, with who paused it and why."""
-        raw = await awaited(self.client.hgetall(self.global_keys.agents))
-        return {as_text(k): pause_of(json.loads(v)) for k, v in raw.items()}
 
     @translate_errors
     async def pause_broker(self, actor: str, reason: str, *, resume: bool = False) -> None:
@@ -431,29 +291,6 @@ class Store:
                 pipe.get(rstore.keys.idx)
             raw = await pipe.execute()
         return {name: as_text(v) for name, v in zip(self.repos, raw, strict=True) if v}
-
-    @translate_errors
-    async def agent_repos(self, agent_id: str, keep_ms: int) -> list[str]:
-        """The repositories where `agent_id` may hold a task or a remembered request id:
-        those it claimed in within `keep_ms` (older entries are dropped here)."""
-        key = self.global_keys.agent_repos(agent_id)
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.zremrangebyscore(key, "-inf", now_ms() - keep_ms)
-            pipe.zrange(key, 0, -1)
-            _, names = await pipe.execute()
-        return [n for n in (as_text(x) for x in names) if n in self.repos]
-
-    @translate_errors
-    async def note_agent_repos(self, agent_id: str, names: list[str], keep_ms: int) -> None:
-        """Before claiming in `names`: the agent may hold a task there from now on."""
-        if not names:
-            return
-        key = self.global_keys.agent_repos(agent_id)
-        stamp = now_ms()
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.zadd(key, {n: stamp for n in names})
-            pipe.pexpire(key, keep_ms)
-            await pipe.execute()
 
     @translate_errors
     async def record_webhook_refused(self, reason: str, count: int = 1) -> None:
