@@ -1,4 +1,5 @@
-"""Review timers, review tasks, fix tasks from new feedback, and review-done on old PRs."""
+"""Review tasks, fix tasks from new feedback, and review-done on old PRs (their timers:
+review_timers.py)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,15 @@ from typing import Any
 
 from github_broker.clock import ms_from_iso
 from github_broker.commands.grammar import has_command
-from github_broker.errors import BrokerError, Conflict, InvalidRequest, NotFound
+from github_broker.errors import Conflict, InvalidRequest, NotFound
 from github_broker.gateway import GitHubGateway
 from github_broker.models import Issue, ReviewComment, TaskType
+from github_broker.review_timers import ReviewTimers
 from github_broker.rules import Rules, task_score
 from github_broker.settings import Repository, Settings
 from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
-
-#: Seconds after a due time its timer fires (the due time itself is still "not yet").
-TIMER_SLACK_S = 0.05
 
 #: "Closes #12" and GitHub's other closing keywords link a PR to an issue.
 CLOSING_RE = re.compile(
@@ -84,11 +83,9 @@ class ReviewKeeper:
         self.rules = Rules(settings)
         #: Indexes an issue again from its cache (Syncer.reindex): a task back in the pool.
         self.reindex = reindex
-        #: (repository, issue) -> (due ms, the timer that runs its upkeep then).
-        self._timers: dict[tuple[str, int], tuple[int, asyncio.TimerHandle]] = {}
-        self._firing: set[asyncio.Task[None]] = set()
         #: Whether this process leads (set by the daemon): timers fire only in the leader.
         self.leading: Callable[[], bool] = lambda: True
+        self.timers = ReviewTimers(self._upkeep_when_due, lambda: self.leading())
 
     async def run(
         self, repo: Repository, pulls: list[dict[str, Any]] | None = None
@@ -147,40 +144,13 @@ class ReviewKeeper:
 
     def arm(self, repo: Repository, report: ReviewReport) -> None:
         """Run the upkeep of each issue of `report.next_due` when it becomes due."""
-        loop = asyncio.get_running_loop()
-        for n, due_ms in report.next_due.items():
-            key = (repo.full_name, n)
-            armed = self._timers.get(key)
-            if armed is not None and armed[0] == due_ms:
-                continue
-            if armed is not None:
-                armed[1].cancel()
-            delay_s = max(0.0, due_ms / 1000 - time.time()) + TIMER_SLACK_S
-            self._timers[key] = (due_ms, loop.call_later(delay_s, self._fire, repo, n))
-
-    def _fire(self, repo: Repository, n: int) -> None:
-        self._timers.pop((repo.full_name, n), None)
-        task = asyncio.get_running_loop().create_task(self._due(repo, n))
-        self._firing.add(task)
-        task.add_done_callback(self._firing.discard)
-
-    async def _due(self, repo: Repository, n: int) -> None:
-        if not self.leading():
-            return
-        try:
-            report = await self.run_issues(repo, [n])
-        except BrokerError as e:
-            # The next pass (or delivery) does it; the mirror is not at risk.
-            logger.warning("review upkeep of %s#%d when due failed: %s", repo.full_name, n, e)
-            return
-        self.arm(repo, report)
+        self.timers.arm(repo, report.next_due)
 
     def stop(self) -> None:
-        for _, handle in self._timers.values():
-            handle.cancel()
-        self._timers.clear()
-        for task in self._firing:
-            task.cancel()
+        self.timers.stop()
+
+    async def _upkeep_when_due(self, repo: Repository, n: int) -> dict[int, int]:
+        return (await self.run_issues(repo, [n])).next_due
 
     async def run_issues(self, repo: Repository, numbers: list[int]) -> ReviewReport:
         """The upkeep of these issues alone (a review or a fix that has just become due):
