@@ -78,114 +78,169 @@ def status_text(o: Overview, rows: int = ROWS_SHOWN) -> str:
 
 
 def _repo_status(r: RepoOverview, now: int, rows: int) -> list[str]:
-    bucket = "none" if r.bucket is None else f"P{r.bucket}"
+    out = []
+    for section in (
+        _headline,
+        _blockers,
+        _pause,
+        _leases,
+        _waiting,
+        _queue,
+        _reviews,
+        _skipped,
+        _writes,
+        _streaks,
+    ):
+        out += section(r, now, rows)
+    return out
+
+
+def _bucket(r: RepoOverview) -> str:
+    return "none" if r.bucket is None else f"P{r.bucket}"
+
+
+def _headline(r: RepoOverview, now: int, rows: int) -> list[str]:
     mode = "strict" if r.strict else "best effort"
-    out = [
-        f"{r.repository}   bucket {bucket} ({mode})   last sync {age(r.last_sync_ms, now)}   "
+    return [
+        f"{r.repository}   bucket {_bucket(r)} ({mode})   last sync {age(r.last_sync_ms, now)}   "
         f"last full sync {age(r.last_full_sync_ms, now)}",
     ]
-    if r.blockers:
-        out.append(f"Bucket {bucket} pinned by {len(r.blockers)} issue(s):")
-        out += table(
-            ["ISSUE", "TITLE", "STATE"],
-            [[f"#{b.issue.number}", _title(b.issue), b.state] for b in r.blockers[:rows]],
-        )
-        out += _more(min(rows, len(r.blockers)), len(r.blockers), "issues")
-    if r.paused:
-        out.append(f"PAUSED by {r.paused.get('by')}: nothing new is handed out here")
-    out.append(f"Leases: {len(r.leases)}")
-    if r.leases:
-        out += table(
-            ["ISSUE", "TITLE", "TASK", "AGENT", "STATE", "AGE", "PROGRESS", "EXPIRES"],
+
+
+def _blockers(r: RepoOverview, now: int, rows: int) -> list[str]:
+    if not r.blockers:
+        return []
+    out = [f"Bucket {_bucket(r)} pinned by {len(r.blockers)} issue(s):"]
+    out += table(
+        ["ISSUE", "TITLE", "STATE"],
+        [[f"#{b.issue.number}", _title(b.issue), b.state] for b in r.blockers[:rows]],
+    )
+    return out + _more(min(rows, len(r.blockers)), len(r.blockers), "issues")
+
+
+def _pause(r: RepoOverview, now: int, rows: int) -> list[str]:
+    if not r.paused:
+        return []
+    return [f"PAUSED by {r.paused.get('by')}: nothing new is handed out here"]
+
+
+def _leases(r: RepoOverview, now: int, rows: int) -> list[str]:
+    out = [f"Leases: {len(r.leases)}"]
+    if not r.leases:
+        return out
+    out += table(
+        ["ISSUE", "TITLE", "TASK", "AGENT", "STATE", "AGE", "PROGRESS", "EXPIRES"],
+        [
             [
-                [
-                    f"#{lease.issue.number}",
-                    _title(lease.issue),
-                    lease.task_type,
-                    lease.agent,
-                    lease.state,
-                    age(lease.claimed_ms, now),
-                    f"{lease.progress} ({age(lease.progress_ms, now)})"
-                    if lease.progress_ms
-                    else f"none yet, {lease.heartbeats} heartbeats",
-                    age(lease.expires_ms, now),
-                ]
-                for lease in r.leases
-            ],
-        )
-        for lease in r.leases:
-            if lease.stalled:
-                out.append(f"  #{lease.issue.number} stalled: {lease.stalled}")
-    if r.waiting:
-        out.append(f"Waiting on a person: {len(r.waiting)}")
-        out += table(
-            ["ISSUE", "TITLE", "SINCE", "WHY"],
-            [
-                [f"#{w.issue.number}", _title(w.issue), age(w.since_ms, now), w.detail or w.code]
-                for w in r.waiting[:rows]
-            ],
-        )
-        out += _more(min(rows, len(r.waiting)), len(r.waiting), "issues")
+                f"#{lease.issue.number}",
+                _title(lease.issue),
+                lease.task_type,
+                lease.agent,
+                lease.state,
+                age(lease.claimed_ms, now),
+                f"{lease.progress} ({age(lease.progress_ms, now)})"
+                if lease.progress_ms
+                else f"none yet, {lease.heartbeats} heartbeats",
+                age(lease.expires_ms, now),
+            ]
+            for lease in r.leases
+        ],
+    )
+    for lease in r.leases:
+        if lease.stalled:
+            out.append(f"  #{lease.issue.number} stalled: {lease.stalled}")
+    return out
+
+
+def _waiting(r: RepoOverview, now: int, rows: int) -> list[str]:
+    if not r.waiting:
+        return []
+    out = [f"Waiting on a person: {len(r.waiting)}"]
+    out += table(
+        ["ISSUE", "TITLE", "SINCE", "WHY"],
+        [
+            [f"#{w.issue.number}", _title(w.issue), age(w.since_ms, now), w.detail or w.code]
+            for w in r.waiting[:rows]
+        ],
+    )
+    return out + _more(min(rows, len(r.waiting)), len(r.waiting), "issues")
+
+
+def _queue(r: RepoOverview, now: int, rows: int) -> list[str]:
     claimable = sum(now_ for now_, _ in r.queue_counts.values())
     held_back = sum(later for _, later in r.queue_counts.values())
     counts = ", ".join(
         f"P{p} {a}" + (f" (+{b} held back)" if b else "") for p, (a, b) in r.queue_counts.items()
     )
-    out.append(
+    out = [
         f"Queue: {claimable} claimable now, {held_back} held back by the bucket"
         + (f"   [{counts}]" if counts else "")
+    ]
+    if not r.queue:
+        return out
+    shown = r.queue[:rows]
+    out += table(
+        ["ISSUE", "TITLE", "TASK", "PRIO", "ROLE", "STATE"],
+        [
+            [
+                f"#{q.issue.number}",
+                _title(q.issue),
+                q.task_id.split(":")[0],
+                f"P{q.priority}",
+                q.role,
+                f"waits for P{r.bucket}" if q.blocked else "claimable",
+            ]
+            for q in shown
+        ],
     )
-    if r.queue:
-        shown = r.queue[:rows]
-        out += table(
-            ["ISSUE", "TITLE", "TASK", "PRIO", "ROLE", "STATE"],
+    return out + _more(len(shown), r.queue_total, "tasks")
+
+
+def _reviews(r: RepoOverview, now: int, rows: int) -> list[str]:
+    if not r.reviews:
+        return []
+    out = [f"In review: {len(r.reviews)}"]
+    out += table(
+        ["ISSUE", "TITLE", "PR", "DUE", "STATE", "FIX ROUNDS"],
+        [
             [
-                [
-                    f"#{q.issue.number}",
-                    _title(q.issue),
-                    q.task_id.split(":")[0],
-                    f"P{q.priority}",
-                    q.role,
-                    f"waits for P{r.bucket}" if q.blocked else "claimable",
-                ]
-                for q in shown
-            ],
-        )
-        out += _more(len(shown), r.queue_total, "tasks")
-    if r.reviews:
-        out.append(f"In review: {len(r.reviews)}")
-        out += table(
-            ["ISSUE", "TITLE", "PR", "DUE", "STATE", "FIX ROUNDS"],
-            [
-                [
-                    f"#{v.issue.number}",
-                    _title(v.issue),
-                    f"#{v.pr}" if v.pr else "none",
-                    age(v.due_ms, now) if v.due_ms else "-",
-                    f"{v.step}: {v.state}",
-                    str(v.fix_rounds),
-                ]
-                for v in r.reviews[:rows]
-            ],
-        )
-        out += _more(min(rows, len(r.reviews)), len(r.reviews), "reviews")
-    out.append(f"Skipped: {r.skipped_total}")
-    if r.skipped:
-        out += table(
-            ["ISSUE", "TITLE", "REASON"],
-            [[f"#{s.issue.number}", _title(s.issue), s.reason] for s in r.skipped[:rows]],
-        )
-        out += _more(min(rows, len(r.skipped)), r.skipped_total, "skipped issues")
+                f"#{v.issue.number}",
+                _title(v.issue),
+                f"#{v.pr}" if v.pr else "none",
+                age(v.due_ms, now) if v.due_ms else "-",
+                f"{v.step}: {v.state}",
+                str(v.fix_rounds),
+            ]
+            for v in r.reviews[:rows]
+        ],
+    )
+    return out + _more(min(rows, len(r.reviews)), len(r.reviews), "reviews")
+
+
+def _skipped(r: RepoOverview, now: int, rows: int) -> list[str]:
+    out = [f"Skipped: {r.skipped_total}"]
+    if not r.skipped:
+        return out
+    out += table(
+        ["ISSUE", "TITLE", "REASON"],
+        [[f"#{s.issue.number}", _title(s.issue), s.reason] for s in r.skipped[:rows]],
+    )
+    return out + _more(min(rows, len(r.skipped)), r.skipped_total, "skipped issues")
+
+
+def _writes(r: RepoOverview, now: int, rows: int) -> list[str]:
     w = r.write_queue
     oldest = age(w["oldest_due_ms"], now) if w["oldest_due_ms"] else "-"
-    out.append(
+    return [
         f"GitHub writes: {w['pending']} pending (oldest due {oldest}), {w['refusing']} being "
         f"refused; so far {w['applied']} applied, {w['refused']} refused, {w['dropped']} dropped"
-    )
-    if r.streaks:
-        streaks = ", ".join(f"{a} {n}" for a, n in sorted(r.streaks.items()))
-        out.append(f"Failure streaks: {streaks}")
-    return out
+    ]
+
+
+def _streaks(r: RepoOverview, now: int, rows: int) -> list[str]:
+    if not r.streaks:
+        return []
+    return ["Failure streaks: " + ", ".join(f"{a} {n}" for a, n in sorted(r.streaks.items()))]
 
 
 def merge_verdicts(verdicts: list[Verdict]) -> list[Verdict]:
