@@ -40,94 +40,117 @@ class RepoStore(
         #: Longest one store call may take, reconnects included (seconds).
         self.call_timeout_s = settings.redis.socket_timeout_s
         # Sent with every script call: encoded once here, not by redis-py per call.
-        self._fixed = [
-            key.encode()
-            for key in (
-                keys.tasks,
-                keys.ready,
-                keys.work,
-                keys.leases,
-                keys.intent,
-                keys.outbox,
-                keys.outbox_data,
-                keys.skipped,
-                keys.open,
-                keys.reviewing,
-            )
-        ]
-        self.context: dict[str, Any] = {
-            "issue": keys.issue_prefix,
-            "lock": keys.lock_prefix,
-            "lease": keys.lease_prefix,
-            "agent": keys.agent_task_prefix,
-            "cand": keys.candidate_prefix,
-            "ready_role": keys.ready_role_prefix,
-            "tomb": keys.lease_end_prefix,
-            "review": keys.review_detected_prefix,
-            "review_state": keys.review_state_prefix,
-            "version": keys.issue_version_prefix,
-            "fix": keys.fix_prefix,
-            "outbox_attempts": keys.outbox_attempts,
-            "events": keys.events,
-            "timeline": keys.timeline,
-            "timeline_max": TIMELINE_MAX,
-            "in_progress": settings.labels.in_progress,
-            "needs_review": settings.labels.needs_review,
-            "lease_ms": settings.leases.lease_ttl_s * 1000,
-            "agent_s": settings.leases.agent_task_ttl_s,
-            "cand_s": settings.leases.candidate_ttl_s,
-            "tomb_s": LEASE_END_TTL_S,
-            "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
-            "priority_unit": 4 * SCORE_GROUP,
-            "handout": keys.handout_prefix,
-            "cooldowns": keys.cooldowns_prefix,
-            "reserved": keys.reserved_prefix,
-            "task_failures": keys.task_failures,
-            "agent_streaks": keys.agent_streaks,
-            "streak_first": keys.streak_first,
-            "instant_failures": keys.instant_failures,
-            "trips": keys.trips,
-            "paused_agents": keys.paused_agents,
-            "control": keys.control,
-            "waiting": keys.waiting,
-            "reservations": keys.reservations,
-            "usage": keys.usage,
-            "audit": keys.audit,
-            "idx": keys.idx,
-            "quarantine": keys.quarantine,
-            "repository": keys.full_name,
-            "indexed": len(settings.repositories) > 1,
-            "roles": sorted(set(settings.roles) | ({settings.review.review_role} - {None})),
-            "audit_max": settings.audit.max_entries,
-            "people_hold": settings.bucket_holds_for_people,
-            "breaker_streak": settings.failures.breaker_streak,
-            "instant_failures_allowed": settings.failures.instant_failures_allowed,
-            "budget_tokens": settings.budgets.tokens,
-            "budget_cost": settings.budgets.cost,
-            "needs_human": settings.labels.needs_human,
-            "settle_grace_ms": int(settings.leases.settle_grace_s * 1000),
-            "max_failures": settings.failures.max_failures,
-            "cooldown_s": settings.failures.cooldown_s,
-            "fence": keys.fence,
-            "mirror": keys.mirror,
-            "server": keys.server,
-            "orphans": keys.orphans,
-            "outbox_taken": keys.outbox_taken,
-            "sync": keys.sync,
-            "sync_pages": keys.sync_pages,
-        }
+        self._fixed = fixed_keys(keys)
+        self.context: dict[str, Any] = script_context(keys, settings)
         # Compiled into the scripts: nothing of it travels with a call (ARGV[1] stays, empty,
         # so every script keeps its argument numbers).
         self.scripts = Scripts(client, self.context)
         #: Signs the lease tokens agents get, and checks them (tokens.py).
         self.signer = Signer.from_settings(settings)
-        redis_settings = settings.redis
-        if redis_settings.durability == "replica":
-            self.durable_wait = (
-                "WAIT",
-                redis_settings.durable_replicas,
-                redis_settings.durable_timeout_ms,
-            )
-        elif redis_settings.durability == "aof":
-            # Checked against the server at start (Store.check_durability).
-            self.durable_wait = ("WAITAOF", 1, 0, redis_settings.durable_timeout_ms)
+        self.durable_wait = durability_command(settings)
+
+
+def fixed_keys(keys: RepoKeys) -> list[bytes]:
+    """The KEYS of every repository script, in the order `_lib.lua` `context` reads them."""
+    return [
+        key.encode()
+        for key in (
+            keys.tasks,
+            keys.ready,
+            keys.work,
+            keys.leases,
+            keys.intent,
+            keys.outbox,
+            keys.outbox_data,
+            keys.skipped,
+            keys.open,
+            keys.reviewing,
+        )
+    ]
+
+
+def script_context(keys: RepoKeys, settings: Settings) -> dict[str, Any]:
+    """The repository's constants the scripts are compiled with: where its keys are, and
+    the rules' names, times and bounds (store/scripts.py `context_prelude`)."""
+    return {**_key_context(keys), **_rule_context(settings)}
+
+
+def _key_context(keys: RepoKeys) -> dict[str, Any]:
+    return {
+        "issue": keys.issue_prefix,
+        "lock": keys.lock_prefix,
+        "lease": keys.lease_prefix,
+        "agent": keys.agent_task_prefix,
+        "cand": keys.candidate_prefix,
+        "ready_role": keys.ready_role_prefix,
+        "tomb": keys.lease_end_prefix,
+        "review": keys.review_detected_prefix,
+        "review_state": keys.review_state_prefix,
+        "version": keys.issue_version_prefix,
+        "fix": keys.fix_prefix,
+        "outbox_attempts": keys.outbox_attempts,
+        "events": keys.events,
+        "timeline": keys.timeline,
+        "handout": keys.handout_prefix,
+        "cooldowns": keys.cooldowns_prefix,
+        "reserved": keys.reserved_prefix,
+        "task_failures": keys.task_failures,
+        "agent_streaks": keys.agent_streaks,
+        "streak_first": keys.streak_first,
+        "instant_failures": keys.instant_failures,
+        "trips": keys.trips,
+        "paused_agents": keys.paused_agents,
+        "control": keys.control,
+        "waiting": keys.waiting,
+        "reservations": keys.reservations,
+        "usage": keys.usage,
+        "audit": keys.audit,
+        "idx": keys.idx,
+        "quarantine": keys.quarantine,
+        "repository": keys.full_name,
+        "fence": keys.fence,
+        "mirror": keys.mirror,
+        "server": keys.server,
+        "orphans": keys.orphans,
+        "outbox_taken": keys.outbox_taken,
+        "sync": keys.sync,
+        "sync_pages": keys.sync_pages,
+    }
+
+
+def _rule_context(settings: Settings) -> dict[str, Any]:
+    return {
+        "timeline_max": TIMELINE_MAX,
+        "in_progress": settings.labels.in_progress,
+        "needs_review": settings.labels.needs_review,
+        "lease_ms": settings.leases.lease_ttl_s * 1000,
+        "agent_s": settings.leases.agent_task_ttl_s,
+        "cand_s": settings.leases.candidate_ttl_s,
+        "tomb_s": LEASE_END_TTL_S,
+        "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
+        "priority_unit": 4 * SCORE_GROUP,
+        "indexed": len(settings.repositories) > 1,
+        "roles": sorted(set(settings.roles) | ({settings.review.review_role} - {None})),
+        "audit_max": settings.audit.max_entries,
+        "people_hold": settings.bucket_holds_for_people,
+        "breaker_streak": settings.failures.breaker_streak,
+        "instant_failures_allowed": settings.failures.instant_failures_allowed,
+        "budget_tokens": settings.budgets.tokens,
+        "budget_cost": settings.budgets.cost,
+        "needs_human": settings.labels.needs_human,
+        "settle_grace_ms": int(settings.leases.settle_grace_s * 1000),
+        "max_failures": settings.failures.max_failures,
+        "cooldown_s": settings.failures.cooldown_s,
+    }
+
+
+def durability_command(settings: Settings) -> tuple[Any, ...]:
+    """The command sent after a write that must be durable before it is answered
+    (`redis.durability`); empty for none."""
+    redis_settings = settings.redis
+    if redis_settings.durability == "replica":
+        return ("WAIT", redis_settings.durable_replicas, redis_settings.durable_timeout_ms)
+    if redis_settings.durability == "aof":
+        # Checked against the server at start (Store.check_durability).
+        return ("WAITAOF", 1, 0, redis_settings.durable_timeout_ms)
+    return ()
