@@ -28,6 +28,9 @@ MAX_PAGES = 10_000
 #: How far before a full pass's start its first incremental cursor is set (clock skew).
 CURSOR_MARGIN_MS = 60_000
 
+#: The full pass's listing: every open issue, oldest first, so pages keep their content.
+FULL_PARAMS = {"state": "open", "sort": "created", "direction": "asc"}
+
 Progress = Callable[[str, int, int], None]
 
 
@@ -58,6 +61,21 @@ class SyncReport:
             f"{self.adopted} re-adopted, {self.restored} label(s) restored, "
             f"{self.seconds:.2f}s"
         )
+
+
+@dataclass(frozen=True)
+class _FullPass:
+    """What a full pass read, for saving at its end."""
+
+    #: Marks the pass in Redis (`full_started`): a mirror lost meanwhile is not claimed rebuilt.
+    pass_id: str
+    #: The first incremental cursor is never later than this.
+    started_iso: str
+    last_page: int
+    #: The newest `updated_at` the pass read, or the cursor it started with if later.
+    newest: str
+    #: The changed pages' ETags and issue numbers.
+    saved: dict[str, str]
 
 
 class Syncer:
@@ -125,7 +143,6 @@ class Syncer:
         report: SyncReport,
         progress: Progress | None,
     ) -> None:
-        params = {"state": "open", "sort": "created", "direction": "asc"}
         # Issues may change on pages already read while the pass goes on: the first cursor
         # starts before the pass did (with a margin for clock skew), never after.
         started_iso = iso_from_ms(now_ms() - CURSOR_MARGIN_MS)
@@ -140,37 +157,11 @@ class Syncer:
         saved: dict[str, str] = {}
         page_no = 1
         while page_no <= MAX_PAGES:
-            etag = known.get(f"page:{page_no}:etag")
-            page = await asyncio.to_thread(
-                self.gateway.issues_page, repo.full_name, params, page=page_no, etag=etag
+            numbers, count, page_newest = await self._full_page(
+                repo, rstore, page_no, known, saved, base, report
             )
-            report.pages += 1
-            cached: list[Issue] | None = None
-            if page.status == 304:
-                numbers, count = json.loads(known.get(f"page:{page_no}:numbers", "[[], 0]"))
-                cached = await self._cached_page(rstore, numbers)
-                if cached is None:
-                    # An issue of this unchanged page lost its cache entry: read the page
-                    # again in full (one counted call), as if its ETag were gone.
-                    report.refetched += 1
-                    page = await asyncio.to_thread(
-                        self.gateway.issues_page, repo.full_name, params, page=page_no, etag=None
-                    )
-            if cached is not None:
-                report.not_modified += 1
-                seen.update(numbers)
-                # GitHub says nothing changed, yet keys derived from these issues may have
-                # been lost alone (eviction, a DEL, a failover): index them again from the
-                # cache, with no GitHub call.
-                await self._upsert(rstore, cached, base, report)
-            else:
-                issues = [Issue.from_github(d) for d in page.items if "pull_request" not in d]
-                numbers, count = [i.number for i in issues], len(page.items)
-                seen.update(numbers)
-                newest = max([newest, *(i.updated_at for i in issues)])
-                await self._upsert(rstore, issues, base, report)
-                saved[f"page:{page_no}:etag"] = page.etag or ""
-                saved[f"page:{page_no}:numbers"] = json.dumps([numbers, count])
+            seen.update(numbers)
+            newest = max(newest, page_newest)
             # A full last page is followed by one more (empty) request: its ETag makes the
             # next unchanged pass all-304, and it notices issues added past the old end.
             more = count == per_page
@@ -181,22 +172,76 @@ class Syncer:
                 break
             page_no += 1
         await self._remove_confirmed(repo, rstore, await rstore.open_numbers() - seen, base, report)
+        pages = _FullPass(pass_id, started_iso, page_no, newest, saved)
+        await self._end_full(repo, rstore, state, base, report, pages)
+
+    async def _full_page(
+        self,
+        repo: Repository,
+        rstore: RepoStore,
+        page_no: int,
+        known: dict[str, str],
+        saved: dict[str, str],
+        base: str,
+        report: SyncReport,
+    ) -> tuple[list[int], int, str]:
+        """One page of the full pass, mirrored: (its issue numbers, its item count, the
+        newest `updated_at` read, "" when GitHub answered 304). A changed page's ETag and
+        numbers go to `saved`."""
+        etag = known.get(f"page:{page_no}:etag")
+        page = await asyncio.to_thread(
+            self.gateway.issues_page, repo.full_name, FULL_PARAMS, page=page_no, etag=etag
+        )
+        report.pages += 1
+        if page.status == 304:
+            numbers, count = json.loads(known.get(f"page:{page_no}:numbers", "[[], 0]"))
+            cached = await self._cached_page(rstore, numbers)
+            if cached is not None:
+                report.not_modified += 1
+                # GitHub says nothing changed, yet keys derived from these issues may have
+                # been lost alone (eviction, a DEL, a failover): index them again from the
+                # cache, with no GitHub call.
+                await self._upsert(rstore, cached, base, report)
+                return numbers, count, ""
+            # An issue of this unchanged page lost its cache entry: read the page again in
+            # full (one counted call), as if its ETag were gone.
+            report.refetched += 1
+            page = await asyncio.to_thread(
+                self.gateway.issues_page, repo.full_name, FULL_PARAMS, page=page_no, etag=None
+            )
+        issues = [Issue.from_github(d) for d in page.items if "pull_request" not in d]
+        numbers, count = [i.number for i in issues], len(page.items)
+        await self._upsert(rstore, issues, base, report)
+        saved[f"page:{page_no}:etag"] = page.etag or ""
+        saved[f"page:{page_no}:numbers"] = json.dumps([numbers, count])
+        return numbers, count, max((i.updated_at for i in issues), default="")
+
+    async def _end_full(
+        self,
+        repo: Repository,
+        rstore: RepoStore,
+        state: dict[str, str],
+        base: str,
+        report: SyncReport,
+        pages: _FullPass,
+    ) -> None:
+        """Save the pass: its pages, the first cursor, and the mark of a rebuilt mirror."""
         known_pages = int(state.get("full_pages", 0))
         stale = [
             f"page:{i}:{f}"
-            for i in range(page_no + 1, known_pages + 1)
+            for i in range(pages.last_page + 1, known_pages + 1)
             for f in ("etag", "numbers")
         ]
-        cursors = {"full_pages": str(page_no), "full_at": str(time.time())}
-        if not state.get("since") and newest:
+        cursors = {"full_pages": str(pages.last_page), "full_at": str(time.time())}
+        if not state.get("since") and pages.newest:
             # Only the first pass sets the cursor; later ones must not move it past changes
             # on pages they read early (the incremental passes catch those).
-            cursors["since"] = min(newest, started_iso)
+            cursors["since"] = min(pages.newest, pages.started_iso)
         # Every open issue is mirrored now: leases unknown to Redis are re-adopted or gone.
         await rstore.save_sync_state(
-            cursors, pages=saved, drop_pages=stale, rebuilt=pass_id, epoch=self.epoch
+            cursors, pages=pages.saved, drop_pages=stale, rebuilt=pages.pass_id, epoch=self.epoch
         )
-        if not state.get("since") and newest:
+        if not state.get("since") and pages.newest:
             # Record the incremental cursor's ETag now, so the next pass can be a 304.
             await self._incremental(repo, rstore, {**state, **cursors}, base, report)
 
