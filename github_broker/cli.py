@@ -210,11 +210,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="github-broker",
-        description="Hands GitHub issues to AI coding agents as leased tasks.",
-    )
+def _add_global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         type=Path,
@@ -231,7 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"log lines as text or JSON (default: ${logs.FORMAT_ENV} or text)",
     )
     parser.add_argument("--version", action="version", version=f"github-broker {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+
+
+def _add_broker_commands(sub: argparse._SubParsersAction) -> None:
+    """The broker's own commands: sync, poll, serve, status, explain."""
 
     def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=(func.__doc__ or "").strip().splitlines()[0])
@@ -273,6 +272,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--all", action="store_true", help="list every issue, not the first of each group"
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="github-broker",
+        description="Hands GitHub issues to AI coding agents as leased tasks.",
+    )
+    _add_global_options(parser)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_broker_commands(sub)
     from github_broker.agent.runner.cli import add_agent_command
     from github_broker.labels_init import add_labels_command
     from github_broker.sandbox import add_sandbox_command
