@@ -8,7 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -100,6 +100,26 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
     config_dir = config_dir or default_config_dir()
     settings = settings or load_settings(config_dir)
     prompts = Prompts.load(config_dir)
+    app = BrokerApp(
+        title="github-broker",
+        version=__version__,
+        description="Hands GitHub issues to AI coding agents as leased tasks.",
+        lifespan=_lifespan(settings, prompts),
+        docs_url=None,  # served offline by the dashboard package
+        # A JSON body sent without a content-type header is read as JSON, on every route as
+        # on the hot path (`curl -d` sends a form content-type, so it still needs `-H`).
+        strict_content_type=False,
+    )
+    _install_handlers(app, settings)
+    _declare_openapi(app, settings)
+    return app
+
+
+def _lifespan(
+    settings: Settings, prompts: Prompts
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """What the app starts and stops around serving: the store, the gateway, the long-poll
+    waker, the poller daemon (`server.run_poller`) and the services the routes use."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -137,16 +157,12 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
             await store.close()
             await asyncio.to_thread(gateway.close)
 
-    app = BrokerApp(
-        title="github-broker",
-        version=__version__,
-        description="Hands GitHub issues to AI coding agents as leased tasks.",
-        lifespan=lifespan,
-        docs_url=None,  # served offline by the dashboard package
-        # A JSON body sent without a content-type header is read as JSON, on every route as
-        # on the hot path (`curl -d` sends a form content-type, so it still needs `-H`).
-        strict_content_type=False,
-    )
+    return lifespan
+
+
+def _install_handlers(app: BrokerApp, settings: Settings) -> None:
+    """The error table, the middleware, the hot path, the routers and the dashboard, in
+    the order they wrap one another."""
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.server.max_body_bytes)
     if settings.server.trusted_proxies:
@@ -161,6 +177,10 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
     app.include_router(admin.router)
     dashboard.install(app)
 
+
+def _declare_openapi(app: BrokerApp, settings: Settings) -> None:
+    """The OpenAPI, built once: this deployment's roles and repositories, HEAD routes."""
+
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             spec = declare_deployment(FastAPI.openapi(app), settings)
@@ -168,7 +188,6 @@ def create_app(settings: Settings | None = None, config_dir: Path | None = None)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    return app
 
 
 def declare_deployment(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
