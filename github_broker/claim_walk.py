@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from github_broker.clock import now_ms
@@ -115,6 +116,18 @@ class Attempt:
             self.previous = Outcome.COMPLETED.value
 
 
+@dataclass
+class _Settled:
+    """What the settle pass of a request across repositories learnt."""
+
+    #: Repositories out of service (their sync keeps failing) -> why.
+    out: dict[str, str]
+    #: Repository -> where it comes in the claim order (`claim_order`).
+    order: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Repositories where a task a maintainer reassigned to the agent waits for it.
+    waits: set[str] = field(default_factory=set)
+
+
 class ClaimWalk:
     """Claims for one request, across the repositories it may claim in."""
 
@@ -162,8 +175,29 @@ class ClaimWalk:
             and await self._replayed_elsewhere(pointed, agent_id, roles, attempt)
         ):
             return attempt.granted
-        # One live task per agent across repositories: settle it wherever it may be held
-        # (also outside the ones asked for), learning those repositories' buckets.
+        found = await self._settle_held(pointed, agent_id, roles, attempt)
+        if isinstance(found, Claimed):
+            return found  # the hand-out this request (or a concurrent one) already got
+        if attempt.replayed:
+            return None
+        asked = {s.repository for s in stores}
+        tries = await self._tries(asked, roles, found)
+        # Before claiming there: from now on the agent may hold a task in each of them.
+        await self.store.note_agent_repos(agent_id, tries, keep_ms)
+        stores = [self.store.repo(n) for n in tries]
+        got = await self._claim_each(
+            stores, agent_id, roles, attempt, pointed={s.repository for s in pointed}
+        )
+        if got is None and not attempt.replayed:
+            await self._unless_unmirrored(asked, found.out)
+        return got
+
+    async def _settle_held(
+        self, pointed: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: Attempt
+    ) -> Claimed | _Settled:
+        """One live task per agent across repositories: settle it wherever it may be held
+        (`pointed`, also outside the repositories asked for), learning their buckets; or the
+        hand-out a repository already gave this request."""
         settled: list[Any] = await asyncio.gather(
             *(
                 s.claim(
@@ -179,41 +213,34 @@ class ClaimWalk:
             ),
             return_exceptions=True,
         )
-        out = await self._out_of_service(pointed, settled)
-        order: dict[str, tuple[int, int]] = {}
-        waits = set()
+        found = _Settled(out=await self._out_of_service(pointed, settled))
         for s, result in zip(pointed, settled, strict=True):
             if isinstance(result, BaseException):
                 continue  # out of service (above)
             log_settled(s.repository, agent_id, result)
             if isinstance(result, Claimed):
-                return result  # the hand-out this request (or a concurrent one) already got
+                return result
             if isinstance(result, NoTask):
                 attempt.note(s.repository, result)
-                order[s.repository] = claim_order(result)
+                found.order[s.repository] = claim_order(result)
                 if result.detail == "1":
-                    waits.add(s.repository)  # a reassigned task waits for the agent there
-        if attempt.replayed:
-            return None
-        asked = {s.repository for s in stores}
+                    found.waits.add(s.repository)  # a reassigned task waits for the agent there
+        return found
+
+    async def _tries(self, asked: set[str], roles: list[str] | None, found: _Settled) -> list[str]:
+        """The repositories to claim in, in claim order, at most MAX_CLAIM_REPOS: of those
+        asked, the ones the index says have work for `roles` and the ones where a reassigned
+        task waits for the agent, none out of service."""
         index = self.waker.index
         if not self.waker.listening or index.loaded_at == 0:
             await index.reload(self.store)
         with_work = index.with_work(roles, asked)
-        names = (set(with_work) | (waits & asked)) - set(out)
+        names = (set(with_work) | (found.waits & asked)) - set(found.out)
+        order = found.order
         for name in names:
             bucket = with_work.get(name)
             order.setdefault(name, (1, bucket if bucket is not None else 1 << 30))
-        tries = sorted(names, key=lambda n: order[n])[:MAX_CLAIM_REPOS]
-        # Before claiming there: from now on the agent may hold a task in each of them.
-        await self.store.note_agent_repos(agent_id, tries, keep_ms)
-        stores = [self.store.repo(n) for n in tries]
-        got = await self._claim_each(
-            stores, agent_id, roles, attempt, pointed={s.repository for s in pointed}
-        )
-        if got is None and not attempt.replayed:
-            await self._unless_unmirrored(asked, out)
-        return got
+        return sorted(names, key=lambda n: order[n])[:MAX_CLAIM_REPOS]
 
     async def _unless_unmirrored(self, asked: set[str], out: dict[str, str]) -> None:
         """Nothing was handed out: a request that asked for repositories whose mirror is being
