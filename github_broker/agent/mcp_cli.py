@@ -140,6 +140,15 @@ def add_mcp_command(subparsers: argparse._SubParsersAction) -> argparse.Argument
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_broker_options(p)
+    _add_default_options(p)
+    _add_transport_options(p)
+    p.set_defaults(func=cmd_mcp)
+    return p
+
+
+def _add_broker_options(p: argparse.ArgumentParser) -> None:
+    """Which broker, as which agent."""
     p.add_argument(
         "--broker-url",
         default=os.environ.get(URL_ENV, "http://127.0.0.1:8080"),
@@ -161,6 +170,10 @@ def add_mcp_command(subparsers: argparse._SubParsersAction) -> argparse.Argument
         help=f"token for the explain tool; the broker answers /explain to its admin token "
         f"(env {ADMIN_TOKEN_ENV})",
     )
+
+
+def _add_default_options(p: argparse.ArgumentParser) -> None:
+    """request_task's defaults, and how often the held task is checked."""
     p.add_argument("--role", action="append", help="default role for request_task (repeatable)")
     p.add_argument("--repository", action="append", help="default owner/name (repeatable)")
     p.add_argument(
@@ -171,6 +184,10 @@ def add_mcp_command(subparsers: argparse._SubParsersAction) -> argparse.Argument
         help="how often the held task's lease is checked (a heartbeat); a lost lease reaches "
         "the client within about this long (default %(default)g)",
     )
+
+
+def _add_transport_options(p: argparse.ArgumentParser) -> None:
+    """stdio, or streamable HTTP and who may reach it."""
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument(
         "--host",
@@ -191,5 +208,3 @@ def add_mcp_command(subparsers: argparse._SubParsersAction) -> argparse.Argument
         help="a Host name clients use to reach the HTTP transport (repeatable); loopback, the "
         "--host address and this machine's names are always allowed",
     )
-    p.set_defaults(func=cmd_mcp)
-    return p
