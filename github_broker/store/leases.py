@@ -78,7 +78,9 @@ def beat_of(expires_ms: int, raw: Any) -> Beat:
 
 def pause_of(data: dict[str, Any]) -> AgentPause:
     return AgentPause(
-        kind=data["kind"], by=data["by"], reason=data.get("reason") or "",
+        kind=data["kind"],
+        by=data["by"],
+        reason=data.get("reason") or "",
         at=_ms_iso(data.get("at_ms")),
     )
 
@@ -116,14 +118,11 @@ class LeaseRegistry(RepoBase):
             *(roles or []),
         )
         if int(res[0]) == 0:
-            _, reason, settled, outcome, bucket, detail = res
-            return NoTask(
-                reason=as_text(reason),
-                bucket=int(bucket) if int(bucket) >= 0 else None,
-                settled_issue=int(settled) if as_text(settled) else None,
-                settled_outcome=as_text(outcome) if as_text(settled) else None,
-                detail=as_text(detail),
-            )
+            return _no_task(res)
+        return self._claimed(agent_id, res)
+
+    def _claimed(self, agent_id: str, res: list[Any]) -> Claimed:
+        """claim.lua's hand-out, with its lease token signed over what it grants."""
         _, task_id, n, tok, expires, issue, role, branch, settled, outcome, payload, cont, at = res
         task_id = as_text(task_id)
         task_type = TaskType(task_id.split(":")[0])
@@ -346,4 +345,16 @@ def lease_info(repository: str, number: int, row: dict[Any, Any]) -> LeaseInfo:
         continues=h.get("continues", ""),
         token=h.get("token", ""),
         budget_since_ms=ms("budget_since_ms"),
+    )
+
+
+def _no_task(res: list[Any]) -> NoTask:
+    """claim.lua's answer when it handed nothing out: why, what it settled, the bucket."""
+    _, reason, settled, outcome, bucket, detail = res
+    return NoTask(
+        reason=as_text(reason),
+        bucket=int(bucket) if int(bucket) >= 0 else None,
+        settled_issue=int(settled) if as_text(settled) else None,
+        settled_outcome=as_text(outcome) if as_text(settled) else None,
+        detail=as_text(detail),
     )
