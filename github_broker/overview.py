@@ -163,16 +163,7 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
     tasks = await rstore.task_index()
     skipped = await rstore.skipped()
     reviewing = await rstore.reviewing()
-    counts: dict[int, tuple[int, int]] = {}
-    rows: list[tuple[str, int, int, str, bool]] = []
-    for task_id, score in ready:
-        prio = priority_of_score(score)
-        blocked = strict and bucket is not None and prio > bucket
-        now, later = counts.get(prio, (0, 0))
-        counts[prio] = (now, later + 1) if blocked else (now + 1, later)
-        if len(rows) < QUEUE_SHOWN:
-            role = tasks.get(task_id, (0.0, "", ""))[1]
-            rows.append((task_id, int(task_id.split(":")[1]), prio, role, blocked))
+    counts, rows = _queue(ready, tasks, bucket if strict else None)
     pinning = sorted(n for n, p in work.items() if p == bucket)
     skipped_shown = sorted(skipped)[:SKIPPED_SHOWN]
     waiting = await rstore.waiting()
@@ -216,6 +207,25 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
         paused=await rstore.repo_pause(),
         health=await repo_health(rstore, settings),
     )
+
+
+def _queue(
+    ready: list[tuple[str, float]], tasks: dict[str, tuple[float, str, str]], bucket: int | None
+) -> tuple[dict[int, tuple[int, int]], list[tuple[str, int, int, str, bool]]]:
+    """The ready tasks, most urgent first: per priority (claimable now, held back by the
+    strict `bucket`), and the first QUEUE_SHOWN as rows (task id, issue, priority, role,
+    held back)."""
+    counts: dict[int, tuple[int, int]] = {}
+    rows: list[tuple[str, int, int, str, bool]] = []
+    for task_id, score in ready:
+        prio = priority_of_score(score)
+        blocked = bucket is not None and prio > bucket
+        now, later = counts.get(prio, (0, 0))
+        counts[prio] = (now, later + 1) if blocked else (now + 1, later)
+        if len(rows) < QUEUE_SHOWN:
+            role = tasks.get(task_id, (0.0, "", ""))[1]
+            rows.append((task_id, int(task_id.split(":")[1]), prio, role, blocked))
+    return counts, rows
 
 
 def _lease_row(
