@@ -175,7 +175,14 @@ class RepoKeys:
     def __init__(self, key_prefix: str, owner: str, name: str) -> None:
         self.full_name = f"{owner}/{name}"
         self.base = f"{key_prefix}:{{repo::{_enc(owner)}::{_enc(name)}}}:"
-        # Prefixes that Lua scripts complete with an issue number or agent id.
+        # The deployment's channel: one subscription per process, however many repositories.
+        self.events = f"{key_prefix}:events"
+        self._prefixes()
+        self._fixed()
+        self._from_github()
+
+    def _prefixes(self) -> None:
+        """Prefixes that Lua scripts complete with an issue number or agent id."""
         self.issue_prefix = self.base + "issue:"
         self.lock_prefix = self.base + "issue_lock_"
         self.review_detected_prefix = self.base + "review_issue_detected_timestamp:"
@@ -189,7 +196,9 @@ class RepoKeys:
         self.handout_prefix = self.base + "handout:"
         self.cooldowns_prefix = self.base + "cooldowns:"
         self.reserved_prefix = self.base + "reserved:"
-        # Fixed keys.
+
+    def _fixed(self) -> None:
+        """Fixed keys: the mirror, the claims' indexes, the write queue, steering."""
         self.leases = self.base + "leases"
         self.tasks = self.base + "tasks"
         self.ready = self.base + "ready"
@@ -202,8 +211,6 @@ class RepoKeys:
         self.outbox = self.base + "outbox"
         self.outbox_data = self.base + "outbox:data"
         self.outbox_attempts = self.base + "outbox:attempts"
-        # The deployment's channel: one subscription per process, however many repositories.
-        self.events = f"{key_prefix}:events"
         self.idx = self.base + "idx"
         self.quarantine = self.base + "quarantine"
         self.reviewing = self.base + "reviewing"
@@ -226,6 +233,10 @@ class RepoKeys:
         self.reservations = self.base + "reservations"
         self.usage = self.base + "usage"
         self.audit = self.base + "audit"
+
+    def _from_github(self) -> None:
+        """What arrives from GitHub beside the sync: webhook deliveries, issue comments and
+        their commenters' permissions."""
         self.webhooks = self.base + "webhooks"
         self.webhooks_inflight = self.base + "webhooks:inflight"
         self.webhooks_seen = self.base + "webhooks:seen_ms"
