@@ -71,7 +71,13 @@ async def judge(
             raise result
         out.append(result)
     if len(stores) > 1:
-        out.sort(key=lambda j: LAST if j.out_of_service else claim_order(_as_settled(j)))
+        position = {r.full_name: i for i, r in enumerate(settings.repositories)}
+        out.sort(
+            key=lambda j: (
+                LAST if j.out_of_service else claim_order(_as_settled(j)),
+                position.get(j.repository, 0),
+            )
+        )
     return out
 
 
@@ -240,7 +246,9 @@ class ClaimWalk:
         for name in names:
             bucket = with_work.get(name)
             order.setdefault(name, (1, bucket if bucket is not None else 1 << 30))
-        return sorted(names, key=lambda n: order[n])[:MAX_CLAIM_REPOS]
+        # Ties go by the configured order of repositories (as explain's `judge` breaks them).
+        position = self.store.position
+        return sorted(names, key=lambda n: (order[n], position[n]))[:MAX_CLAIM_REPOS]
 
     async def _unless_unmirrored(self, asked: set[str], out: dict[str, str]) -> None:
         """Nothing was handed out: a request that asked for repositories whose mirror is being

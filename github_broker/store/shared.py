@@ -69,6 +69,8 @@ class Store(AgentState):
             )
             for r in settings.repositories
         }
+        #: Each repository's place in the configuration: how ties in the claim order break.
+        self.position = {name: i for i, name in enumerate(self.repos)}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Store:
