@@ -40,7 +40,6 @@ from benchmarks.servers import (
 )
 from benchmarks.simserver import repo_names
 from github_broker.keys import RepoKeys
-from github_broker.repo_index import RELOAD_S
 from github_broker.settings import ServerSettings
 
 logger = logging.getLogger("benchmarks")
@@ -54,11 +53,11 @@ RATE_AGENTS = 20
 #: Agents long-polling in the idle rows.
 IDLE_AGENTS = 50
 #: Seconds between two rechecks of a waiting request (`server.long_poll_recheck_s`, its
-#: default) and between two reloads of the repository index (`repo_index.RELOAD_S`): the
-#: idle agents start spread over one period and the window spans the next, so each agent
-#: rechecks, and the index reloads, exactly once in it, whatever the phase.
-IDLE_PERIOD_S = max(float(ServerSettings.model_fields["long_poll_recheck_s"].default),
-                    RELOAD_S)
+#: default): the idle agents start spread over one period and the window spans the next, so
+#: each agent rechecks exactly once in it, whatever the phase. The index of repositories with
+#: work is read whole only after each (re)subscription and every `repo_index.RELOAD_S`
+#: (60 s, one GET per configured repository), so the window rarely holds one.
+IDLE_PERIOD_S = float(ServerSettings.model_fields["long_poll_recheck_s"].default)
 #: Seconds an idle long-poll outlasts the measured window (it then answers 204 by itself).
 IDLE_TAIL_S = 0.5
 #: Repetitions of the idle rows (each takes two periods, every data set at once).

@@ -151,52 +151,81 @@ class ClaimWalk:
         self.base_branch = base_branch
 
     async def claim(
-        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: Attempt
+        self,
+        asked: list[str] | None,
+        agent_id: str,
+        roles: list[str] | None,
+        attempt: Attempt,
     ) -> Claimed | None:
+        """Claim for one request in the repositories `asked` (None: every one served)."""
         if len(self.store.repos) == 1:
-            return await self._claim_in(stores, agent_id, roles, attempt)
+            only = list(self.store.repos.values())
+            return await self._claim_each(only, agent_id, roles, attempt, pointed=set())
         # Several repositories: settling and claiming span one script per repository, so two
-        # concurrent requests of one agent could each claim in a different one. Serialise them.
-        async with self.store.agent_mutex(agent_id, repos=MAX_CLAIM_REPOS):
-            return await self._claim_in(stores, agent_id, roles, attempt)
-
-    async def _claim_in(
-        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: Attempt
-    ) -> Claimed | None:
-        if len(self.store.repos) > 1:
-            return await self._claim_across(stores, agent_id, roles, attempt)
-        return await self._claim_each(stores, agent_id, roles, attempt, pointed=set())
+        # concurrent requests of one agent could each claim in a different one. Serialise
+        # them; the mutex's round trip also reads where the agent may hold a task and points
+        # at the repository the index puts first.
+        tries = await self._tries(asked, roles, _Settled(out={}))
+        keep_ms = self.settings.leases.agent_task_ttl_s * 1000
+        first = tries[0] if tries else None
+        async with self.store.agent_mutex(
+            agent_id, repos=MAX_CLAIM_REPOS, keep_ms=keep_ms, first=first
+        ) as pointed:
+            noted = {first} if first is not None else set()
+            if set(pointed) <= noted:
+                # The agent may hold a task only where it claims first (or nowhere): that
+                # claim settles it, as with one repository; nothing to settle elsewhere.
+                got = await self._claim_each(
+                    [self.store.repo(n) for n in tries],
+                    agent_id,
+                    roles,
+                    attempt,
+                    pointed=set(pointed),
+                    noted=noted,
+                )
+                out: dict[str, str] = {}
+            else:
+                got, out = await self._claim_across(
+                    asked, agent_id, roles, attempt, pointed, noted
+                )
+            if got is None and not attempt.replayed:
+                await self._unless_unmirrored(asked, out)
+            return got
 
     async def _claim_across(
-        self, stores: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: Attempt
-    ) -> Claimed | None:
-        """Several repositories: the request touches only those where the agent may hold a
-        task (its own key, `agent_repos`) and those the index says have work for its roles
-        (repo_index.py): its cost does not grow with the number configured."""
-        keep_ms = self.settings.leases.agent_task_ttl_s * 1000
-        pointed = [self.store.repo(n) for n in await self.store.agent_repos(agent_id, keep_ms)]
-        if (
-            attempt.request_id is not None
-            and pointed
-            and await self._replayed_elsewhere(pointed, agent_id, roles, attempt)
+        self,
+        asked: list[str] | None,
+        agent_id: str,
+        roles: list[str] | None,
+        attempt: Attempt,
+        holds: list[str],
+        noted: set[str],
+    ) -> tuple[Claimed | None, dict[str, str]]:
+        """The agent may hold a task in repositories other than the first it would claim in
+        (`holds`, from `agent_repos`; `noted`: those this request pointed at already): settle
+        there first (also outside those asked), then claim in the repositories the index says
+        have work for its roles (repo_index.py), in the order the settling learnt. Returns the
+        hand-out, and the repositories left out of service."""
+        pointed = [self.store.repo(n) for n in holds]
+        if attempt.request_id is not None and await self._replayed_elsewhere(
+            pointed, agent_id, roles, attempt
         ):
-            return attempt.granted
+            return attempt.granted, {}
         found = await self._settle_held(pointed, agent_id, roles, attempt)
         if isinstance(found, Claimed):
-            return found  # the hand-out this request (or a concurrent one) already got
+            return found, {}  # the hand-out this request (or a concurrent one) already got
         if attempt.replayed:
-            return None
-        asked = {s.repository for s in stores}
+            return None, found.out
         tries = await self._tries(asked, roles, found)
-        # Before claiming there: from now on the agent may hold a task in each of them.
-        await self.store.note_agent_repos(agent_id, tries, keep_ms)
-        stores = [self.store.repo(n) for n in tries]
         got = await self._claim_each(
-            stores, agent_id, roles, attempt, pointed={s.repository for s in pointed}
+            [self.store.repo(n) for n in tries],
+            agent_id,
+            roles,
+            attempt,
+            pointed=set(holds),
+            noted=noted,
         )
-        if got is None and not attempt.replayed:
-            await self._unless_unmirrored(asked, found.out)
-        return got
+        return got, found.out
 
     async def _settle_held(
         self, pointed: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: Attempt
@@ -233,15 +262,19 @@ class ClaimWalk:
                     found.waits.add(s.repository)  # a reassigned task waits for the agent there
         return found
 
-    async def _tries(self, asked: set[str], roles: list[str] | None, found: _Settled) -> list[str]:
+    async def _tries(
+        self, asked: list[str] | None, roles: list[str] | None, found: _Settled
+    ) -> list[str]:
         """The repositories to claim in, in claim order, at most MAX_CLAIM_REPOS: of those
-        asked, the ones the index says have work for `roles` and the ones where a reassigned
-        task waits for the agent, none out of service."""
+        asked (None: all), the ones the index says have work for `roles` and the ones where a
+        reassigned task waits for the agent, none out of service. Its cost grows with the
+        repositories that have work, not with those asked or configured."""
         index = self.waker.index
         if not self.waker.listening or index.loaded_at == 0:
             await index.reload(self.store)
         with_work = index.with_work(roles, asked)
-        names = (set(with_work) | (found.waits & asked)) - set(found.out)
+        waits = found.waits if asked is None else found.waits.intersection(asked)
+        names = (with_work.keys() | waits) - found.out.keys()
         order = found.order
         for name in names:
             bucket = with_work.get(name)
@@ -250,11 +283,12 @@ class ClaimWalk:
         position = self.store.position
         return sorted(names, key=lambda n: (order[n], position[n]))[:MAX_CLAIM_REPOS]
 
-    async def _unless_unmirrored(self, asked: set[str], out: dict[str, str]) -> None:
+    async def _unless_unmirrored(self, asked: list[str] | None, out: dict[str, str]) -> None:
         """Nothing was handed out: a request that asked for repositories whose mirror is being
         built (a first sync, a rebuild) is told to retry (503) rather than that there is no
         work. Repositories whose sync keeps failing count only when nothing else was asked."""
-        missing = self.waker.index.unmirrored(asked)
+        names = self.store.repos.keys() if asked is None else asked
+        missing = self.waker.index.unmirrored(names)
         if not missing:
             return
         failing = dict(out)
@@ -269,7 +303,7 @@ class ClaimWalk:
             raise MirrorRebuilding(
                 f"the mirror of {shown}{more} is being built from GitHub; retry shortly"
             )
-        if missing >= asked:
+        if missing.issuperset(names):
             raise MirrorRebuilding(
                 "the mirror of "
                 + ", ".join(f"{n} ({failing[n]})" for n in sorted(missing))
@@ -284,28 +318,18 @@ class ClaimWalk:
         attempt: Attempt,
         *,
         pointed: set[str],
+        noted: set[str] | None = None,
     ) -> Claimed | None:
         """Claim in `stores`, in order, until one hands out a task. With several
-        repositories, one whose mirror is being rebuilt and where the agent holds nothing
-        (not in `pointed`) is passed over: only what is mirrored is served."""
-        several = len(self.store.repos) > 1
+        repositories, each is pointed at first (`agent_repos`) unless this request did
+        already (`noted`), and one whose mirror is being rebuilt is passed over where the
+        agent holds nothing (not in `pointed`) or its sync keeps failing: only what is
+        mirrored is served."""
         proving = 0
         for rstore in stores:
-            base = await self.base_branch(rstore)
-            try:
-                got = await rstore.claim(
-                    agent_id,
-                    previous=attempt.previous,
-                    mode=self.settings.priority_mode,
-                    base_branch=base,
-                    roles=roles,
-                    skip_issue=attempt.skip.get(rstore.repository),
-                    request_id=attempt.request_id,
-                )
-            except MirrorRebuilding:
-                if several and rstore.repository not in pointed:
-                    continue
-                raise
+            got = await self._claim_one(rstore, agent_id, roles, attempt, pointed, noted)
+            if got is None:
+                continue
             log_settled(rstore.repository, agent_id, got)
             if isinstance(got, Claimed):
                 # DEBUG: a line per claim is noise at an agent fleet's pace; the repository's
@@ -333,6 +357,39 @@ class ClaimWalk:
                 f"their agents; nothing new is handed out for {wait_s}s more, retry then"
             )
         return None
+
+    async def _claim_one(
+        self,
+        rstore: RepoStore,
+        agent_id: str,
+        roles: list[str] | None,
+        attempt: Attempt,
+        pointed: set[str],
+        noted: set[str] | None,
+    ) -> Claimed | NoTask | None:
+        """One repository's claim; None when it is passed over (see `_claim_each`)."""
+        name = rstore.repository
+        several = len(self.store.repos) > 1
+        if several and noted is not None and name not in noted:
+            # Before claiming there: from now on the agent may hold a task in it.
+            keep_ms = self.settings.leases.agent_task_ttl_s * 1000
+            await self.store.note_agent_repos(agent_id, [name], keep_ms)
+            noted.add(name)
+        base = await self.base_branch(rstore)
+        try:
+            return await rstore.claim(
+                agent_id,
+                previous=attempt.previous,
+                mode=self.settings.priority_mode,
+                base_branch=base,
+                roles=roles,
+                skip_issue=attempt.skip.get(name),
+                request_id=attempt.request_id,
+            )
+        except MirrorRebuilding:
+            if several and (name not in pointed or await rstore.sync_failing() is not None):
+                return None
+            raise
 
     @staticmethod
     async def _out_of_service(stores: list[RepoStore], settled: list[Any]) -> dict[str, str]:

@@ -9,7 +9,7 @@ import logging
 from github_broker.background import stop_task
 from github_broker.errors import BrokerError
 from github_broker.repo_index import RELOAD_S, RepoIndex
-from github_broker.store import Store
+from github_broker.store import RESUBSCRIBED, Store
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,9 @@ class ReadyWaker:
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reloads: asyncio.Task[None] | None = None
+        #: Set when the subscription is (re)established: messages sent meanwhile are lost,
+        #: so the index is read again (`_reload_index`).
+        self._reload_now = asyncio.Event()
         #: Set once the process is shutting down: waiting requests answer "no task" at once.
         self.closing = False
 
@@ -66,19 +69,30 @@ class ReadyWaker:
         while True:
             try:
                 async with store.ready_events() as queue:
+                    self._reload_now.set()
                     while True:
-                        self.index.apply(await queue.get())
+                        message = await queue.get()
+                        if message == RESUBSCRIBED:
+                            self._reload_now.set()
+                        else:
+                            self.index.apply(message)
                         self.notify()
             except BrokerError as e:
                 logger.warning("ready events unavailable, retrying: %s", e)
                 await asyncio.sleep(1.0)
 
     async def _reload_index(self, store: Store) -> None:
-        """Every repository's index line again, now and then: pub/sub loses messages while
-        Redis reconnects."""
+        """Every repository's index line again once subscribed and after every reconnect
+        (pub/sub loses the messages sent while the subscription was down), and every
+        RELOAD_S as a safety net: its cost grows with the repositories configured, so it is
+        rare."""
         while True:
+            self._reload_now.clear()
             try:
                 await self.index.reload(store)
             except BrokerError as e:
                 logger.debug("index of repositories with work not reloaded: %s", e)
-            await asyncio.sleep(RELOAD_S)
+                self._reload_now.set()
+                await asyncio.sleep(1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reload_now.wait(), RELOAD_S)

@@ -3,7 +3,8 @@
 Each repository's scripts keep its line in `idx` (`<mirrored>|<bucket>|<any ready>|<roles
 with ready tasks>`, _lib.lua `publish_index`) and publish every change on the deployment's
 events channel; every serve process applies those messages and reloads all lines now and
-then (a message lost while Redis reconnected costs at most RELOAD_S). A request with several
+then: once subscribed, after every reconnect of the subscription (whose lost messages it
+replaces) and every RELOAD_S. A request with several
 repositories asks only those the index says have work for its roles, however many are
 configured.
 """
@@ -11,12 +12,14 @@ configured.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from github_broker.store import Store
 
-#: Seconds between two reloads of every repository's line (the safety net under pub/sub).
-RELOAD_S = 5.0
+#: Seconds between two reloads of every repository's line besides those after each
+#: (re)subscription (`events.ReadyWaker`): the safety net under pub/sub.
+RELOAD_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -40,11 +43,18 @@ class Line:
 
 
 class RepoIndex:
-    """Which repositories have claimable work, for which roles, at which bucket."""
+    """Which repositories have claimable work, for which roles, at which bucket; kept also
+    as sets (any role, per role, mirrored) so a request's lookup costs what has work, not
+    what is configured or asked."""
 
     def __init__(self) -> None:
         self.lines: dict[str, Line] = {}
         self.loaded_at = 0.0
+        #: Mirrored repositories with a ready task (any role), and per role.
+        self._ready: set[str] = set()
+        self._by_role: dict[str, set[str]] = {}
+        #: Repositories whose mirror is built.
+        self._mirrored: set[str] = set()
 
     def apply(self, message: str) -> bool:
         """An `idx <repository> <line>` message; True if it was one."""
@@ -52,28 +62,51 @@ class RepoIndex:
         if kind != "idx":
             return False
         repository, _, text = rest.partition("\t")
-        self.lines[repository] = Line.parse(text)
+        self._put(repository, Line.parse(text))
         return True
 
     async def reload(self, store: Store) -> None:
         lines = await store.index_lines()
-        self.lines = {name: Line.parse(text) for name, text in lines.items()}
+        self.lines, self._ready, self._by_role, self._mirrored = {}, set(), {}, set()
+        for name, text in lines.items():
+            self._put(name, Line.parse(text))
         self.loaded_at = time.monotonic()
+
+    def _put(self, name: str, line: Line) -> None:
+        old = self.lines.get(name)
+        if old is not None:
+            self._ready.discard(name)
+            self._mirrored.discard(name)
+            for role in old.roles:
+                self._by_role.get(role, set()).discard(name)
+        self.lines[name] = line
+        if not line.mirrored:
+            return
+        self._mirrored.add(name)
+        if line.any_ready:
+            self._ready.add(name)
+        for role in line.roles:
+            self._by_role.setdefault(role, set()).add(name)
 
     def stale(self) -> bool:
         return time.monotonic() - self.loaded_at > RELOAD_S
 
-    def with_work(self, roles: list[str] | None, names: set[str]) -> dict[str, int | None]:
-        """Of `names`, those with a ready task for `roles` (None: any role), by bucket."""
-        out = {}
-        for name in names:
-            line = self.lines.get(name)
-            if line is None or not line.mirrored:
-                continue
-            if (line.roles & set(roles)) if roles else line.any_ready:
-                out[name] = line.bucket
-        return out
+    def with_work(
+        self, roles: list[str] | None, names: Collection[str] | None
+    ) -> dict[str, int | None]:
+        """Of `names` (None: all), those with a ready task for `roles` (None: any role), by
+        bucket."""
+        if roles:
+            found: set[str] = set()
+            for role in roles:
+                found |= self._by_role.get(role, set())
+        else:
+            found = self._ready
+        if names is not None:
+            found = found.intersection(names)
+        lines = self.lines
+        return {name: lines[name].bucket for name in found}
 
-    def unmirrored(self, names: set[str]) -> set[str]:
+    def unmirrored(self, names: Collection[str]) -> set[str]:
         """Of `names`, those whose mirror is not rebuilt (first sync, Redis lost its data)."""
-        return {n for n in names if not ((line := self.lines.get(n)) and line.mirrored)}
+        return set(names) - self._mirrored

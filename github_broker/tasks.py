@@ -69,13 +69,13 @@ class TaskService:
     ) -> Task | None:
         """The next task for `agent_id`, or None after `wait_s` seconds without one.
         A repeated `request_id` gets the task already handed out for it."""
-        stores = self._stores(repositories)
+        asked = self._asked(repositories)
         roles = self.check_roles(roles)
         self._check_agent(agent_id)
         deadline = time.monotonic() + wait_s
         attempt = Attempt(previous.value, request_id)
         while True:
-            claimed = await self.walk.claim(stores, agent_id, roles, attempt)
+            claimed = await self.walk.claim(asked, agent_id, roles, attempt)
             if claimed is not None:
                 base = await self.base_branch(self.store.repo(claimed.repository))
                 return self.handout.task(claimed, base)
@@ -174,14 +174,15 @@ class TaskService:
             raise NotFound(f"repository {repository!r} is not served by this broker")
         return self.store.repo(repository)
 
-    def _stores(self, repositories: list[str] | None) -> list[RepoStore]:
+    def _asked(self, repositories: list[str] | None) -> list[str] | None:
+        """The repositories a request asked for, checked (None: every one served)."""
         if not repositories:
-            return list(self.store.repos.values())
+            return None
         unknown = [r for r in repositories if r not in self.store.repos]
         if unknown:
             served = ", ".join(self.store.repos) or "(none)"
             raise InvalidRequest(f"unknown repositories {unknown}; this broker serves: {served}")
-        return [self.store.repo(r) for r in dict.fromkeys(repositories)]
+        return list(dict.fromkeys(repositories))
 
     def _check_agent(self, agent_id: str) -> None:
         # The agent id becomes a label that is removed again when the lease ends, and GitHub

@@ -16,11 +16,12 @@ from github_broker.store.connection import MEMORY_URL, connect, flush_memory
 from github_broker.store.mirror import UpsertResult
 from github_broker.store.repo import RepoStore
 from github_broker.store.scripts import context_prelude
-from github_broker.store.shared import Store
+from github_broker.store.shared import RESUBSCRIBED, Store
 from github_broker.store.timeline import TIMELINE_MAX
 
 __all__ = [
     "MEMORY_URL",
+    "RESUBSCRIBED",
     "TIMELINE_MAX",
     "RepoStore",
     "Store",

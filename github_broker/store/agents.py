@@ -21,6 +21,7 @@ from github_broker.models import AgentPause, ControlOutcome
 from github_broker.store.connection import as_text, awaited, redis_problem, translate_errors
 from github_broker.store.leases import pause_of
 from github_broker.store.repo import RepoStore
+from github_broker.store.scripts import Scripts
 
 #: An agent's mutex across repositories is held for one call bound (`redis.socket_timeout_s`)
 #: per Redis call the request may make under it, plus this many as margin (`agent_mutex`).
@@ -36,45 +37,58 @@ AGENT_MUTEX_RETRY_PAUSE_S = 0.1
 _MUTEX_RETRIES: set[asyncio.Task[None]] = set()
 
 
-_RELEASE_MUTEX = (
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-)
-
-
 class AgentState:
     """The agent-scoped part of `Store` (which sets the client, keys and repositories)."""
 
     client: Any
+    scripts: Scripts
     global_keys: GlobalKeys
     repos: dict[str, RepoStore]
     #: Longest one store call may take, reconnects included (seconds).
     call_timeout_s: float
 
     @asynccontextmanager
-    async def agent_mutex(self, agent_id: str, *, repos: int | None = None) -> AsyncIterator[None]:
+    async def agent_mutex(
+        self,
+        agent_id: str,
+        *,
+        repos: int | None = None,
+        keep_ms: int = 0,
+        first: str | None = None,
+    ) -> AsyncIterator[list[str]]:
         """One request of `agent_id` at a time (deployments with several repositories, whose
-        claims are one script per repository and so not atomic across them).
+        claims are one script per repository and so not atomic across them). With `keep_ms`
+        it yields where the agent may hold a task or a remembered request id (`agent_repos`,
+        pointers older than `keep_ms` dropped), read in the same round trip as the mutex is
+        taken, and then points at `first` (the repository the request claims in first).
 
         The hold is proportional to the work: a request may check a repeated request id
-        (AGENT_MUTEX_REPLAY_CALLS), reads where the agent may hold a task, runs one settling
-        round (one script per such repository, concurrently), notes where it will claim and,
-        per repository it claims in (`repos` at most), a default-branch lookup and a claim,
-        each bounded by `call_timeout_s`; so the key lives that many call bounds plus a margin, and
-        another request of the agent waits at most as long. A SET or release that got no answer
-        (Redis stalled or unreachable) may still be run by Redis later, leaving a mutex nobody
-        would release: its compare-and-delete is retried in the background until
-        Redis deletes the token, or answers twice in a row (the second sent after the first
-        reply, so after anything Redis had queued) that the key no longer holds it."""
+        (AGENT_MUTEX_REPLAY_CALLS), runs one settling round (one script per such repository,
+        concurrently) and, per repository it claims in (`repos` at most), a pointer, a
+        default-branch lookup and a claim, each bounded by `call_timeout_s`; so the key lives
+        that many call bounds plus a margin, and another request of the agent waits at most
+        as long. A SET or release that got no answer (Redis stalled or unreachable) may still
+        be run by Redis later, leaving a mutex nobody would release: its compare-and-delete is
+        retried in the background until Redis deletes the token, or answers twice in a row
+        (the second sent after the first reply, so after anything Redis had queued) that the
+        key no longer holds it. The release is not waited for where the pipelined client
+        writes it: this process's next request of the agent is written after it."""
         key, token = self.global_keys.agent_busy(agent_id), secrets.token_hex(8)
         touched = len(self.repos) if repos is None else min(repos, len(self.repos))
-        calls = AGENT_MUTEX_REPLAY_CALLS + 2 + 2 * touched + AGENT_MUTEX_MARGIN_CALLS
+        calls = AGENT_MUTEX_REPLAY_CALLS + 1 + 3 * touched + AGENT_MUTEX_MARGIN_CALLS
         hold_s = self.call_timeout_s * calls
+        commands = _mutex_commands(
+            key, token, hold_s, self.global_keys.agent_repos(agent_id), keep_ms, first
+        )
         deadline = time.monotonic() + hold_s
         try:
             while True:
                 async with asyncio.timeout(self.call_timeout_s):
-                    taken = await self.client.set(key, token, nx=True, px=int(hold_s * 1000))
-                if taken:
+                    replies = await self._batch(commands)
+                failed = next((r for r in replies if isinstance(r, Exception)), None)
+                if failed is not None:
+                    raise failed
+                if replies[0]:
                     break
                 if time.monotonic() > deadline:
                     raise StoreUnavailable(f"agent {agent_id} has another request in progress")
@@ -82,27 +96,50 @@ class AgentState:
         except TimeoutError as e:
             self._release_mutex_later(key, token)
             raise StoreUnavailable(f"Redis did not answer within {self.call_timeout_s:g}s") from e
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
+        except (redis.exceptions.RedisError, OSError) as e:
             self._release_mutex_later(key, token)
             raise StoreUnavailable(redis_problem(e)) from e
         except asyncio.CancelledError:
             self._release_mutex_later(key, token)
             raise
+        noted = (as_text(x) for x in replies[2]) if keep_ms else ()
         try:
-            yield
+            yield [n for n in noted if n in self.repos]
         finally:
-            try:
-                await self._release_mutex(key, token)
-            except (redis.exceptions.RedisError, OSError, TimeoutError):
+            self._release_mutex_soon(key, token)
+
+    async def _batch(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """`commands` in one round trip, their replies (an error reply in its place)."""
+        pipelined = self.scripts.pipelined
+        if pipelined is not None:
+            return await pipelined.execute_many(*commands)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=False))
+
+    def _release_mutex_soon(self, key: str, token: str) -> None:
+        """Release the mutex without waiting for Redis's answer; one that fails (NOSCRIPT
+        after a restart too) is retried in the background (`_retry_release`)."""
+        pipelined = self.scripts.pipelined
+        sent = None
+        if pipelined is not None:
+            sha = self.scripts.mutex_release.sha
+            sent = pipelined.send_nowait("EVALSHA", sha, 1, key, token)
+        if sent is None:
+            self._release_mutex_later(key, token)
+            return
+
+        def check(reply: asyncio.Future[Any]) -> None:
+            if reply.cancelled() or reply.exception() is not None:
                 self._release_mutex_later(key, token)
-            except asyncio.CancelledError:
-                self._release_mutex_later(key, token)
-                raise
+
+        sent.add_done_callback(check)
 
     async def _release_mutex(self, key: str, token: str) -> bool:
         """Delete the mutex if it still holds `token`; True when this call deleted it."""
         async with asyncio.timeout(self.call_timeout_s):
-            return bool(await self.client.eval(_RELEASE_MUTEX, 1, key, token))
+            return bool(await self.scripts.mutex_release(keys=[key], args=[token]))
 
     def _release_mutex_later(self, key: str, token: str) -> None:
         retry = asyncio.get_running_loop().create_task(self._retry_release(key, token))
@@ -122,17 +159,6 @@ class AgentState:
             except (redis.exceptions.RedisError, OSError, TimeoutError):
                 answered = False
             await asyncio.sleep(AGENT_MUTEX_RETRY_PAUSE_S)
-
-    @translate_errors
-    async def agent_repos(self, agent_id: str, keep_ms: int) -> list[str]:
-        """The repositories where `agent_id` may hold a task or a remembered request id:
-        those it claimed in within `keep_ms` (older entries are dropped here)."""
-        key = self.global_keys.agent_repos(agent_id)
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.zremrangebyscore(key, "-inf", now_ms() - keep_ms)
-            pipe.zrange(key, 0, -1)
-            _, names = await pipe.execute()
-        return [n for n in (as_text(x) for x in names) if n in self.repos]
 
     @translate_errors
     async def note_agent_repos(self, agent_id: str, names: list[str], keep_ms: int) -> None:
@@ -194,3 +220,22 @@ class AgentState:
         """Every paused agent of the deployment, with who paused it and why."""
         raw = await awaited(self.client.hgetall(self.global_keys.agents))
         return {as_text(k): pause_of(json.loads(v)) for k, v in raw.items()}
+
+
+def _mutex_commands(
+    key: str, token: str, hold_s: float, pointers: str, keep_ms: int, first: str | None
+) -> list[tuple[Any, ...]]:
+    """What taking an agent's mutex writes in one round trip: the SET (its reply decides),
+    then, with `keep_ms`, the agent's pointers pruned and read, and `first` pointed at after
+    the read (also when the SET found the mutex taken: a pointer too many only costs a later
+    request one settling script there)."""
+    commands: list[tuple[Any, ...]] = [("SET", key, token, "NX", "PX", int(hold_s * 1000))]
+    if keep_ms:
+        stamp = now_ms()
+        commands += [
+            ("ZREMRANGEBYSCORE", pointers, "-inf", stamp - keep_ms),
+            ("ZRANGE", pointers, 0, -1),
+        ]
+        if first is not None:
+            commands += [("ZADD", pointers, stamp, first), ("PEXPIRE", pointers, keep_ms)]
+    return commands

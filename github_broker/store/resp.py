@@ -236,10 +236,48 @@ class Pipelined:
         caller gives up."""
         return await self._send(_pack(*args))
 
-    async def _send(self, packed: bytes) -> Any:
+    async def execute_many(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """Several commands written together (one round trip), their replies in order; an
+        error reply is returned in its command's place (as redis-py's pipeline with
+        `raise_on_error=False`), a lost connection raised."""
+        packed = [_pack(*c) for c in commands]
+        link = await self._link_for(asyncio.get_running_loop())
+        futures = [link.send(p) for p in packed]
+        out: list[Any] = []
+        try:
+            for future in futures:
+                try:
+                    out.append(await future)
+                except redis.exceptions.ResponseError as e:
+                    out.append(e)
+        except BaseException:
+            for future in futures:
+                future.cancel()  # read and dropped when they come: later replies stay matched
+            if link.stalled(self.stall_s):
+                link.close(f"Redis sent nothing for {self.stall_s:g}s; connection dropped")
+            raise
+        return out
+
+    def send_nowait(self, *args: Any) -> asyncio.Future[Any] | None:
+        """Write one command with this loop iteration's others, without waiting for its
+        reply: the future gets it. None when the running loop has no connection up (the
+        caller then awaits `execute`, which connects)."""
         loop = asyncio.get_running_loop()
         link = self._link if self._loop is loop else self._links.get(loop)
         if link is None or link.lost is not None:
+            return None
+        return link.send(_pack(*args))
+
+    async def _link_for(self, loop: asyncio.AbstractEventLoop) -> _Link:
+        link = self._link if self._loop is loop else self._links.get(loop)
+        if link is None or link.lost is not None:
+            link = await self._connected(loop)
+        return link
+
+    async def _send(self, packed: bytes) -> Any:
+        loop = asyncio.get_running_loop()
+        link = self._link if self._loop is loop else self._links.get(loop)
+        if link is None or link.lost is not None:  # as `_link_for`, inlined: the hot path
             link = await self._connected(loop)
         future = link.send(packed)
         try:

@@ -91,3 +91,7 @@ class Scripts:
         self.leader = register(_load("leader", with_lib=False))
         self.webhook_enqueue = register(_load("webhook_enqueue", with_lib=False))
         self.login_attempt = register(_load("login_attempt", with_lib=False))
+        self.mutex_release = register(_load("mutex_release", with_lib=False))
+        #: The pipelined client the scripts run over (None: redis-py's, see above), for
+        #: callers that write several commands in one round trip (`store/agents.py`).
+        self.pipelined = pipelined

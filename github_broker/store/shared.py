@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 #: Audit entries appended to the audit file per stream and pass.
 AUDIT_EXPORT_BATCH = 1000
 
+#: What `ready_events` queues when its subscription is back after it was lost.
+RESUBSCRIBED = "\tresubscribed"
+
 #: Seconds /ready waits for Redis's PONG.
 PING_TIMEOUT_S = 0.8
 
@@ -317,7 +320,8 @@ class Store(AgentState):
     async def ready_events(self) -> AsyncIterator[asyncio.Queue[str]]:
         """Subscribe to the deployment's events channel: `ready` whenever a task becomes
         claimable anywhere, `idx <repository> <line>` whenever a repository's line in the
-        index of repositories with work changes (messages are queued as sent)."""
+        index of repositories with work changes (messages are queued as sent), and
+        RESUBSCRIBED after the subscription was lost and made again."""
         queue: asyncio.Queue[str] = asyncio.Queue()
         pubsub = self.pubsub_client.pubsub()
         channels = [self.global_keys.events] if self.repos else []
@@ -331,6 +335,11 @@ class Store(AgentState):
                     OSError,
                 ) as e:
                     raise StoreUnavailable(redis_problem(e)) from e
+            # redis-py reconnects and subscribes again by itself: say so, since what was
+            # sent meanwhile is lost (its callbacks are weak references: keep this one).
+            reconnects = _Reconnects(queue)
+            if pubsub.connection is not None:
+                pubsub.connection.register_connect_callback(reconnects.connected)
             reader = asyncio.create_task(self._pump(pubsub, queue))
             try:
                 yield queue
@@ -351,3 +360,14 @@ class Store(AgentState):
                 continue
             if msg is not None:
                 queue.put_nowait(as_text(msg["data"]))
+
+
+class _Reconnects:
+    """Queues RESUBSCRIBED each time a subscription's connection is made again (redis-py's
+    connect callback, run after the subscription's own, which subscribes again)."""
+
+    def __init__(self, queue: asyncio.Queue[str]) -> None:
+        self.queue = queue
+
+    def connected(self, _connection: Any) -> None:
+        self.queue.put_nowait(RESUBSCRIBED)
