@@ -355,6 +355,9 @@ async def test_stalled_redis_calls_end_at_their_bound_and_later_ones_are_right(
             except StoreUnavailable:
                 if time.monotonic() > deadline:
                     raise
+        # What is checked now is each reply's place, not speed: 300 calls under 0.3 s bounds
+        # failed once on a machine loaded by the rest of the suite.
+        store.call_timeout_s = 5.0
         await each_gets_its_own(store, 300)
     finally:
         await client.aclose()
