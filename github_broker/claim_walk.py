@@ -185,9 +185,7 @@ class ClaimWalk:
                 )
                 out: dict[str, str] = {}
             else:
-                got, out = await self._claim_across(
-                    asked, agent_id, roles, attempt, pointed, noted
-                )
+                got, out = await self._claim_across(asked, agent_id, roles, attempt, pointed, noted)
             if got is None and not attempt.replayed:
                 await self._unless_unmirrored(asked, out)
             return got

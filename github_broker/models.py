@@ -9,6 +9,11 @@ from pydantic import BaseModel, Field
 
 M = TypeVar("M", bound=BaseModel)
 
+#: Agent ids become GitHub label names (max 50 characters) and key parts.
+AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$"
+#: Largest issue or pull request number in a path or body (JSON's safe integers).
+MAX_NUMBER = 2**53 - 1
+
 
 class TaskType(StrEnum):
     DEVELOPMENT = "development"
@@ -367,3 +372,12 @@ def constructed(cls: type[M], fields: dict[str, Any]) -> M:
 
 
 _setattr = object.__setattr__
+
+
+class ActionAnswer(BaseModel):
+    """What a maintainer's action really did (the admin API's and the dashboard's answer)."""
+
+    action: str
+    target: str
+    outcome: str
+    repositories: dict[str, str] = {}

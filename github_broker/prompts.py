@@ -62,8 +62,7 @@ class Prompts:
     def render(self, task_type: TaskType, values: dict[str, str]) -> str:
         """The prompt: `Template.substitute` with every unset placeholder empty."""
         return "".join(
-            part if literal else values.get(part, "")
-            for literal, part in self._parts[task_type]
+            part if literal else values.get(part, "") for literal, part in self._parts[task_type]
         )
 
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from github_broker.api.routes import ERRORS, IssueNumber, Services
 from github_broker.api.schemas import AGENT_ID_PATTERN
-from github_broker.models import AgentPause, AuditEntry
+from github_broker.models import ActionAnswer, AgentPause, AuditEntry
 from github_broker.problems import BODY_LIMIT_RESPONSE
 from github_broker.steering import MAX_TEXT, ActionResult
 
@@ -41,15 +41,6 @@ class Reassign(Action):
 
 class NoteBody(BaseModel):
     text: Text = Field(min_length=1, description="Delivered with the holder's next heartbeat.")
-
-
-class ActionAnswer(BaseModel):
-    """What the action really did."""
-
-    action: str
-    target: str
-    outcome: str
-    repositories: dict[str, str] = {}
 
 
 class AgentRow(BaseModel):

@@ -7,18 +7,22 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from github_broker.models import AgentPause, Note, Outcome, TaskPause, TaskState
+from github_broker.models import (
+    AGENT_ID_PATTERN,
+    MAX_NUMBER,
+    AgentPause,
+    Note,
+    Outcome,
+    TaskPause,
+    TaskState,
+)
 from github_broker.rules import branch_problem
 
-#: Agent ids become GitHub label names (max 50 characters) and key parts.
-AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$"
 #: Request ids are key parts too: short, no separators Redis keys use.
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 #: Most entries a `roles` or `repositories` list may carry before it is even looked at;
 #: after deduplication a request can name no more than the configured ones anyway.
 MAX_LIST_ITEMS = 64
-#: Largest issue or pull request number in a path or body (JSON's safe integers).
-MAX_NUMBER = 2**53 - 1
 
 RoleName = Annotated[str, Field(min_length=1, max_length=100)]
 
@@ -85,9 +89,7 @@ class Usage(BaseModel):
     """What the agent has spent on this task so far (cumulative: a retried report counts
     once)."""
 
-    tokens: Annotated[int, Field(ge=0, le=MAX_NUMBER), BeforeValidator(_json_integer)] | None = (
-        None
-    )
+    tokens: Annotated[int, Field(ge=0, le=MAX_NUMBER), BeforeValidator(_json_integer)] | None = None
     cost: float | None = Field(None, ge=0, le=1e12, strict=True)
 
 

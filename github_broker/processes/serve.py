@@ -64,9 +64,7 @@ def serve(
     if files > before:
         logger.info("file limit raised from %d to %d", before, files)
     shown = f"[{host}]" if ":" in host else host
-    logger.info(
-        "serving on http://%s:%d (dashboard /ui, API reference /docs)", shown, port
-    )
+    logger.info("serving on http://%s:%d (dashboard /ui, API reference /docs)", shown, port)
     if single_process:
         # One process: the API, and the poller inside it unless server.run_poller is false.
         run_api_worker(spec)

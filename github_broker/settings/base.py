@@ -10,11 +10,13 @@ from pydantic import (
     ConfigDict,
 )
 
+from github_broker.models import AGENT_ID_PATTERN
+
 #: Where the embedded defaults live; the sandbox runs on these alone.
 DEFAULTS_DIR = Path(__file__).parent.parent / "defaults"
 ENV_PREFIX = "GITHUB_BROKER_"
 #: Agent ids become GitHub labels (at most 50 characters) and parts of Redis keys.
-AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
+AGENT_ID_RE = re.compile(AGENT_ID_PATTERN)
 
 
 class Section(BaseModel):

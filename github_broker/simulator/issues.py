@@ -39,6 +39,8 @@ def _noted_update(repo: Repo, rec: Record) -> None:
         repo.updates = None
     else:
         log.append((rec["updated_at"], rec["number"]))
+
+
 _SORT_KEYS: dict[str, Callable[[Record], tuple[Any, ...]]] = {
     "created": lambda rec: (rec["created_at"], rec["number"]),
     "updated": lambda rec: (rec["updated_at"], rec["number"]),
@@ -728,7 +730,6 @@ class IssueStore:
                 for c in r.issue_comments.get(number, [])
                 if c["updated_at"] >= since_text
             ]
-
 
     def list_repo_issue_comments(
         self,

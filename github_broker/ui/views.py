@@ -83,9 +83,7 @@ async def dashboard_view(store: Store, settings: Settings) -> DashboardView:
 
 async def agent_view(store: Store, dashboard: DashboardView, agent_id: str) -> AgentView:
     """One agent's page, from the dashboard's data and its own timeline and audit entries."""
-    summary = next(
-        (a for a in dashboard.agents if a.agent_id == agent_id), AgentSummary(agent_id)
-    )
+    summary = next((a for a in dashboard.agents if a.agent_id == agent_id), AgentSummary(agent_id))
     events = [e for e in await store.timeline(AGENT_EVENTS_SCANNED) if e.agent == agent_id]
     audit = [a for a in await store.audit_log(AGENT_AUDIT_SCANNED) if a.agent == agent_id]
     return AgentView(
