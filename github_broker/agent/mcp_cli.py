@@ -10,7 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from github_broker.agent.runner.cli import AGENT_ENV, TOKEN_ENV, URL_ENV
+from github_broker.agent.runner.cli import add_broker_options
 from github_broker.agent.session import DEFAULT_CHECK_INTERVAL_S
 
 #: Environment variable of --admin-token (only `explain` uses it).
@@ -149,21 +149,7 @@ def add_mcp_command(subparsers: argparse._SubParsersAction) -> argparse.Argument
 
 def _add_broker_options(p: argparse.ArgumentParser) -> None:
     """Which broker, as which agent."""
-    p.add_argument(
-        "--broker-url",
-        default=os.environ.get(URL_ENV, "http://127.0.0.1:8080"),
-        help=f"broker base URL (env {URL_ENV}; default %(default)s)",
-    )
-    agent_id = os.environ.get(AGENT_ENV)
-    p.add_argument(
-        "--agent-id",
-        default=agent_id,
-        required=agent_id is None,
-        help=f"this agent's id, also a GitHub label (env {AGENT_ENV})",
-    )
-    p.add_argument(
-        "--token", default=os.environ.get(TOKEN_ENV), help=f"agent bearer token (env {TOKEN_ENV})"
-    )
+    add_broker_options(p)
     p.add_argument(
         "--admin-token",
         default=os.environ.get(ADMIN_TOKEN_ENV),

@@ -158,6 +158,13 @@ def add_agent_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
 def _add_identity_options(p: argparse.ArgumentParser) -> None:
     """Which broker, as which agent, for which work."""
+    add_broker_options(p)
+    p.add_argument("--role", action="append", help="a role this agent accepts (repeatable)")
+    p.add_argument("--repository", action="append", help="only this owner/name (repeatable)")
+
+
+def add_broker_options(p: argparse.ArgumentParser) -> None:
+    """Which broker, as which agent (`agent` and `mcp` alike)."""
     p.add_argument(
         "--broker-url",
         default=os.environ.get(URL_ENV, "http://127.0.0.1:8080"),
@@ -173,8 +180,6 @@ def _add_identity_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--token", default=os.environ.get(TOKEN_ENV), help=f"agent bearer token (env {TOKEN_ENV})"
     )
-    p.add_argument("--role", action="append", help="a role this agent accepts (repeatable)")
-    p.add_argument("--repository", action="append", help="only this owner/name (repeatable)")
 
 
 def _add_command_options(p: argparse.ArgumentParser) -> None:
