@@ -169,7 +169,11 @@ class ClaimWalk:
         keep_ms = self.settings.leases.agent_task_ttl_s * 1000
         first = tries[0] if tries else None
         async with self.store.agent_mutex(
-            agent_id, repos=MAX_CLAIM_REPOS, keep_ms=keep_ms, first=first
+            agent_id,
+            repos=MAX_CLAIM_REPOS,
+            keep_ms=keep_ms,
+            first=first,
+            lookups=MAX_FAILING_LOOKUPS,
         ) as pointed:
             noted = {first} if first is not None else set()
             if set(pointed) <= noted:

@@ -25,8 +25,8 @@ class ReadyWaker:
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reloads: asyncio.Task[None] | None = None
-        #: Set when the subscription is (re)established: messages sent meanwhile are lost,
-        #: so the index is read again (`_reload_index`).
+        #: Set when Redis confirms the subscription (again): messages sent while it was down
+        #: are lost, so the index is read again (`_reload_index`).
         self._reload_now = asyncio.Event()
         #: Set once the process is shutting down: waiting requests answer "no task" at once.
         self.closing = False
@@ -69,7 +69,6 @@ class ReadyWaker:
         while True:
             try:
                 async with store.ready_events() as queue:
-                    self._reload_now.set()
                     while True:
                         message = await queue.get()
                         if message == RESUBSCRIBED:

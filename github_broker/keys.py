@@ -135,9 +135,9 @@ Added by this project (no TTL unless said):
 Deployment-wide keys: ``{key_prefix}:events`` (pub/sub: ``ready`` whenever a task becomes
 claimable in any repository, ``idx <repository> <line>`` whenever a repository's ``idx``
 changes), ``{key_prefix}:agent_repos:{agent}`` (sorted set: the repositories where the agent
-may hold a task or a remembered request id -> when it last claimed there (ms), pointed at
-before each claim and read in the round trip that takes ``agent_busy``; a request settles and
-replays in those alone), ``{key_prefix}:leader`` (the poller's leader lease:
+may hold a task or a remembered request id -> when it was last pointed at (ms): before each
+claim there, by each heartbeat there and by the sync's adoption of a lease there; read in the
+round trip that takes ``agent_busy``; a request settles and replays in those alone), ``{key_prefix}:leader`` (the poller's leader lease:
 ``id`` of the holder), ``{{key_prefix}:leader}:epoch`` (the last leader epoch handed out;
 same Cluster slot as the leader key; never expires), ``{key_prefix}:quota`` (the last GitHub
 rate-limit headers seen) and ``{key_prefix}:timeline`` (stream of deployment-wide events

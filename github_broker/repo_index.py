@@ -55,6 +55,10 @@ class RepoIndex:
         self._by_role: dict[str, set[str]] = {}
         #: Repositories whose mirror is built.
         self._mirrored: set[str] = set()
+        #: Messages applied so far, and the count when each repository's last one was: a
+        #: reload keeps a line a message brought while its read was under way.
+        self._applied = 0
+        self._applied_at: dict[str, int] = {}
 
     def apply(self, message: str) -> bool:
         """An `idx <repository> <line>` message; True if it was one."""
@@ -62,14 +66,29 @@ class RepoIndex:
         if kind != "idx":
             return False
         repository, _, text = rest.partition("\t")
+        self._applied += 1
+        self._applied_at[repository] = self._applied
         self._put(repository, Line.parse(text))
         return True
 
     async def reload(self, store: Store) -> None:
+        """Every repository's line as Redis holds it now, except those a message changed
+        while the read was under way (the message is newer than what the read saw)."""
+        started = self._applied
         lines = await store.index_lines()
+        newer = {
+            n: line
+            for n, at in self._applied_at.items()
+            if at > started
+            if (line := self.lines.get(n)) is not None
+        }
         self.lines, self._ready, self._by_role, self._mirrored = {}, set(), {}, set()
         for name, text in lines.items():
-            self._put(name, Line.parse(text))
+            if name not in newer:
+                self._put(name, Line.parse(text))
+        for name, line in newer.items():
+            self._put(name, line)
+        self._applied_at = {n: at for n, at in self._applied_at.items() if at > started}
         self.loaded_at = time.monotonic()
 
     def _put(self, name: str, line: Line) -> None:
@@ -87,9 +106,6 @@ class RepoIndex:
             self._ready.add(name)
         for role in line.roles:
             self._by_role.setdefault(role, set()).add(name)
-
-    def stale(self) -> bool:
-        return time.monotonic() - self.loaded_at > RELOAD_S
 
     def with_work(
         self, roles: list[str] | None, names: Collection[str] | None

@@ -339,6 +339,7 @@ class Syncer:
             batch = [index_item(self.rules, issue, base) for issue in chunk]
             result = await rstore.sync_issues(batch, epoch=self.epoch)
             self._count(report, result)
+            await self._point_holders(rstore, result.holders)
             by_number = {item["n"]: item for item in batch}
             settled = []
             for n, missing in result.suspects.items():
@@ -361,6 +362,15 @@ class Syncer:
         assert repo is not None
         base = await self.base_branch(repo, rstore, await rstore.sync_state())
         await self.apply_issues(rstore, [issue], base)
+
+    async def _point_holders(self, rstore: RepoStore, holders: list[str]) -> None:
+        """With several repositories, an agent whose lease was adopted here may hold its task
+        here: its next request must settle it here (`agent_repos`, see claim_walk.py)."""
+        if len(self.store.repos) < 2:
+            return
+        keep_ms = self.settings.leases.agent_task_ttl_s * 1000
+        for agent in dict.fromkeys(holders):
+            await self.store.note_agent_repos(agent, [rstore.repository], keep_ms)
 
     @staticmethod
     def _count(report: SyncReport, result: UpsertResult) -> None:

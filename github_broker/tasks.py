@@ -130,6 +130,12 @@ class TaskService:
         )
         if not isinstance(got, Beat):
             raise LeaseError(got, refusal_message(repository, number, "not extended", got))
+        if len(self.store.repos) > 1:
+            # The agent holds a task here: keep this repository among those its next request
+            # settles in (`agent_repos` forgets what was not pointed at for its keep time,
+            # which a long task, or a lease rebuilt after Redis lost it, outlives).
+            keep_ms = self.settings.leases.agent_task_ttl_s * 1000
+            await self.store.note_agent_repos(agent_id, [repository], keep_ms)
         return got
 
     async def finish(

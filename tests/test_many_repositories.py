@@ -214,3 +214,126 @@ async def test_the_index_is_read_again_when_its_subscription_comes_back(
         client.close()
         await waker.stop()
         await store.close()
+
+
+async def test_a_task_heartbeaten_past_the_pointers_keep_time_is_settled_by_the_next_request(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The agent's pointer to the repository where it works is kept by its heartbeats: a task
+    held longer than `agent_task_ttl_s` is still settled by the next request, which claims
+    elsewhere (before, the pointer aged out and the agent ended with two live leases)."""
+    settings = make_settings(
+        redis={"url": redis_url},
+        repositories=names(3),
+        leases={"settle_grace_s": 0, "lease_ttl_s": 2, "agent_task_ttl_s": 2},
+    )
+    store = Store.from_settings(settings)
+    try:
+        await mirrored(store, names(3)[0], [1])
+        await mirrored(store, names(3)[1], [])
+        await mirrored(store, names(3)[2], [7, 8])
+        tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
+        held = await tasks.request_task("a1")
+        assert held is not None and (held.repository, held.issue_id) == (names(3)[0], 1)
+        for _ in range(6):  # 3 s of work, heartbeating every 0.5 s: past the 2 s keep time
+            await asyncio.sleep(0.5)
+            await tasks.heartbeat(held.repository, held.issue_id, "a1", held.lease.token)
+        following = await tasks.request_task("a1")
+        assert following is not None and following.repository == names(3)[2]
+        leases = [(r, lease.issue) for r in names(3) for lease in await store.repo(r).leases()]
+        assert leases == [(names(3)[2], following.issue_id)]
+    finally:
+        await store.close()
+
+
+async def test_a_reload_keeps_a_line_that_a_message_brought_while_it_read(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """A reload's read that Redis answered before a repository gained work, applied after that
+    repository's message, must not put the older line back: the work would stay invisible
+    until the next reload (60 s)."""
+    from github_broker.repo_index import RepoIndex
+
+    settings = make_settings(redis={"url": redis_url}, repositories=names(2))
+    store = Store.from_settings(settings)
+    try:
+        for name in names(2):
+            await mirrored(store, name, [])
+        index = RepoIndex()
+        read = asyncio.Event()
+        real = store.index_lines
+
+        async def slow_lines() -> dict[str, str]:
+            lines = await real()  # Redis answers now: no work anywhere
+            read.set()
+            await asyncio.sleep(0.2)  # the reply is still on its way while the message lands
+            return lines
+
+        store.index_lines = slow_lines  # type: ignore[method-assign]
+        reloading = asyncio.create_task(index.reload(store))
+        await read.wait()
+        await mirrored(store, names(2)[1], [5])  # the claim scripts publish the new line
+        line = await store.client.get(store.repo(names(2)[1]).keys.idx)
+        assert index.apply(f"idx\t{names(2)[1]}\t{line.decode()}")
+        await reloading
+        assert set(index.with_work(None, None)) == {names(2)[1]}
+    finally:
+        await store.close()
+
+
+async def test_the_index_is_read_again_once_redis_confirms_the_subscription(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The reload after a reconnect follows Redis's confirmation of the subscription, not the
+    connection: a line published between the two is heard (or read), never lost."""
+    from github_broker.store import RESUBSCRIBED
+
+    settings = make_settings(redis={"url": redis_url}, repositories=names(2))
+    store = Store.from_settings(settings)
+    client = sync_redis.Redis.from_url(redis_url)
+    try:
+        async with store.ready_events() as queue:
+            first = await asyncio.wait_for(queue.get(), 5)
+            assert first == RESUBSCRIBED  # the first confirmation
+            client.publish(store.global_keys.events, "ready")
+            assert await asyncio.wait_for(queue.get(), 5) == "ready"
+            client.client_kill_filter(_type="pubsub")
+            assert await asyncio.wait_for(queue.get(), 10) == RESUBSCRIBED
+            # Confirmed: everything published from now on arrives.
+            client.publish(store.global_keys.events, "ready")
+            assert await asyncio.wait_for(queue.get(), 5) == "ready"
+    finally:
+        client.close()
+        await store.close()
+
+
+async def test_a_lease_the_sync_adopts_after_a_loss_is_settled_by_the_agents_next_request(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """Redis lost the agent's lease and its pointer; the sync adopts the lease from GitHub's
+    labels and points the agent at that repository, so the agent's next request, which claims
+    elsewhere, settles the adopted task first (never two live leases)."""
+    from github_broker.sync import Syncer
+
+    settings = make_settings(
+        redis={"url": redis_url}, repositories=names(3), leases={"settle_grace_s": 0}
+    )
+    store = Store.from_settings(settings)
+    try:
+        await mirrored(store, names(3)[1], [])
+        await mirrored(store, names(3)[2], [7, 8])
+        rstore = store.repo(names(3)[0])
+        await rstore.save_sync_state({}, rebuilt=True)
+        # GitHub shows issue 1 at work for a1; Redis knows nothing of it.
+        held = issue(1, "P1", "BACKENDCODER", "in-progress", "a1")
+        report = await Syncer(settings, store, gateway=None).apply_issues(  # type: ignore[arg-type]
+            rstore, [held], "main"
+        )
+        assert report.adopted == 1
+        tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
+        following = await tasks.request_task("a1")
+        assert following is not None and following.repository == names(3)[2]
+        leases = [(r, lease.issue) for r in names(3) for lease in await store.repo(r).leases()]
+        assert leases == [(names(3)[2], following.issue_id)]
+    finally:
+        await store.close()

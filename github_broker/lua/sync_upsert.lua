@@ -31,7 +31,8 @@
 -- An issue in-progress with no single agent label and no lease (an orphan) gets its
 -- in-progress label removed once it stayed so for the lease TTL: it returns to the pool.
 -- Returns {issues written, tasks made ready, leases revoked, leases adopted,
---   JSON list of suspects {n, missing labels}, labels re-applied}.
+--   JSON list of suspects {n, missing labels}, labels re-applied, JSON list of the agents
+--   adopted (the caller points each at this repository: see agent_repos)}.
 -- Items older than the cache or than issue_version:{n} are skipped and not counted.
 -- Whether `agent` held issue n before and that hand-out ended (its record is not 'assigned').
 local function handed_back(C, n, agent)
@@ -123,6 +124,7 @@ local now = now_ms()
 local now_iso = ARGV[3]
 local written, readied, revoked, adopted, restored = 0, 0, 0, 0, 0
 local suspects = {}
+local holders = {}
 for _, it in ipairs(items) do
   local n = tostring(it.n)
   local ikey = C.issue .. n
@@ -256,6 +258,7 @@ for _, it in ipairs(items) do
         redis.call('SET', C.agent .. it.holder, n, 'EX', C.agent_s, 'NX')
       end
       adopted = adopted + 1
+      holders[#holders + 1] = it.holder
       held = true
     end
   end
@@ -373,4 +376,6 @@ if readied > 0 then redis.call('PUBLISH', C.events, 'ready') end
 publish_index(C)
 local suspects_json = '[]'
 if #suspects > 0 then suspects_json = cjson.encode(suspects) end
-return {written, readied, revoked, adopted, suspects_json, restored}
+local holders_json = '[]'
+if #holders > 0 then holders_json = cjson.encode(holders) end
+return {written, readied, revoked, adopted, suspects_json, restored, holders_json}

@@ -55,6 +55,7 @@ class AgentState:
         repos: int | None = None,
         keep_ms: int = 0,
         first: str | None = None,
+        lookups: int = 0,
     ) -> AsyncIterator[list[str]]:
         """One request of `agent_id` at a time (deployments with several repositories, whose
         claims are one script per repository and so not atomic across them). With `keep_ms`
@@ -64,8 +65,10 @@ class AgentState:
 
         The hold is proportional to the work: a request may check a repeated request id
         (AGENT_MUTEX_REPLAY_CALLS), runs one settling round (one script per such repository,
-        concurrently) and, per repository it claims in (`repos` at most), a pointer, a
-        default-branch lookup and a claim, each bounded by `call_timeout_s`; so the key lives
+        concurrently), per repository it claims in (`repos` at most) a pointer, a
+        default-branch lookup, a claim and, should the mirror be rebuilding, a look at its sync,
+        and with nothing handed out up to `lookups` more such looks, each bounded by
+        `call_timeout_s`; so the key lives
         that many call bounds plus a margin, and another request of the agent waits at most
         as long. A SET or release that got no answer (Redis stalled or unreachable) may still
         be run by Redis later, leaving a mutex nobody would release: its compare-and-delete is
@@ -75,7 +78,7 @@ class AgentState:
         writes it: this process's next request of the agent is written after it."""
         key, token = self.global_keys.agent_busy(agent_id), secrets.token_hex(8)
         touched = len(self.repos) if repos is None else min(repos, len(self.repos))
-        calls = AGENT_MUTEX_REPLAY_CALLS + 1 + 3 * touched + AGENT_MUTEX_MARGIN_CALLS
+        calls = AGENT_MUTEX_REPLAY_CALLS + 1 + 4 * touched + lookups + AGENT_MUTEX_MARGIN_CALLS
         hold_s = self.call_timeout_s * calls
         commands = _mutex_commands(
             key, token, hold_s, self.global_keys.agent_repos(agent_id), keep_ms, first

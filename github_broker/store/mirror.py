@@ -24,6 +24,8 @@ class UpsertResult:
     adopted: int = 0
     suspects: dict[int, list[str]] = field(default_factory=dict)
     restored: int = 0
+    #: Agents whose lease on an issue of this batch was adopted (sync_upsert.lua).
+    holders: list[str] = field(default_factory=list)
 
 
 class IssueMirror(RepoBase):
@@ -44,6 +46,7 @@ class IssueMirror(RepoBase):
             # cjson writes an empty list as {}.
             suspects={int(s["n"]): list(s["missing"]) for s in (suspects if suspects else [])},
             restored=int(res[5]),
+            holders=list(json.loads(as_text(res[6])) or []),
         )
 
     async def upsert_issues(

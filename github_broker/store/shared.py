@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 #: Audit entries appended to the audit file per stream and pass.
 AUDIT_EXPORT_BATCH = 1000
 
-#: What `ready_events` queues when its subscription is back after it was lost.
+#: What `ready_events` queues each time Redis confirms its subscription (again).
 RESUBSCRIBED = "\tresubscribed"
 
 #: Seconds /ready waits for Redis's PONG.
@@ -321,7 +321,9 @@ class Store(AgentState):
         """Subscribe to the deployment's events channel: `ready` whenever a task becomes
         claimable anywhere, `idx <repository> <line>` whenever a repository's line in the
         index of repositories with work changes (messages are queued as sent), and
-        RESUBSCRIBED after the subscription was lost and made again."""
+        RESUBSCRIBED each time Redis confirms the subscription: once subscribed, and after
+        each reconnect (redis-py subscribes again by itself; what was sent meanwhile is
+        lost). Everything published after it is delivered."""
         queue: asyncio.Queue[str] = asyncio.Queue()
         pubsub = self.pubsub_client.pubsub()
         channels = [self.global_keys.events] if self.repos else []
@@ -335,11 +337,6 @@ class Store(AgentState):
                     OSError,
                 ) as e:
                     raise StoreUnavailable(redis_problem(e)) from e
-            # redis-py reconnects and subscribes again by itself: say so, since what was
-            # sent meanwhile is lost (its callbacks are weak references: keep this one).
-            reconnects = _Reconnects(queue)
-            if pubsub.connection is not None:
-                pubsub.connection.register_connect_callback(reconnects.connected)
             reader = asyncio.create_task(self._pump(pubsub, queue))
             try:
                 yield queue
@@ -351,23 +348,17 @@ class Store(AgentState):
     async def _pump(self, pubsub: Any, queue: asyncio.Queue[str]) -> None:
         while True:
             try:
-                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                msg = await pubsub.get_message(timeout=1.0)
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                 # TimeoutError: a reconnect whose handshake Redis does not answer in time (a
                 # stalled Redis, a proxy that accepts while Redis is down). Not caught, it ended
                 # this task for good and long-polls were only woken by their re-check.
                 await asyncio.sleep(1.0)
                 continue
-            if msg is not None:
+            if msg is None:
+                continue
+            kind = as_text(msg["type"])
+            if kind == "message":
                 queue.put_nowait(as_text(msg["data"]))
-
-
-class _Reconnects:
-    """Queues RESUBSCRIBED each time a subscription's connection is made again (redis-py's
-    connect callback, run after the subscription's own, which subscribes again)."""
-
-    def __init__(self, queue: asyncio.Queue[str]) -> None:
-        self.queue = queue
-
-    def connected(self, _connection: Any) -> None:
-        self.queue.put_nowait(RESUBSCRIBED)
+            elif kind == "subscribe":
+                queue.put_nowait(RESUBSCRIBED)
