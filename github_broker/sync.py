@@ -347,7 +347,9 @@ class Syncer:
                 if actor is not None:
                     settled.append({**by_number[n], "removed_by": actor})
             if settled:
-                self._count(report, await rstore.sync_issues(settled, epoch=self.epoch))
+                again = await rstore.sync_issues(settled, epoch=self.epoch)
+                self._count(report, again)
+                await self._point_holders(rstore, again.holders)
 
     async def apply_issues(self, rstore: RepoStore, issues: list[Issue], base: str) -> SyncReport:
         """Mirror these issues as a sync pass would (the webhook worker's targeted update)."""
