@@ -111,6 +111,9 @@ class Attempt:
         self.skip: dict[str, int] = {}
         #: A repeated request id's answer found by `ClaimWalk._replayed_elsewhere`.
         self.granted: Claimed | None = None
+        #: While the agent's mutex is held: Redis time (ms) after which no script of this
+        #: attempt may run (`MutexHold.fence_ms`); None with one repository.
+        self.fence_ms: int | None = None
 
     def note(self, repository: str, result: NoTask) -> None:
         if result.reason == "replayed":
@@ -174,7 +177,8 @@ class ClaimWalk:
             keep_ms=keep_ms,
             first=first,
             lookups=MAX_FAILING_LOOKUPS,
-        ) as pointed:
+        ) as hold:
+            attempt.fence_ms, pointed = hold.fence_ms, hold.pointed
             noted = {first} if first is not None else set()
             if set(pointed) <= noted:
                 # The agent may hold a task only where it claims first (or nowhere): that
@@ -245,6 +249,7 @@ class ClaimWalk:
                     roles=roles,
                     settle_only=True,
                     request_id=attempt.request_id,
+                    fence_ms=attempt.fence_ms,
                 )
                 for s in pointed
             ),
@@ -387,6 +392,7 @@ class ClaimWalk:
                 roles=roles,
                 skip_issue=attempt.skip.get(name),
                 request_id=attempt.request_id,
+                fence_ms=attempt.fence_ms,
             )
         except MirrorRebuilding:
             if several and (name not in pointed or await rstore.sync_failing() is not None):
@@ -443,6 +449,7 @@ class ClaimWalk:
                     roles=roles,
                     settle_only=True,
                     request_id=rid,
+                    fence_ms=attempt.fence_ms,
                 )
                 for s in origins
             )

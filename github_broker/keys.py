@@ -137,14 +137,15 @@ claimable in any repository, ``idx <repository> <line>`` whenever a repository's
 changes), ``{key_prefix}:agent_repos:{agent}`` (sorted set: the repositories where the agent
 may hold a task or a remembered request id -> when it was last pointed at (ms): before each
 claim there, by each heartbeat there and by the sync's adoption of a lease there; read in the
-round trip that takes ``agent_busy``; a request settles and replays in those alone), ``{key_prefix}:leader`` (the poller's leader lease:
-``id`` of the holder), ``{{key_prefix}:leader}:epoch`` (the last leader epoch handed out;
-same Cluster slot as the leader key; never expires), ``{key_prefix}:quota`` (the last GitHub
+round trip that takes ``agent_busy``; a request settles and replays in those alone),
+``{key_prefix}:leader`` (the poller's leader lease: ``id`` of the holder),
+``{{key_prefix}:leader}:epoch`` (the last leader epoch handed out; same Cluster slot as the
+leader key; never expires), ``{key_prefix}:quota`` (the last GitHub
 rate-limit headers seen) and ``{key_prefix}:timeline`` (stream of deployment-wide events
 such as leader changes, capped like the repositories' ones) and
 ``{key_prefix}:agent_busy:{agent}`` (a short mutex, held while one request of that agent
 settles and claims across several repositories, so concurrent requests of one agent never
-claim in two of them),
+claim in two of them; its scripts refuse to run past the hold, read on Redis's clock),
 ``{key_prefix}:agents`` (hash: agent id -> JSON pause, the deployment's record that each
 repository's ``paused_agents`` copies), ``{key_prefix}:control`` (hash: ``broker`` -> JSON
 pause of the whole broker), ``{key_prefix}:audit`` (stream: deployment-wide actions such as

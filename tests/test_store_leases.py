@@ -273,6 +273,38 @@ async def test_outbox_keeps_newer_wish_when_payload_changed(store: Store) -> Non
     assert json.loads(again["labels:1"])["add"] == ["needs-review"]
 
 
+async def test_a_claim_past_its_mutex_fence_is_refused_and_settles_nothing(store: Store) -> None:
+    """A script of a request across repositories runs only before the fence its agent mutex
+    yielded (Redis's clock): past it, the claim neither settles the held task nor claims."""
+    from github_broker.errors import StoreUnavailable
+
+    rstore = await load(store, issue(1, "P1", "BACKENDCODER"), issue(2, "P1", "BACKENDCODER"))
+    held = await claim(rstore, "a1")
+    assert isinstance(held, Claimed)
+    seconds, micros = await store.client.time()
+    now = int(seconds) * 1000 + int(micros) // 1000
+    with pytest.raises(StoreUnavailable, match="outlived the agent's mutex"):
+        await rstore.claim(
+            "a1",
+            previous="completed",
+            mode="strict",
+            base_branch="main",
+            roles=None,
+            fence_ms=now - 1,
+        )
+    assert [lease.issue for lease in await rstore.leases()] == [held.issue.number]
+    # Before its fence the same call settles and claims.
+    got = await rstore.claim(
+        "a1",
+        previous="completed",
+        mode="strict",
+        base_branch="main",
+        roles=None,
+        fence_ms=now + 60_000,
+    )
+    assert isinstance(got, Claimed) and got.settled_issue == held.issue.number
+
+
 async def test_agent_mutex_lives_as_long_as_the_calls_of_one_request(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:

@@ -208,6 +208,8 @@ local function mirror_missing(C)
 end
 
 local REBUILDING = 'REBUILDING the mirror is being rebuilt from GitHub; retry shortly'
+local OUTLIVED = "OUTLIVED this request outlived the agent's mutex (the broker process "
+  .. 'stalled); retry'
 
 -- What a task_candidate record says after each way a lease can end.
 local CANDIDATE_STATUS = {

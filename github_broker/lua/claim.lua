@@ -5,7 +5,11 @@
 -- ARGV[6] base branch, ARGV[7] how many ready tasks to look at per page (see scan_limit),
 -- ARGV[8] '1' to only settle the previous task (multi-repository requests do this first),
 -- ARGV[9] an issue number not to hand this agent ('' none: the one it just gave up),
--- ARGV[10] the request id ('' none), ARGV[11..] roles the agent accepts (none: any role).
+-- ARGV[10] the request id ('' none), ARGV[11] the fence ('' none): Redis time (ms) after
+-- which the script refuses to run (OUTLIVED), the end of the agent's mutex that a request
+-- across repositories holds (store/agents.py): a process paused past it must not settle or
+-- claim once another request of the agent may hold the mutex; ARGV[12..] roles the agent
+-- accepts (none: any role).
 -- A request id seen before (handout:{agent}:{rid}) gets the same task and lease again
 -- while that lease lives, and settles nothing. A held task younger than settle_grace_ms is
 -- not settled as completed either (a concurrent or retried request: the agent cannot have
@@ -31,6 +35,8 @@ local agent, token, prev_outcome, mode, base_branch = ARGV[2], ARGV[3], ARGV[4],
 local scan = tonumber(ARGV[7])
 local rid = ARGV[10]
 local now = now_ms()
+local fence = tonumber(ARGV[11])
+if fence and now > fence then return redis.error_reply(OUTLIVED) end
 reap(C, now, 10)
 
 local handout_key = nil
@@ -152,7 +158,7 @@ else
     forget_current()
     return out({0, 'quarantine', settled_n, prev_outcome, bucket or -1, arg(proving)})
   end
-  best_id, best_score, raw = pick_task(C, sources_of(C, 11), agent, skip_id, ARGV[9], now,
+  best_id, best_score, raw = pick_task(C, sources_of(C, 12), agent, skip_id, ARGV[9], now,
     scan, false)
   if best_id == nil then
     forget_current()

@@ -10,6 +10,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import redis.exceptions
@@ -37,6 +38,17 @@ AGENT_MUTEX_RETRY_PAUSE_S = 0.1
 _MUTEX_RETRIES: set[asyncio.Task[None]] = set()
 
 
+@dataclass(frozen=True)
+class MutexHold:
+    """What `AgentState.agent_mutex` yields."""
+
+    #: Repositories where the agent may hold a task or a remembered request id.
+    pointed: list[str]
+    #: Redis time (ms) until which the mutex is this request's at least: pass it to every
+    #: settling or claim script run under it (`RepoStore.claim(fence_ms=)`).
+    fence_ms: int
+
+
 class AgentState:
     """The agent-scoped part of `Store` (which sets the client, keys and repositories)."""
 
@@ -56,12 +68,16 @@ class AgentState:
         keep_ms: int = 0,
         first: str | None = None,
         lookups: int = 0,
-    ) -> AsyncIterator[list[str]]:
+    ) -> AsyncIterator[MutexHold]:
         """One request of `agent_id` at a time (deployments with several repositories, whose
         claims are one script per repository and so not atomic across them). With `keep_ms`
         it yields where the agent may hold a task or a remembered request id (`agent_repos`,
         pointers older than `keep_ms` dropped), read in the same round trip as the mutex is
         taken, and then points at `first` (the repository the request claims in first).
+        It also yields the fence: Redis's time, read just before the SET, plus the hold. The
+        mutex is the request's until then at least; a settling or claim script run later
+        (the process was paused: SIGSTOP, a VM freeze) refuses to (claim.lua), since another
+        request of the agent may hold the mutex by then.
 
         The hold is proportional to the work: a request may check a repeated request id
         (AGENT_MUTEX_REPLAY_CALLS), runs one settling round (one script per such repository,
@@ -91,7 +107,7 @@ class AgentState:
                 failed = next((r for r in replies if isinstance(r, Exception)), None)
                 if failed is not None:
                     raise failed
-                if replies[0]:
+                if replies[1]:
                     break
                 if time.monotonic() > deadline:
                     raise StoreUnavailable(f"agent {agent_id} has another request in progress")
@@ -105,9 +121,11 @@ class AgentState:
         except asyncio.CancelledError:
             self._release_mutex_later(key, token)
             raise
-        noted = (as_text(x) for x in replies[2]) if keep_ms else ()
+        seconds, micros = replies[0]
+        fence_ms = int(seconds) * 1000 + int(micros) // 1000 + int(hold_s * 1000)
+        noted = (as_text(x) for x in replies[3]) if keep_ms else ()
         try:
-            yield [n for n in noted if n in self.repos]
+            yield MutexHold([n for n in noted if n in self.repos], fence_ms)
         finally:
             self._release_mutex_soon(key, token)
 
@@ -228,11 +246,14 @@ class AgentState:
 def _mutex_commands(
     key: str, token: str, hold_s: float, pointers: str, keep_ms: int, first: str | None
 ) -> list[tuple[Any, ...]]:
-    """What taking an agent's mutex writes in one round trip: the SET (its reply decides),
-    then, with `keep_ms`, the agent's pointers pruned and read, and `first` pointed at after
-    the read (also when the SET found the mutex taken: a pointer too many only costs a later
-    request one settling script there)."""
-    commands: list[tuple[Any, ...]] = [("SET", key, token, "NX", "PX", int(hold_s * 1000))]
+    """What taking an agent's mutex writes in one round trip: Redis's time (the fence is
+    counted from it), the SET (its reply decides), then, with `keep_ms`, the agent's pointers
+    pruned and read, and `first` pointed at after the read (also when the SET found the mutex
+    taken: a pointer too many only costs a later request one settling script there)."""
+    commands: list[tuple[Any, ...]] = [
+        ("TIME",),
+        ("SET", key, token, "NX", "PX", int(hold_s * 1000)),
+    ]
     if keep_ms:
         stamp = now_ms()
         commands += [

@@ -54,6 +54,8 @@ def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]
                 raise Fenced(f"not the leader any more: {message}") from e
             if message.startswith("REBUILDING"):
                 raise MirrorRebuilding(message.removeprefix("REBUILDING ")) from e
+            if message.startswith("OUTLIVED"):
+                raise StoreUnavailable(message.removeprefix("OUTLIVED ")) from e
             raise StoreUnavailable(redis_problem(e)) from e
 
     return wrapper

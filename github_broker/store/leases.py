@@ -100,9 +100,12 @@ class LeaseRegistry(RepoBase):
         settle_only: bool = False,
         skip_issue: int | None = None,
         request_id: str | None = None,
+        fence_ms: int | None = None,
     ) -> Claimed | NoTask:
         """Settle the agent's held task with `previous`, then lease the next task (one call).
-        A `request_id` seen before gets the same task and lease again (see claim.lua)."""
+        A `request_id` seen before gets the same task and lease again (see claim.lua). Under
+        the agent's mutex (several repositories), `fence_ms` is its `MutexHold.fence_ms`:
+        past it Redis refuses to run the script (StoreUnavailable)."""
         token = new_nonce()
         res = await self._run_durable(
             "claim",
@@ -115,6 +118,7 @@ class LeaseRegistry(RepoBase):
             "1" if settle_only else "0",
             "" if skip_issue is None else str(skip_issue),
             request_id or "",
+            "" if fence_ms is None else str(fence_ms),
             *(roles or []),
         )
         if int(res[0]) == 0:
