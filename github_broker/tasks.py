@@ -125,17 +125,20 @@ class TaskService:
         """Extend the lease, record what the agent reports; returns what it must know now
         (new expiry, state, maintainers' notes, a pause)."""
         self._check_agent(agent_id)
-        _, got = await self._repo(repository).heartbeat(
+        rstore = self._repo(repository)
+        if len(self.store.repos) > 1:
+            # The agent says it holds a task here: keep this repository among those its next
+            # request settles in (`agent_repos` forgets what was not pointed at for its keep
+            # time, which a long task, or a lease rebuilt after Redis lost it, outlives).
+            # Before the beat, as a claim points before it claims: a pointer too many costs
+            # one settling script, one too few a second live lease.
+            keep_ms = self.settings.leases.agent_task_ttl_s * 1000
+            await self.store.note_agent_repos(agent_id, [repository], keep_ms)
+        _, got = await rstore.heartbeat(
             number, agent_id, token, note=note, tokens=tokens, cost=cost
         )
         if not isinstance(got, Beat):
             raise LeaseError(got, refusal_message(repository, number, "not extended", got))
-        if len(self.store.repos) > 1:
-            # The agent holds a task here: keep this repository among those its next request
-            # settles in (`agent_repos` forgets what was not pointed at for its keep time,
-            # which a long task, or a lease rebuilt after Redis lost it, outlives).
-            keep_ms = self.settings.leases.agent_task_ttl_s * 1000
-            await self.store.note_agent_repos(agent_id, [repository], keep_ms)
         return got
 
     async def finish(

@@ -99,19 +99,8 @@ class AgentState:
         commands = _mutex_commands(
             key, token, hold_s, self.global_keys.agent_repos(agent_id), keep_ms, first
         )
-        deadline = time.monotonic() + hold_s
         try:
-            while True:
-                async with asyncio.timeout(self.call_timeout_s):
-                    replies = await self._batch(commands)
-                failed = next((r for r in replies if isinstance(r, Exception)), None)
-                if failed is not None:
-                    raise failed
-                if replies[1]:
-                    break
-                if time.monotonic() > deadline:
-                    raise StoreUnavailable(f"agent {agent_id} has another request in progress")
-                await asyncio.sleep(0.02)
+            replies = await self._take_mutex(agent_id, commands, time.monotonic() + hold_s)
         except TimeoutError as e:
             self._release_mutex_later(key, token)
             raise StoreUnavailable(f"Redis did not answer within {self.call_timeout_s:g}s") from e
@@ -128,6 +117,23 @@ class AgentState:
             yield MutexHold([n for n in noted if n in self.repos], fence_ms)
         finally:
             self._release_mutex_soon(key, token)
+
+    async def _take_mutex(
+        self, agent_id: str, commands: list[tuple[Any, ...]], deadline: float
+    ) -> list[Any]:
+        """Send the mutex's batch (`_mutex_commands`) until its SET takes the mutex, or
+        StoreUnavailable once `deadline` (monotonic) passed; the replies of the one that did."""
+        while True:
+            async with asyncio.timeout(self.call_timeout_s):
+                replies = await self._batch(commands)
+            failed = next((r for r in replies if isinstance(r, Exception)), None)
+            if failed is not None:
+                raise failed
+            if replies[1]:
+                return replies
+            if time.monotonic() > deadline:
+                raise StoreUnavailable(f"agent {agent_id} has another request in progress")
+            await asyncio.sleep(0.02)
 
     async def _batch(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """`commands` in one round trip, their replies (an error reply in its place)."""
