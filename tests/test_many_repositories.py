@@ -11,6 +11,7 @@ import redis as sync_redis
 
 from github_broker.errors import MirrorRebuilding
 from github_broker.events import ReadyWaker
+from github_broker.models import Task
 from github_broker.prompts import Prompts
 from github_broker.rules import Rules
 from github_broker.settings import Settings
@@ -34,6 +35,26 @@ async def mirrored(store: Store, name: str, numbers: list[int]) -> None:
             [index_item(rules, issue(n, "P1", "BACKENDCODER"), "main") for n in numbers]
         )
     await rstore.save_sync_state({}, rebuilt=True)  # as a complete sync pass would
+
+
+async def held_in_first_work_in_last(store: Store, settings: Settings) -> tuple[TaskService, Task]:
+    """Three repositories: one issue in the first, none in the second, two in the last; agent
+    a1 holds the first's issue (the last has work left, the first none)."""
+    await mirrored(store, names(3)[0], [1])
+    await mirrored(store, names(3)[1], [])
+    await mirrored(store, names(3)[2], [7, 8])
+    tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
+    held = await tasks.request_task("a1")
+    assert held is not None and (held.repository, held.issue_id) == (names(3)[0], 1)
+    return tasks, held
+
+
+async def holds_only_the_last(store: Store, tasks: TaskService) -> None:
+    """a1's next request claims in the last repository and holds that task alone."""
+    following = await tasks.request_task("a1")
+    assert following is not None and following.repository == names(3)[2]
+    leases = [(r, lease.issue) for r in names(3) for lease in await store.repo(r).leases()]
+    assert leases == [(names(3)[2], following.issue_id)]
 
 
 def commands(url: str) -> dict[str, int]:
@@ -168,16 +189,8 @@ async def test_a_request_claiming_elsewhere_first_settles_the_task_the_agent_hol
     )
     store = Store.from_settings(settings)
     try:
-        await mirrored(store, names(3)[0], [1])
-        await mirrored(store, names(3)[1], [])
-        await mirrored(store, names(3)[2], [7, 8])
-        tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
-        held = await tasks.request_task("a1")
-        assert held is not None and (held.repository, held.issue_id) == (names(3)[0], 1)
-        following = await tasks.request_task("a1")
-        assert following is not None and following.repository == names(3)[2]
-        leases = [(r, lease.issue) for r in names(3) for lease in await store.repo(r).leases()]
-        assert leases == [(names(3)[2], following.issue_id)]
+        tasks, _ = await held_in_first_work_in_last(store, settings)
+        await holds_only_the_last(store, tasks)
     finally:
         await store.close()
 
@@ -229,19 +242,11 @@ async def test_a_task_heartbeaten_past_the_pointers_keep_time_is_settled_by_the_
     )
     store = Store.from_settings(settings)
     try:
-        await mirrored(store, names(3)[0], [1])
-        await mirrored(store, names(3)[1], [])
-        await mirrored(store, names(3)[2], [7, 8])
-        tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
-        held = await tasks.request_task("a1")
-        assert held is not None and (held.repository, held.issue_id) == (names(3)[0], 1)
+        tasks, held = await held_in_first_work_in_last(store, settings)
         for _ in range(6):  # 3 s of work, heartbeating every 0.5 s: past the 2 s keep time
             await asyncio.sleep(0.5)
             await tasks.heartbeat(held.repository, held.issue_id, "a1", held.lease.token)
-        following = await tasks.request_task("a1")
-        assert following is not None and following.repository == names(3)[2]
-        leases = [(r, lease.issue) for r in names(3) for lease in await store.repo(r).leases()]
-        assert leases == [(names(3)[2], following.issue_id)]
+        await holds_only_the_last(store, tasks)
     finally:
         await store.close()
 
@@ -331,9 +336,6 @@ async def test_a_lease_the_sync_adopts_after_a_loss_is_settled_by_the_agents_nex
         )
         assert report.adopted == 1
         tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
-        following = await tasks.request_task("a1")
-        assert following is not None and following.repository == names(3)[2]
-        leases = [(r, lease.issue) for r in names(3) for lease in await store.repo(r).leases()]
-        assert leases == [(names(3)[2], following.issue_id)]
+        await holds_only_the_last(store, tasks)
     finally:
         await store.close()
