@@ -180,58 +180,41 @@ class ClaimWalk:
         ) as hold:
             attempt.fence_ms, pointed = hold.fence_ms, hold.pointed
             noted = {first} if first is not None else set()
-            if set(pointed) <= noted:
-                # The agent may hold a task only where it claims first (or nowhere): that
-                # claim settles it, as with one repository; nothing to settle elsewhere.
-                got = await self._claim_each(
-                    [self.store.repo(n) for n in tries],
-                    agent_id,
-                    roles,
-                    attempt,
-                    pointed=set(pointed),
-                    noted=noted,
-                )
-                out: dict[str, str] = {}
-            else:
-                got, out = await self._claim_across(asked, agent_id, roles, attempt, pointed, noted)
+            out: dict[str, str] = {}
+            if not set(pointed) <= noted:
+                # The agent may hold a task elsewhere than where it claims first: settle it
+                # there first. Otherwise (the fast path) that first claim settles it, as with
+                # one repository.
+                settled = await self._settle_elsewhere(pointed, agent_id, roles, attempt)
+                if not isinstance(settled, _Settled):
+                    return settled  # the hand-out this request already got, or a replay's
+                out = settled.out
+                tries = [] if attempt.replayed else await self._tries(asked, roles, settled)
+            got = await self._claim_each(
+                [self.store.repo(n) for n in tries],
+                agent_id,
+                roles,
+                attempt,
+                pointed=set(pointed),
+                noted=noted,
+            )
             if got is None and not attempt.replayed:
                 await self._unless_unmirrored(asked, out)
             return got
 
-    async def _claim_across(
-        self,
-        asked: list[str] | None,
-        agent_id: str,
-        roles: list[str] | None,
-        attempt: Attempt,
-        holds: list[str],
-        noted: set[str],
-    ) -> tuple[Claimed | None, dict[str, str]]:
+    async def _settle_elsewhere(
+        self, holds: list[str], agent_id: str, roles: list[str] | None, attempt: Attempt
+    ) -> Claimed | _Settled | None:
         """The agent may hold a task in repositories other than the first it would claim in
-        (`holds`, from `agent_repos`; `noted`: those this request pointed at already): settle
-        there first (also outside those asked), then claim in the repositories the index says
-        have work for its roles (repo_index.py), in the order the settling learnt. Returns the
-        hand-out, and the repositories left out of service."""
+        (`holds`, from `agent_repos`): a repeated request id is answered by the repository
+        that remembers it (its hand-out, or None); otherwise the held task is settled there
+        (also outside those asked), learning the order to claim in."""
         pointed = [self.store.repo(n) for n in holds]
         if attempt.request_id is not None and await self._replayed_elsewhere(
             pointed, agent_id, roles, attempt
         ):
-            return attempt.granted, {}
-        found = await self._settle_held(pointed, agent_id, roles, attempt)
-        if isinstance(found, Claimed):
-            return found, {}  # the hand-out this request (or a concurrent one) already got
-        if attempt.replayed:
-            return None, found.out
-        tries = await self._tries(asked, roles, found)
-        got = await self._claim_each(
-            [self.store.repo(n) for n in tries],
-            agent_id,
-            roles,
-            attempt,
-            pointed=set(holds),
-            noted=noted,
-        )
-        return got, found.out
+            return attempt.granted
+        return await self._settle_held(pointed, agent_id, roles, attempt)
 
     async def _settle_held(
         self, pointed: list[RepoStore], agent_id: str, roles: list[str] | None, attempt: Attempt
