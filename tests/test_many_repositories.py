@@ -18,6 +18,7 @@ from github_broker.settings import Settings
 from github_broker.store import Store
 from github_broker.sync import index_item
 from github_broker.tasks import TaskService
+from tests.conftest import sync_client
 from tests.factories import issue
 
 pytestmark = pytest.mark.anyio
@@ -179,13 +180,20 @@ async def test_a_task_reassigned_in_a_repository_the_agent_never_claimed_in_reac
         await store.close()
 
 
+@pytest.mark.parametrize("engine", ["redis-server", "redis-cluster"])
 async def test_a_request_claiming_elsewhere_first_settles_the_task_the_agent_holds(
-    redis_url: str, make_settings: Callable[..., Settings]
+    engine: str, request: pytest.FixtureRequest, make_settings: Callable[..., Settings]
 ) -> None:
     """The agent holds a task in the first repository, which has no work left: its next
-    request settles that task there before it claims in the second (never two tasks)."""
+    request settles that task there before it claims in the second (never two tasks). On a
+    Cluster too: the mutex's batch (its TIME has no key) and each repository's slot differ."""
+    url = str(request.getfixturevalue("redis_url" if engine == "redis-server" else "redis_cluster"))
+    if engine == "redis-cluster":
+        client = sync_client(url)
+        client.flushall(target_nodes="all")
+        client.close()
     settings = make_settings(
-        redis={"url": redis_url}, repositories=names(3), leases={"settle_grace_s": 0}
+        redis={"url": url}, repositories=names(3), leases={"settle_grace_s": 0}
     )
     store = Store.from_settings(settings)
     try:
