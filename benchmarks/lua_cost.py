@@ -46,14 +46,14 @@ from typing import Any, cast
 import redis
 
 from benchmarks.servers import REPOSITORY, free_port
+from github_broker.claim.rules import Rules
 from github_broker.keys import RepoKeys
+from github_broker.leader.sync import UPSERT_BATCH, index_item
 from github_broker.models import Claimed, Issue
-from github_broker.rules import Rules
 from github_broker.settings import Settings, load_settings
 from github_broker.simulator.seed import generate_issues
 from github_broker.store import RepoStore, Store
 from github_broker.store.scripts import Scripts, context_prelude
-from github_broker.sync import UPSERT_BATCH, index_item
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Commands of the harness itself, never a script's.

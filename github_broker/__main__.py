@@ -1,5 +1,5 @@
 """`python -m github_broker` runs the CLI."""
 
-from github_broker.cli import main
+from github_broker.cli.main import main
 
 raise SystemExit(main())

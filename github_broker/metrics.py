@@ -29,7 +29,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from github_broker.clock import now_ms
-from github_broker.rules import priority_of_score
+from github_broker.models import priority_of_score
 
 if TYPE_CHECKING:
     from github_broker.store import Store
@@ -296,7 +296,7 @@ async def _deployment_gauges(store: Store) -> list[Metric]:
 
 
 def _health_families() -> dict[str, GaugeMetricFamily]:
-    """The integrations' health per repository (see health.py)."""
+    """The integrations' health per repository (see reports/health.py)."""
     by_repo = ["repository"]
     return {
         "sync_failing": GaugeMetricFamily(

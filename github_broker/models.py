@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,21 @@ TASK_TYPE_RANK = {TaskType.FIX: 0, TaskType.REVIEW: 1, TaskType.DEVELOPMENT: 2}
 #: Task score layout: (priority * 4 + type rank) * SCORE_GROUP + creation second. Creation
 #: seconds stay below 1e10 until the year 2286; claim.lua decodes the priority back.
 SCORE_GROUP = 10_000_000_000
+
+#: Request ids are key parts too: short, no separators Redis keys use.
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+#: Most entries a `roles` or `repositories` list may carry before it is even looked at;
+#: after deduplication a request can name no more than the configured ones anyway.
+MAX_LIST_ITEMS = 64
+#: A role or repository name in a request: bounded before it is looked at (SDK, MCP, API).
+RoleName = Annotated[str, Field(min_length=1, max_length=100)]
+RepoName = Annotated[str, Field(min_length=3, max_length=201)]
+
+
+def priority_of_score(score: float) -> int:
+    """The priority a task score (`(priority * 4 + type rank) * SCORE_GROUP + second`) holds."""
+    return int(score // (4 * SCORE_GROUP))
+
 
 
 class Outcome(StrEnum):
@@ -141,7 +156,7 @@ class Claimed(BaseModel):
     expires_ms: int
     settled_issue: int | None = None
     settled_outcome: str | None = None
-    #: Review and fix tasks: the PR and the feedback (see reviews.py).
+    #: Review and fix tasks: the PR and the feedback (see leader/reviews.py).
     payload: dict[str, Any] | None = None
     #: A task a maintainer reassigned: whose work it continues (see Continuation).
     continues: dict[str, Any] | None = None

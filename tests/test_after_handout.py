@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from github_broker.explain import explain_repo
 from github_broker.models import Outcome, TaskState, TaskType
+from github_broker.reports.explain import explain_repo
 from github_broker.settings import Settings
-from github_broker.steering import Steering
+from github_broker.steering.actions import Steering
 from tests.factories import body
 from tests.world import REPO, World, running_world, simulated
 

@@ -16,10 +16,10 @@ from github_broker.api.app import create_app
 from github_broker.api.schemas import MAX_LIST_ITEMS, Readiness
 from github_broker.errors import ConfigError
 from github_broker.gateway import GitHubGateway
+from github_broker.leader.sync import Syncer
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.store import Store
-from github_broker.sync import Syncer
 from github_broker.ui.controls import CONTROLS
 from tests.conftest import free_port
 from tests.world import ONE_ISSUE, simulated

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import redis
 
+from github_broker.claim.rules import Rules
 from github_broker.keys import RepoKeys
+from github_broker.leader.sync import index_item
 from github_broker.models import Claimed, NoTask
-from github_broker.rules import Rules
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
-from github_broker.sync import index_item
 from tests.factories import issue
 
 REPO = "acme/widgets"

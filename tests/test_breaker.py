@@ -15,7 +15,7 @@ from github_broker.errors import AgentPaused
 from github_broker.models import Outcome, Task
 from github_broker.settings import Settings
 from github_broker.simulator import generate_issues
-from github_broker.steering import Steering
+from github_broker.steering.actions import Steering
 from tests.world import TWO_REPOS, World, running_world, simulated, two_repositories
 
 pytestmark = pytest.mark.anyio

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from github_broker import __version__, logs
-from github_broker.cli import main
-from github_broker.labels_init import cmd_labels_init, label_set
-from github_broker.sandbox_servers import port_free
+from github_broker.cli.main import main
+from github_broker.gateway.label_set import cmd_labels_init, label_set
+from github_broker.sandbox.servers import port_free
 from github_broker.settings import DEFAULTS_DIR, load_settings
 from github_broker.simulator import Simulator
 from tests.factories import body
@@ -269,7 +269,7 @@ def test_make_sandbox_passes_args() -> None:
 def test_json_log_format_from_the_environment(
     clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from github_broker.cli import build_parser
+    from github_broker.cli.main import build_parser
 
     clean_env.setenv("GITHUB_BROKER_LOG_FORMAT", "json")
     assert build_parser().parse_args(["status"]).log_format == "json"

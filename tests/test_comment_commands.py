@@ -15,11 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from github_broker.api.app import create_app
-from github_broker.commands import grammar
+from github_broker.gateway.pacing import TokenBucket
 from github_broker.models import Outcome
-from github_broker.pacing import TokenBucket
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
+from github_broker.steering.commands import grammar
 from tests.factories import body
 from tests.test_review_loop import REVIEW, developed
 from tests.test_webhooks import SECRET, Capture, deliver, hooked

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from github_broker.claim.prompts import Prompts
 from github_broker.errors import ConfigError
-from github_broker.prompts import Prompts
 from github_broker.settings import load_settings
 
 

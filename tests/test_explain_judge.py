@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import redis as sync_redis
 
-from github_broker.claim_walk import FRESH_AGENT, claim_order
-from github_broker.explain import explain
+from github_broker.claim.rules import Rules
+from github_broker.claim.walk import FRESH_AGENT, claim_order
+from github_broker.leader.sync import index_item
 from github_broker.models import Claimed, NoTask, Outcome
-from github_broker.rules import Rules
+from github_broker.reports.explain import explain
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
-from github_broker.sync import index_item
 from tests.factories import issue
 
 pytestmark = pytest.mark.anyio

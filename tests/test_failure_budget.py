@@ -7,14 +7,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from github_broker import status as status_view
-from github_broker.explain import explain_repo
+from github_broker.claim.rules import Rules
+from github_broker.leader.sync import index_item
 from github_broker.models import Claimed, NoTask, Outcome
-from github_broker.rules import Rules
+from github_broker.reports import status as status_view
+from github_broker.reports.explain import explain_repo
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.store import RepoStore, Store
-from github_broker.sync import index_item
 from tests.factories import issue
 from tests.world import ONE_ISSUE, World, running_world, simulated
 

@@ -7,16 +7,16 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
+from github_broker.claim.rules import Rules
 from github_broker.errors import Fenced, LeaseError, MirrorRebuilding
 from github_broker.gateway import GitHubGateway
+from github_broker.leader.outbox import OutboxDrainer
+from github_broker.leader.poller import Daemon
+from github_broker.leader.sync import index_item
 from github_broker.models import Claimed, Outcome
-from github_broker.outbox import OutboxDrainer
-from github_broker.poller import Daemon
-from github_broker.rules import Rules
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from github_broker.store import RepoStore, Store
-from github_broker.sync import index_item
 from tests.factories import issue
 from tests.world import World, running_world, simulated
 

@@ -132,7 +132,7 @@ def test_status_without_a_sandbox_or_repositories_says_what_to_do(tmp_path: Path
 async def test_a_fresh_start_builds_the_mirror_and_a_lost_one_is_rebuilt_with_a_warning(
     redis_url: str, make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="github_broker.poller")
+    caplog.set_level(logging.INFO, logger="github_broker.leader.poller")
     with simulated(ONE_ISSUE) as sim:
         async with running_world(sim, redis_url, make_settings) as w:
             await w.daemon.hold_leadership()

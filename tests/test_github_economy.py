@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 import requests
 
+from github_broker.claim.rules import Rules
+from github_broker.gateway.pacing import TokenBucket, WritePacer
+from github_broker.leader.sync import index_item
 from github_broker.metrics import Metrics
 from github_broker.models import Claimed, Outcome
-from github_broker.pacing import TokenBucket, WritePacer
-from github_broker.rules import Rules
+from github_broker.reports.status import status
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
-from github_broker.status import status
 from github_broker.store import RepoStore, Store
-from github_broker.sync import index_item
 from tests.factories import body, issue
 from tests.world import REPO, World, running_world
 

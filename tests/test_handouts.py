@@ -15,16 +15,16 @@ import pytest
 import redis
 import requests
 
-from github_broker.events import ReadyWaker
+from github_broker.claim.events import ReadyWaker
+from github_broker.claim.prompts import Prompts
+from github_broker.claim.rules import Rules
+from github_broker.claim.service import TaskService
 from github_broker.keys import RepoKeys
+from github_broker.leader.sync import index_item
 from github_broker.models import Claimed, NoTask
-from github_broker.prompts import Prompts
-from github_broker.rules import Rules
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from github_broker.store import RepoStore, Store
-from github_broker.sync import index_item
-from github_broker.tasks import TaskService
 from tests.factories import issue
 from tests.processes import BrokerProcess, broker_env
 

@@ -108,7 +108,7 @@ async def test_json_lines_name_repository_issue_agent_and_task(
     await _claim_twice(redis_url, make_settings)
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     claimed = next(x for x in lines if x["message"].startswith("claimed"))
-    assert claimed["level"] == "DEBUG" and claimed["logger"] == "github_broker.claim_walk"
+    assert claimed["level"] == "DEBUG" and claimed["logger"] == "github_broker.claim.walk"
     assert claimed["repository"] == "acme/widgets" and claimed["issue"] == 1
     assert claimed["agent"] == "a1" and claimed["task"] == "development:1"
     settled = next(x for x in lines if "settled by its next request" in x["message"])
@@ -143,14 +143,14 @@ def test_progress_bar_shows_total_and_eta_and_log_lines_stay_clear(
     logs.configure("INFO", "text")
     with logs.progress_bar(200, "acme/widgets") as bar:
         bar.update(100)
-        logging.getLogger("github_broker.sync").info("a line while the bar runs")
+        logging.getLogger("github_broker.leader.sync").info("a line while the bar runs")
         logs.flush()
         bar.update(100)
     out = term.getvalue()
     assert "/200" in out and "<" in out  # total and ETA ([elapsed<remaining])
     # The log line is printed on a line of its own, not glued to the bar.
     line = next(x for x in out.replace("\r", "\n").splitlines() if "a line while" in x)
-    assert line.endswith("github_broker.sync: a line while the bar runs")
+    assert line.endswith("github_broker.leader.sync: a line while the bar runs")
     assert "acme/widgets" not in line
 
 

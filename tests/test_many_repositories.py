@@ -9,15 +9,15 @@ from collections.abc import Callable
 import pytest
 import redis as sync_redis
 
+from github_broker.claim.events import ReadyWaker
+from github_broker.claim.prompts import Prompts
+from github_broker.claim.rules import Rules
+from github_broker.claim.service import TaskService
 from github_broker.errors import MirrorRebuilding
-from github_broker.events import ReadyWaker
+from github_broker.leader.sync import index_item
 from github_broker.models import Task
-from github_broker.prompts import Prompts
-from github_broker.rules import Rules
 from github_broker.settings import Settings
 from github_broker.store import Store
-from github_broker.sync import index_item
-from github_broker.tasks import TaskService
 from tests.conftest import sync_client
 from tests.factories import issue
 
@@ -159,7 +159,7 @@ async def test_a_claim_during_the_first_sync_gets_work_from_a_mirrored_repositor
 async def test_a_task_reassigned_in_a_repository_the_agent_never_claimed_in_reaches_it(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    from github_broker.steering import Steering
+    from github_broker.steering.actions import Steering
 
     settings = make_settings(
         redis={"url": redis_url}, repositories=names(30), leases={"settle_grace_s": 0}
@@ -208,7 +208,7 @@ async def test_the_index_is_read_again_when_its_subscription_comes_back(
 ) -> None:
     """A line published while the subscription was down is lost; the reload after the
     reconnect finds it, long before the periodic reload (RELOAD_S)."""
-    from github_broker.repo_index import RELOAD_S
+    from github_broker.claim.repo_index import RELOAD_S
 
     settings = make_settings(redis={"url": redis_url}, repositories=names(2))
     store = Store.from_settings(settings)
@@ -265,7 +265,7 @@ async def test_a_reload_keeps_a_line_that_a_message_brought_while_it_read(
     """A reload's read that Redis answered before a repository gained work, applied after that
     repository's message, must not put the older line back: the work would stay invisible
     until the next reload (60 s)."""
-    from github_broker.repo_index import RepoIndex
+    from github_broker.claim.repo_index import RepoIndex
 
     settings = make_settings(redis={"url": redis_url}, repositories=names(2))
     store = Store.from_settings(settings)
@@ -326,7 +326,7 @@ async def test_a_lease_the_sync_adopts_after_a_loss_is_settled_by_the_agents_nex
     """Redis lost the agent's lease and its pointer; the sync adopts the lease from GitHub's
     labels and points the agent at that repository, so the agent's next request, which claims
     elsewhere, settles the adopted task first (never two live leases)."""
-    from github_broker.sync import Syncer
+    from github_broker.leader.sync import Syncer
 
     settings = make_settings(
         redis={"url": redis_url}, repositories=names(3), leases={"settle_grace_s": 0}

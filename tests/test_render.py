@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from github_broker import overview, render
-from github_broker.explain import Verdict
+from github_broker.claim.rules import Rules
+from github_broker.leader.sync import index_item
 from github_broker.models import Claimed, Issue
-from github_broker.rules import Rules
+from github_broker.reports import overview, render
+from github_broker.reports.explain import Verdict
 from github_broker.settings import Settings
 from github_broker.store import Store
-from github_broker.sync import index_item
 from tests.factories import issue
 
 pytestmark = pytest.mark.anyio

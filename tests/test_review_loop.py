@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import requests
 
-from github_broker import reviews, status
-from github_broker.explain import explain_repo
+from github_broker.leader import reviews
 from github_broker.models import Outcome, ReviewComment, TaskType
+from github_broker.reports import status
+from github_broker.reports.explain import explain_repo
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from tests.factories import body

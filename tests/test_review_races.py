@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from github_broker import reviews
 from github_broker.errors import LeaseError
+from github_broker.leader import reviews
+from github_broker.leader.sync import index_item
 from github_broker.models import Issue, Outcome, ReviewComment, TaskType
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
-from github_broker.sync import index_item
 from tests.world import ONE_ISSUE, REPO, World, running_world, simulated
 
 pytestmark = pytest.mark.anyio

@@ -70,7 +70,7 @@ TASK = Task.model_validate(
 
 def agent_cli(*args: str) -> list[str]:
     """`github-broker agent ...` once cli.py registers it, else the runner module's own entry."""
-    from github_broker.cli import build_parser
+    from github_broker.cli.main import build_parser
 
     parser = build_parser()
     subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

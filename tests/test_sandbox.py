@@ -20,15 +20,15 @@ import pytest
 import requests
 
 from github_broker.agent.client import BrokerClient
+from github_broker.claim.rules import Rules
 from github_broker.errors import ConfigError
-from github_broker.labels_init import cmd_labels_init
+from github_broker.gateway.label_set import cmd_labels_init
+from github_broker.leader.sync import index_item
 from github_broker.models import Claimed, Task
-from github_broker.rules import Rules
-from github_broker.sandbox_watch import BrokerWatcher
-from github_broker.sandbox_world import sandbox_settings
+from github_broker.sandbox.watch import BrokerWatcher
+from github_broker.sandbox.world import sandbox_settings
 from github_broker.simulator import Simulator
 from github_broker.store import Store, flush_memory
-from github_broker.sync import index_item
 from tests.conftest import free_port
 from tests.factories import issue
 
@@ -50,7 +50,7 @@ QUIET = r"nothing to hand out now|nothing left for the agents"
 
 def sandbox_cli(*args: str) -> list[str]:
     """`github-broker sandbox ...` once cli.py registers it, else the sandbox module's entry."""
-    from github_broker.cli import build_parser
+    from github_broker.cli.main import build_parser
 
     parser = build_parser()
     subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -264,7 +264,7 @@ def test_broker_watcher_logs_other_agents_and_says_what_each_waiting_issue_needs
         await rstore.remove_issues([1])  # its PR was merged: the issue closed
         await store.close()
 
-    caplog.set_level(logging.INFO, logger="github_broker.sandbox_watch")
+    caplog.set_level(logging.INFO, logger="github_broker.sandbox.watch")
     hints = ["  what a person does here: merge with curl"]
     watcher = BrokerWatcher(settings, "demo/sandbox", ["demo-agent-1"], hints, interval_s=0.05)
     asyncio.run(seed_and_work())

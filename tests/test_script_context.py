@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
+from github_broker.claim.rules import Rules
+from github_broker.leader.sync import index_item
 from github_broker.models import Claimed
-from github_broker.rules import Rules
 from github_broker.settings import Settings
 from github_broker.store import Store, context_prelude
-from github_broker.sync import index_item
 from tests.factories import issue
 
 pytestmark = pytest.mark.anyio

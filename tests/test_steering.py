@@ -321,7 +321,7 @@ def test_a_token_removed_from_the_tokens_file_is_refused_without_a_restart(
 def test_the_audit_file_gets_every_entry_once_as_json_lines(
     client: TestClient, tmp_path: Path, redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    from github_broker.audit_file import AuditFile
+    from github_broker.leader.audit_file import AuditFile
     from github_broker.store import Store
 
     task = claim(client, "a1")

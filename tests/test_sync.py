@@ -13,11 +13,11 @@ import redis
 
 from github_broker.errors import GitHubUnavailable, RateLimited
 from github_broker.gateway import GitHubGateway
-from github_broker.poller import Daemon
+from github_broker.leader.poller import Daemon
+from github_broker.leader.sync import Syncer
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from github_broker.store import Store
-from github_broker.sync import Syncer
 
 pytestmark = pytest.mark.anyio
 BODY = "## Deliverables\n- a change\n\nBranch: feature/issue-xx\n"

@@ -23,12 +23,12 @@ from fastapi.testclient import TestClient
 
 from github_broker.api.app import create_app
 from github_broker.keys import RepoKeys
+from github_broker.leader.deliveries import WebhookWorker
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.store import Store
 from github_broker.webhooks import receiver as receiver_module
 from github_broker.webhooks.receiver import RefusalLog, WebhookReceiver, signature_ok
-from github_broker.webhooks.worker import WebhookWorker
 from tests.factories import body
 from tests.world import REPO, World, running_world, simulated
 

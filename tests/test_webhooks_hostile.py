@@ -21,10 +21,10 @@ from fastapi.testclient import TestClient
 
 from github_broker.api.app import create_app
 from github_broker.keys import RepoKeys
+from github_broker.leader.budget import GitHubBudget
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.webhooks import receiver as receiver_module
-from github_broker.webhooks.budget import GitHubBudget
 from github_broker.webhooks.receiver import RefusalLog, WebhookReceiver
 from tests.test_webhooks import SECRET, sign, unlabelled_issue
 from tests.world import REPO, running_world, simulated
@@ -140,7 +140,7 @@ async def test_a_burst_of_deliveries_spends_no_more_than_the_workers_github_budg
         worker = w.daemon.webhooks
         worker.budget = GitHubBudget(3600, 3, clock=lambda: now[0])  # one call a second
         before = sim.stats.snapshot()["total"]
-        caplog.set_level(logging.INFO, logger="github_broker.webhooks.worker")
+        caplog.set_level(logging.INFO, logger="github_broker.leader.deliveries")
         worker.start(lambda: True)
         try:
             deadline = time.monotonic() + 10

@@ -6,15 +6,15 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from github_broker.events import ReadyWaker
+from github_broker.claim.events import ReadyWaker
+from github_broker.claim.prompts import Prompts
+from github_broker.claim.service import TaskService
 from github_broker.gateway import GitHubGateway
+from github_broker.leader.poller import Daemon
 from github_broker.models import Task
-from github_broker.poller import Daemon
-from github_broker.prompts import Prompts
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from github_broker.store import Store
-from github_broker.tasks import TaskService
 from tests.factories import body
 
 REPO = "acme/widgets"

@@ -24,8 +24,7 @@ from github_broker.agent.client import (
     Unauthorized,
 )
 from github_broker.agent.session import AgentSession, NoTask, TaskHeld, where
-from github_broker.api.schemas import MAX_LIST_ITEMS, REQUEST_ID_PATTERN, RepoName, RoleName
-from github_broker.models import Task
+from github_broker.models import MAX_LIST_ITEMS, REQUEST_ID_PATTERN, RepoName, RoleName, Task
 
 logger = logging.getLogger(__name__)
 

@@ -21,17 +21,17 @@ from github_broker.api import admin, errors, routes, webhooks
 from github_broker.api.auth import Authenticator
 from github_broker.api.hotpath import BrokerApp
 from github_broker.api.limits import BodyLimit
+from github_broker.claim.events import ReadyWaker
+from github_broker.claim.prompts import Prompts
+from github_broker.claim.service import TaskService
 from github_broker.errors import BrokerError, StoreUnavailable
-from github_broker.events import ReadyWaker
 from github_broker.gateway import GitHubGateway
+from github_broker.leader.poller import Daemon
+from github_broker.leader.sync import Syncer
 from github_broker.metrics import Metrics
-from github_broker.poller import Daemon
-from github_broker.prompts import Prompts
 from github_broker.settings import Settings, default_config_dir, load_settings
-from github_broker.steering import Steering
+from github_broker.steering.actions import Steering
 from github_broker.store import Store
-from github_broker.sync import Syncer
-from github_broker.tasks import TaskService
 from github_broker.ui import routes as dashboard
 
 logger = logging.getLogger(__name__)

@@ -10,9 +10,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from github_broker import explain as explain_view
-from github_broker import reviews
-from github_broker import status as status_view
 from github_broker.api.schemas import (
     AGENT_ID_PATTERN,
     MAX_LIST_ITEMS,
@@ -28,11 +25,21 @@ from github_broker.api.schemas import (
     RoleName,
     TaskRequest,
 )
+from github_broker.claim.rules import branch_problem
 from github_broker.clock import iso_from_ms
-from github_broker.errors import BrokerError, InvalidRequest, LeaseError, NotFound
+from github_broker.errors import (
+    BODY_LIMIT_RESPONSE,
+    PROBLEM_JSON,
+    BrokerError,
+    InvalidRequest,
+    LeaseError,
+    NotFound,
+    Problem,
+)
+from github_broker.leader import reviews
 from github_broker.models import Outcome, ReviewComment, Task
-from github_broker.problems import BODY_LIMIT_RESPONSE, PROBLEM_JSON, Problem
-from github_broker.rules import branch_problem
+from github_broker.reports import explain as explain_view
+from github_broker.reports import status as status_view
 
 logger = logging.getLogger(__name__)
 router = APIRouter(responses=BODY_LIMIT_RESPONSE)

@@ -7,24 +7,20 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from github_broker.claim.rules import branch_problem
 from github_broker.models import (
     AGENT_ID_PATTERN,
+    MAX_LIST_ITEMS,
     MAX_NUMBER,
+    REQUEST_ID_PATTERN,
     AgentPause,
     Note,
     Outcome,
+    RepoName,
+    RoleName,
     TaskPause,
     TaskState,
 )
-from github_broker.rules import branch_problem
-
-#: Request ids are key parts too: short, no separators Redis keys use.
-REQUEST_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
-#: Most entries a `roles` or `repositories` list may carry before it is even looked at;
-#: after deduplication a request can name no more than the configured ones anyway.
-MAX_LIST_ITEMS = 64
-
-RoleName = Annotated[str, Field(min_length=1, max_length=100)]
 
 
 def _json_integer(value: Any) -> Any:
@@ -39,7 +35,6 @@ def _json_integer(value: Any) -> Any:
 #: strict int would refuse `2.0`). The bounds come before the validator, so that the OpenAPI
 #: declares them as `minimum` and `maximum`.
 BodyNumber = Annotated[int, Field(ge=1, le=MAX_NUMBER), BeforeValidator(_json_integer)]
-RepoName = Annotated[str, Field(min_length=3, max_length=201)]
 
 
 class TaskRequest(BaseModel):

@@ -11,8 +11,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from github_broker.api.routes import Services
-from github_broker.errors import BrokerError, InvalidRequest, StoreUnavailable
-from github_broker.problems import BODY_LIMIT_RESPONSE, Problem
+from github_broker.errors import (
+    BODY_LIMIT_RESPONSE,
+    BrokerError,
+    InvalidRequest,
+    Problem,
+    StoreUnavailable,
+)
 from github_broker.webhooks.receiver import FORM, WebhookReceiver, note_refusal
 
 logger = logging.getLogger(__name__)

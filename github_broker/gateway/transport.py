@@ -28,9 +28,9 @@ from github_broker.errors import (
     GitHubUnavailable,
     RateLimited,
 )
+from github_broker.gateway.pacing import TokenBucket, WritePacer
 from github_broker.metrics import observe_github
 from github_broker.models import Quota
-from github_broker.pacing import TokenBucket, WritePacer
 from github_broker.settings import GitHubSettings
 
 logger = logging.getLogger(__name__)

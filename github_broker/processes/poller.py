@@ -10,7 +10,7 @@ from github_broker.settings import Settings
 
 def run_poller(settings: Settings, *, metrics_port: int | None = None) -> None:
     from github_broker.gateway import GitHubGateway
-    from github_broker.poller import Daemon
+    from github_broker.leader.poller import Daemon
     from github_broker.store import Store
 
     if metrics_port is not None:

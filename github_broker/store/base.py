@@ -11,7 +11,7 @@ from github_broker.errors import NotDurable
 from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
 from github_broker.store.scripts import Scripts
-from github_broker.tokens import Signer
+from github_broker.store.tokens import Signer
 
 
 class RepoBase:

@@ -26,7 +26,7 @@ from github_broker.models import (
 )
 from github_broker.store.base import RepoBase
 from github_broker.store.connection import as_text, awaited, translate_errors
-from github_broker.tokens import Grant, new_nonce
+from github_broker.store.tokens import Grant, new_nonce
 
 #: Ready tasks a claim looks at per index before giving up on held leftovers.
 CLAIM_SCAN = 16

@@ -16,9 +16,9 @@ from github_broker.store.mirror import IssueMirror
 from github_broker.store.reviews import ReviewStore
 from github_broker.store.scripts import Scripts
 from github_broker.store.timeline import TIMELINE_MAX, Timeline
+from github_broker.store.tokens import Signer
 from github_broker.store.webhooks import WebhookQueue
 from github_broker.store.write_queue import WriteQueue
-from github_broker.tokens import Signer
 
 #: How long the reason a lease ended stays readable for a late heartbeat.
 LEASE_END_TTL_S = 86400

@@ -16,11 +16,10 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from github_broker.errors import BrokerError, InvalidRequest, NotFound
+from github_broker.errors import PROBLEM_JSON, BrokerError, InvalidRequest, NotFound
 from github_broker.models import MAX_NUMBER, ActionAnswer
-from github_broker.problems import PROBLEM_JSON
 from github_broker.settings import AGENT_ID_RE
-from github_broker.steering import MAX_TEXT, ActionResult, Steering
+from github_broker.steering.actions import MAX_TEXT, ActionResult, Steering
 from github_broker.ui import flash, guard
 from github_broker.ui.pages import render
 

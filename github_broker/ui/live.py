@@ -20,9 +20,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from github_broker.errors import BrokerError
+from github_broker.errors import PROBLEM_JSON, BrokerError
 from github_broker.models import AGENT_ID_PATTERN
-from github_broker.problems import PROBLEM_JSON
 from github_broker.store import Store
 from github_broker.ui import fragments, guard, views
 

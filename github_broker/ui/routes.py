@@ -14,9 +14,8 @@ from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from github_broker.errors import BrokerError
+from github_broker.errors import BODY_LIMIT_RESPONSE, PROBLEM_JSON, BrokerError
 from github_broker.models import AGENT_ID_PATTERN
-from github_broker.problems import BODY_LIMIT_RESPONSE, PROBLEM_JSON
 from github_broker.ui import controls, flash, fragments, guard, live, session, views
 from github_broker.ui.guard import admin_token, services, unavailable
 from github_broker.ui.pages import render

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from github_broker.clock import iso_from_ms
-from github_broker.health import RefusedDelivery
 from github_broker.models import AgentPause, AuditEntry, Event
-from github_broker.overview import LeaseRow, Overview, overview
+from github_broker.reports.health import RefusedDelivery
+from github_broker.reports.overview import LeaseRow, Overview, overview
 from github_broker.settings import Settings
 from github_broker.store import Store
 

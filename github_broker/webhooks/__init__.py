@@ -1,2 +1,3 @@
-"""GitHub webhooks: `receiver.py` (serve: verify, de-duplicate, queue) and `worker.py` (the
-poller leader: apply queued deliveries); `payloads.py` is what both read of a delivery."""
+"""GitHub webhooks, serve's side: `receiver.py` (verify the signature, refuse what is not
+ours, de-duplicate, queue for the leader) and `payloads.py` (what a delivery must carry, read
+by the receiver and by the leader's `leader/deliveries.py`)."""

@@ -1,0 +1,173 @@
+"""The assignment rules that depend only on an issue itself: priority, role, body, branch."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from github_broker.clock import ms_from_iso
+from github_broker.models import SCORE_GROUP, TASK_TYPE_RANK, Issue, SkipReason, TaskType
+from github_broker.settings import Settings
+
+_BAD_REF_CHARS = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]")
+#: Agent ids double as labels; the API accepts only these.
+_AGENT_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
+
+
+def task_score(priority: int, task_type: TaskType, created_at: str) -> int:
+    return (priority * 4 + TASK_TYPE_RANK[task_type]) * SCORE_GROUP + ms_from_iso(
+        created_at
+    ) // 1000
+
+
+def branch_problem(name: str, base_branch: str | None) -> str | None:
+    """Why `name` is not a usable branch (git check-ref-format rules), or None."""
+    if not name:
+        return "empty branch name"
+    if base_branch and name == base_branch:
+        return f"branch {name!r} is the base branch"
+    # git stores refs as files: refs/heads/develop and refs/heads/develop/sub cannot coexist.
+    if base_branch and name.startswith(base_branch + "/"):
+        return f"branch {name!r} lies under the base branch {base_branch!r}; git cannot create it"
+    if base_branch and base_branch.startswith(name + "/"):
+        return f"the base branch {base_branch!r} lies under branch {name!r}; git cannot create it"
+    if name in {"HEAD", "@"} or name.startswith(("-", "/")) or name.endswith(("/", ".")):
+        return f"branch {name!r} is not a valid git ref name"
+    if ".." in name or "@{" in name or "//" in name or _BAD_REF_CHARS.search(name):
+        return f"branch {name!r} contains characters git does not allow"
+    for part in name.split("/"):
+        if part.startswith(".") or part.endswith(".lock"):
+            return f"branch {name!r} has a component git does not allow ({part!r})"
+    return None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the rules conclude about one issue."""
+
+    priority: int | None  # set for work issues: priority + known role, not a container
+    role: str | None
+    branch: str | None
+    skip: SkipReason | None  # set when a work-looking issue cannot be handed out
+
+    @property
+    def assignable(self) -> bool:
+        return self.priority is not None and self.skip is None
+
+
+class Rules:
+    """Compiled label and body rules of one deployment."""
+
+    def __init__(self, settings: Settings) -> None:
+        labels = settings.labels
+        self.priority_re = re.compile(labels.priority_pattern)
+        self.roles = settings.roles
+        self.containers = {labels.story, labels.epic}
+        self.needs_human = labels.needs_human
+        self.deliverables = [re.compile(p, re.MULTILINE) for p in settings.body.deliverables]
+        self.branch_patterns = [re.compile(p, re.MULTILINE) for p in settings.body.branch]
+        self.placeholder = settings.body.placeholder
+        self.known_labels = {
+            labels.in_progress,
+            labels.needs_review,
+            labels.review_done,
+            labels.needs_human,
+            labels.story,
+            labels.epic,
+            *self.roles,
+        }
+        self.in_progress = labels.in_progress
+        self.known_agents = set(settings.server.resolved_agent_tokens().values())
+        self.needs_review = labels.needs_review
+        self.bucket_counts_unassignable = settings.bucket_counts_unassignable
+
+    def priority(self, labels: list[str]) -> int | None:
+        found = [int(m.group(1)) for lab in labels if (m := self.priority_re.match(lab))]
+        return min(found) if found else None
+
+    def role(self, labels: list[str]) -> str | None:
+        present = set(labels)
+        return next((r for r in self.roles if r in present), None)
+
+    def branch(self, issue: Issue) -> str | None:
+        for pattern in self.branch_patterns:
+            m = pattern.search(issue.body)
+            if m:
+                return m.group(1).replace(self.placeholder, f"issue-{issue.number}")
+        return None
+
+    def holder(self, labels: list[str]) -> str | None:
+        """The agent an `in-progress` issue's labels name, when exactly one label can be it."""
+        if self.in_progress not in labels:
+            return None
+        rest = [
+            lab
+            for lab in labels
+            if lab not in self.known_labels
+            and not self.priority_re.match(lab)
+            and _AGENT_LABEL.match(lab)
+        ]
+        if self.known_agents:
+            rest = [lab for lab in rest if lab in self.known_agents]
+        return rest[0] if len(rest) == 1 else None
+
+    def analyse(self, issue: Issue, base_branch: str | None) -> Analysis:
+        priority = self.priority(issue.labels)
+        role = self.role(issue.labels)
+        if priority is None and role is None:
+            return Analysis(None, None, None, None)  # not addressed to the broker at all
+        branch = self.branch(issue)
+        if self.containers & set(issue.labels):
+            return Analysis(
+                None, role, branch, _skip("container", "story/epic issues are containers")
+            )
+        if self.needs_human in issue.labels:
+            return Analysis(None, role, branch, _skip("needs_human", "labelled needs-human"))
+        if priority is None:
+            return Analysis(None, role, branch, _skip("no_priority", "no priority label"))
+        if role is None:
+            return Analysis(None, None, branch, self._role_skip(issue.labels))
+        if not any(p.search(issue.body) for p in self.deliverables):
+            return Analysis(
+                priority, role, branch, _skip("no_deliverables", "body has no deliverables section")
+            )
+        if branch is None:
+            return Analysis(priority, role, None, _skip("no_branch", "body names no branch"))
+        problem = branch_problem(branch, base_branch)
+        if problem:
+            return Analysis(priority, role, branch, _skip("bad_branch", problem))
+        return Analysis(priority, role, branch, None)
+
+    def _role_skip(self, labels: list[str]) -> SkipReason:
+        """No configured role label: name the labels that look like an unknown role."""
+        known = ", ".join(self.roles) or "(none configured)"
+        holder = self.holder(labels)
+        unknown = [
+            lab
+            for lab in labels
+            if lab not in self.known_labels
+            and lab != holder
+            and lab not in self.known_agents
+            and not self.priority_re.match(lab)
+        ]
+        if unknown:
+            names = ", ".join(repr(lab) for lab in unknown)
+            reason = f"no configured role label ({names} is not a role); roles: {known}"
+            return _skip("unknown_role", reason)
+        return _skip("no_role", f"no role label; roles: {known}")
+
+    def pins_bucket(self, issue: Issue, analysis: Analysis) -> bool:
+        """Whether a work issue holds the strict bucket at its priority.
+
+        Work someone can take, or is taking or reviewing, does; an issue skipped for its
+        body does not unless `bucket_counts_unassignable` is set.
+        """
+        if analysis.priority is None or analysis.skip is None:
+            return True
+        if self.bucket_counts_unassignable:
+            return True
+        return bool({self.in_progress, self.needs_review} & set(issue.labels))
+
+
+def _skip(code: str, reason: str) -> SkipReason:
+    return SkipReason(code=code, reason=reason)

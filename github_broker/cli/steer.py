@@ -1,0 +1,184 @@
+"""`github-broker` verbs of maintainers steering running work: revoke, reassign, note, retry,
+pause, stop, resume, audit. Short functions over `steering.Steering`, talking to Redis as
+`status` does; each action is recorded in the audit log as `cli:<user>`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from github_broker.errors import ConfigError
+from github_broker.settings import Settings, load_settings
+from github_broker.steering.actions import ActionResult, Steering
+
+#: `owner/name#12`, or `12` when one repository is configured.
+_REF = re.compile(r"^(?:(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#)?(?P<n>[1-9][0-9]{0,15})$")
+#: Audit entries shown by default.
+AUDIT_SHOWN = 30
+
+
+def actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+def issue_ref(text: str, settings: Settings) -> tuple[str, int]:
+    """`owner/name#12` (or `12` with one repository) as (repository, number)."""
+    m = _REF.match(text)
+    if m is None:
+        raise ConfigError(f"{text!r}: name the issue as owner/name#12 (or 12 with one repository)")
+    repo = m.group("repo")
+    if repo is None:
+        if len(settings.repositories) != 1:
+            raise ConfigError(f"{text!r}: several repositories are configured; use owner/name#N")
+        repo = settings.repositories[0].full_name
+    return repo, int(m.group("n"))
+
+
+def _run(args: argparse.Namespace, act: Callable[[Steering, Settings], Awaitable[Any]]) -> int:
+    from github_broker.gateway import GitHubGateway
+    from github_broker.leader.sync import Syncer
+    from github_broker.store import Store
+
+    settings = load_settings(args.config)
+
+    async def run() -> Any:
+        store = Store.from_settings(settings)
+        gateway = GitHubGateway(settings.github)
+        try:
+            steering = Steering(settings, store, Syncer(settings, store, gateway).reindex)
+            return await act(steering, settings)
+        finally:
+            await store.close()
+            await asyncio.to_thread(gateway.close)
+
+    result = asyncio.run(run())
+    if isinstance(result, ActionResult):
+        print(f"{result.action} {result.target}: {result.outcome}")
+    return 0
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    """End a task's lease now (its agent hears the reason at its next heartbeat)."""
+    return _run(
+        args,
+        lambda st, s: st.revoke(*issue_ref(args.issue, s), actor(), args.reason, hold=args.hold),
+    )
+
+
+def cmd_reassign(args: argparse.Namespace) -> int:
+    """Give a task to another agent; the branch and PR stay."""
+    return _run(
+        args, lambda st, s: st.reassign(*issue_ref(args.issue, s), args.agent, actor(), args.reason)
+    )
+
+
+def cmd_note(args: argparse.Namespace) -> int:
+    """Send a note to the agent holding a task (delivered with its next heartbeat)."""
+    return _run(args, lambda st, s: st.note(*issue_ref(args.issue, s), actor(), args.text))
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    """Another round for an issue the broker gave up on (needs-human, budgets, a hold)."""
+    return _run(args, lambda st, s: st.retry(*issue_ref(args.issue, s), actor(), args.reason))
+
+
+def _agent_or_scope(args: argparse.Namespace, st: Steering, *, resume: bool) -> Awaitable[Any]:
+    if args.all:
+        return st.pause_broker(actor(), args.reason, resume=resume)
+    if args.repo:
+        return st.pause_repo(args.repo, actor(), args.reason, resume=resume)
+    if not args.agent:
+        raise ConfigError("name an agent, or --repo owner/name, or --all")
+    if resume:
+        return st.resume_agent(args.agent, actor(), args.reason)
+    return st.pause_agent(args.agent, actor(), args.reason)
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    """Pause an agent (its task may finish, no new one), a repository or the whole broker."""
+    return _run(args, lambda st, _s: _agent_or_scope(args, st, resume=False))
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Resume a paused agent (also after the circuit breaker), a repository or the broker."""
+    return _run(args, lambda st, _s: _agent_or_scope(args, st, resume=True))
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """Stop an agent: its lease is revoked now and it gets no new task."""
+    return _run(args, lambda st, _s: st.pause_agent(args.agent, actor(), args.reason, stop=True))
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """The audit log, newest first: actions by maintainers and by the broker."""
+    from github_broker.clock import iso_from_ms
+    from github_broker.store import Store
+
+    settings = load_settings(args.config)
+
+    async def run() -> list[Any]:
+        store = Store.from_settings(settings)
+        try:
+            return list(await store.audit_log(args.limit))
+        finally:
+            await store.close()
+
+    entries = asyncio.run(run())
+    if args.json:
+        print(json.dumps([e.model_dump() for e in entries], indent=2, ensure_ascii=False))
+        return 0
+    for e in entries:
+        where = f"{e.repository}#{e.issue}" if e.issue else (e.repository or "broker")
+        who = f" {e.agent}" if e.agent else ""
+        why = f" ({e.reason})" if e.reason else ""
+        print(
+            f"{iso_from_ms(e.at_ms)}  {e.actor:<16} {e.action:<14} {where}{who}{why}: {e.outcome}"
+        )
+    return 0
+
+
+def add_steer_commands(sub: Any) -> None:
+    def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(
+            name, help=(func.__doc__ or "").strip().splitlines()[0]
+        )
+        p.set_defaults(func=func)
+        return p
+
+    def reason(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--reason", default="", help="why (audit log; a revoke tells the agent)")
+
+    p = add("revoke", cmd_revoke)
+    p.add_argument("issue", help="owner/name#N (or N with one repository)")
+    p.add_argument("--hold", action="store_true", help="hold the issue for a person")
+    reason(p)
+    p = add("reassign", cmd_reassign)
+    p.add_argument("issue")
+    p.add_argument("agent", help="the agent that continues the task")
+    reason(p)
+    p = add("note", cmd_note)
+    p.add_argument("issue")
+    p.add_argument("text")
+    p = add("retry", cmd_retry)
+    p.add_argument("issue")
+    reason(p)
+    for name, func in (("pause", cmd_pause), ("resume", cmd_resume)):
+        p = add(name, func)
+        p.add_argument("agent", nargs="?", help="agent id")
+        p.add_argument("--repo", help="a repository (maintenance) instead of an agent")
+        p.add_argument("--all", action="store_true", help="the whole broker (maintenance)")
+        reason(p)
+    p = add("stop", cmd_stop)
+    p.add_argument("agent")
+    reason(p)
+    p = add("audit", cmd_audit)
+    p.add_argument("--limit", type=int, default=AUDIT_SHOWN)
+    p.add_argument("--json", action="store_true")

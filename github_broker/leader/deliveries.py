@@ -1,0 +1,256 @@
+"""The leader's webhook worker: applies queued deliveries, one targeted update per event."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from github_broker.background import stop_task
+from github_broker.errors import BrokerError
+from github_broker.gateway import GitHubGateway, counting_calls
+from github_broker.leader.budget import GitHubBudget
+from github_broker.leader.progress import ProgressKeeper
+from github_broker.leader.reviews import ReviewKeeper
+from github_broker.leader.sync import Syncer
+from github_broker.models import Issue
+from github_broker.settings import Repository, Settings
+from github_broker.steering.commands import CommentCommands
+from github_broker.store import RepoStore, Store
+from github_broker.webhooks.payloads import EVENTS
+
+logger = logging.getLogger(__name__)
+
+#: Issue actions after which the issue is gone from the repository for good.
+GONE_ACTIONS = frozenset({"deleted", "transferred"})
+#: Marks a deleted or transferred issue in issue_version: sorts after every timestamp.
+GONE = "~"
+#: Seconds issue_version:{n} is kept; deliveries arriving later than that are rare.
+VERSION_TTL_S = 86400
+#: Seconds one blocking take waits before the worker re-checks leadership.
+TAKE_TIMEOUT_S = 1.0
+#: Seconds between two takes when the store does not block (the sandbox's fakeredis).
+NON_BLOCKING_POLL_S = 0.05
+#: Pause after a failed delivery or while not leading, in seconds.
+IDLE_S = 0.5
+
+
+class WebhookWorker:
+    """Applies queued deliveries in the leader: one targeted update per event, no listings."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        gateway: GitHubGateway,
+        syncer: Syncer,
+        reviews: ReviewKeeper,
+        progress: ProgressKeeper,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.gateway = gateway
+        #: `/broker` comment commands, on this worker's gateway (the poller reads through it too).
+        self.commands = CommentCommands(
+            settings, store, gateway, syncer.reindex if syncer is not None else None
+        )
+        self.syncer = syncer
+        self.reviews = reviews
+        self.progress = progress
+        hooks = settings.webhooks
+        #: Shared by every repository's loop: the budget is the worker's, not a repository's.
+        self.budget = GitHubBudget(hooks.github_calls_per_hour, hooks.github_burst)
+        self._over_budget = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self, is_leader: Callable[[], bool]) -> None:
+        if not self.configured:
+            return  # nothing can be queued without a secret
+        self._tasks = [
+            asyncio.create_task(self._loop(repo, is_leader), name=f"webhooks {repo.full_name}")
+            for repo in self.settings.repositories
+        ]
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(stop_task(task) for task in self._tasks))
+        self._tasks = []
+
+    async def _loop(self, repo: Repository, is_leader: Callable[[], bool]) -> None:
+        rstore = self.store.repo(repo.full_name)
+        recovered = False
+        while True:
+            if not is_leader():
+                recovered = False
+                await asyncio.sleep(IDLE_S)
+                continue
+            try:
+                if not recovered:
+                    # A previous leader may have died holding deliveries: do them again.
+                    moved = await rstore.requeue_inflight_webhooks()
+                    if moved:
+                        logger.info("%s: re-queued %d webhook deliveries", repo.full_name, moved)
+                    recovered = True
+                if await self._over_budget_wait():
+                    continue
+                started = time.monotonic()
+                envelope = await rstore.take_webhook(TAKE_TIMEOUT_S)
+                if envelope is None:
+                    if time.monotonic() - started < TAKE_TIMEOUT_S / 2:
+                        # fakeredis (memory://) answers a blocking pop at once: pace it.
+                        await asyncio.sleep(NON_BLOCKING_POLL_S)
+                    continue
+                try:
+                    with counting_calls() as calls:
+                        try:
+                            await self.apply(repo, rstore, envelope)
+                        finally:
+                            self.budget.spend(calls[0])
+                except (KeyError, TypeError, ValueError) as e:
+                    # Signed by GitHub but not the shape we read: retrying cannot help.
+                    logger.error("webhook delivery for %s dropped: %r", repo.full_name, e)
+                await rstore.webhook_done(envelope)
+            except BrokerError as e:
+                # The delivery stays in flight; the next leader start re-queues it, and
+                # polling covers the change meanwhile.
+                logger.warning("webhook delivery for %s not applied: %s", repo.full_name, e)
+                await asyncio.sleep(IDLE_S)
+            except Exception:
+                # A defect of ours: the same, but it must not end this repository's worker
+                # (deliveries would still mark webhooks healthy and keep polling slowed).
+                logger.exception("webhook delivery for %s failed", repo.full_name)
+                await asyncio.sleep(IDLE_S)
+
+    async def _over_budget_wait(self) -> bool:
+        """While the GitHub budget is spent: wait a little (deliveries stay queued) and say
+        so once; True when the caller should check again before taking a delivery."""
+        wait = self.budget.wait_s()
+        if wait <= 0:
+            if self._over_budget:
+                logger.info("webhook worker's GitHub budget available again: deliveries resume")
+            self._over_budget = False
+            return False
+        if not self._over_budget:
+            hooks = self.settings.webhooks
+            logger.warning(
+                "webhook worker's GitHub budget is spent (%d calls an hour, burst %d): "
+                "deliveries wait in the queue, polling covers their changes meanwhile",
+                hooks.github_calls_per_hour,
+                hooks.github_burst,
+            )
+        self._over_budget = True
+        await asyncio.sleep(min(wait, IDLE_S))
+        return True
+
+    async def drain(self, repo: Repository) -> int:
+        """Apply every queued delivery now (tests, the CLI); returns how many."""
+        rstore = self.store.repo(repo.full_name)
+        done = 0
+        while (envelope := await rstore.take_webhook(0)) is not None:
+            await self.apply(repo, rstore, envelope)
+            await rstore.webhook_done(envelope)
+            done += 1
+        return done
+
+    @property
+    def configured(self) -> bool:
+        hooks = self.settings.webhooks
+        return hooks.secret is not None or hooks.secret_file is not None
+
+    async def healthy(self, repo: Repository) -> bool:
+        seen = await self.store.repo(repo.full_name).webhooks_seen_ms()
+        window_ms = self.settings.webhooks.healthy_within_s * 1000
+        return seen is not None and time.time() * 1000 - seen < window_ms
+
+    async def full_due(self, repo: Repository) -> bool:
+        state = await self.store.repo(repo.full_name).sync_state()
+        last_full = float(state.get("full_at", 0))
+        return time.time() - last_full >= self.settings.poll.full_sync_interval_s
+
+    # --- one delivery -------------------------------------------------------------------
+
+    async def apply(self, repo: Repository, rstore: RepoStore, envelope: str) -> str:
+        head, _, body = envelope.partition("\n")
+        meta = json.loads(head)
+        payload = json.loads(body)
+        event, action = meta["event"], str(payload.get("action") or "")
+        if event == "issues":
+            outcome = await self._issue(repo, rstore, action, payload["issue"])
+        elif event == "issue_comment" and "pull_request" not in payload["issue"]:
+            # A comment's own action (deleted, ...) says nothing about the issue's life.
+            outcome = await self._issue(repo, rstore, "commented", payload["issue"])
+        elif event == "push":
+            outcome = await self.progress.from_delivery(repo, event, payload)
+        elif event in EVENTS:
+            outcome = await self._review_upkeep(repo, payload)
+            if event != "issue_comment":
+                outcome += "; " + await self.progress.from_delivery(repo, event, payload)
+        else:
+            outcome = "ignored"
+        if event == "issue_comment" and action == "created":
+            outcome += "; " + await self.commands.from_delivery(repo, payload)
+        logger.info(
+            "webhook %s %s.%s on %s: %s",
+            meta["delivery"],
+            event,
+            action,
+            repo.full_name,
+            outcome,
+        )
+        return outcome
+
+    async def _issue(
+        self, repo: Repository, rstore: RepoStore, action: str, data: dict[str, Any]
+    ) -> str:
+        """Mirror one issue from the payload, unless the mirror already has a newer state."""
+        n = int(data["number"])
+        if action in GONE_ACTIONS:
+            # The version first: a sync page landing between the two calls is refused by it.
+            await rstore.set_issue_version(n, GONE, VERSION_TTL_S)
+            await rstore.remove_issues([n], epoch=self.syncer.epoch)
+            return "removed"
+        cached = await rstore.get_issue(n)
+        known = max(await rstore.issue_version(n) or "", cached.updated_at if cached else "")
+        updated = str(data["updated_at"])
+        if updated < known:
+            return "stale"
+        if updated == known:
+            if cached is not None and cached == Issue.from_github(data):
+                return "unchanged"
+            # Two changes within one second (GitHub's resolution) arrive in either order:
+            # only GitHub can say which came last, so read that one issue.
+            fresh = await asyncio.to_thread(self.gateway.issue, repo.full_name, n)
+            if fresh is None:
+                await rstore.set_issue_version(n, GONE, VERSION_TTL_S)
+                await rstore.remove_issues([n], epoch=self.syncer.epoch)
+                return "removed"
+            data, updated = fresh, str(fresh["updated_at"])
+        if data.get("state") == "open":
+            base = await self.syncer.base_branch(repo, rstore, await rstore.sync_state())
+            # Fenced like the sync, and a vanished lease label is checked the same way.
+            await self.syncer.apply_issues(rstore, [Issue.from_github(data)], base)
+            outcome = "upserted"
+        else:
+            # The version before the removal: sync_upsert.lua refuses a page older than it,
+            # so a sync that read the issue open just before it closed cannot bring it back.
+            await rstore.set_issue_version(n, updated, VERSION_TTL_S)
+            await rstore.remove_issues([n], epoch=self.syncer.epoch)
+            return "removed"
+        await rstore.set_issue_version(n, updated, VERSION_TTL_S)
+        return outcome
+
+    async def _review_upkeep(self, repo: Repository, payload: dict[str, Any]) -> str:
+        """Feedback on a PR: run the review upkeep for that one PR now, not at the next poll."""
+        pull = payload.get("pull_request")
+        if pull is None:  # issue_comment on a PR: the payload has the issue side only
+            number = int(payload["issue"]["number"])
+            pull = await asyncio.to_thread(self.gateway.pull, repo.full_name, number)
+        if pull is None or pull.get("state") != "open":
+            return "ignored (pull request not open)"
+        report = await self.reviews.run(repo, pulls=[pull])
+        self.reviews.arm(repo, report)
+        return f"review upkeep: {report.reviews_offered} review(s), {report.fixes_offered} fix(es)"

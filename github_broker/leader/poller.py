@@ -1,0 +1,495 @@
+"""The polling daemon: one leader at a time runs sync, the write queue and lease reaping."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from github_broker.errors import BrokerError, Fenced, GitHubError, RateLimited
+from github_broker.gateway import GitHubGateway
+from github_broker.leader.audit_file import AuditFile
+from github_broker.leader.deliveries import WebhookWorker
+from github_broker.leader.outbox import OutboxDrainer
+from github_broker.leader.progress import ProgressKeeper
+from github_broker.leader.reviews import ReviewKeeper
+from github_broker.leader.sync import Syncer
+from github_broker.logs import log_fields
+from github_broker.settings import Repository, Settings
+from github_broker.store import Store
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two sweeps for expired leases (claims also reap lazily).
+REAP_INTERVAL_S = 5.0
+#: Repositories whose sync pass runs at the same time.
+SYNC_CONCURRENCY = 4
+#: Seconds a repository rebuilt after a loss waits beyond one heartbeat interval before it
+#: hands out work again (agents heartbeat on their own clocks).
+QUARANTINE_MARGIN_S = 5
+#: Seconds between two appends of new audit entries to `audit.file`.
+AUDIT_EXPORT_INTERVAL_S = 5.0
+#: Longest pause after repeated failed sync passes.
+MAX_SYNC_BACKOFF_S = 900.0
+
+
+def node_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Daemon:
+    """Periodic upkeep. Every job is a plain coroutine, also callable from tests and the CLI."""
+
+    def __init__(self, settings: Settings, store: Store, gateway: GitHubGateway) -> None:
+        self.settings = settings
+        self.store = store
+        self.gateway = gateway
+        self.syncer = Syncer(settings, store, gateway)
+        self.drainer = OutboxDrainer(store, gateway)
+        self.reviews = ReviewKeeper(settings, store, gateway, self.syncer.reindex)
+        self.progress = ProgressKeeper(settings, store, gateway)
+        self.audit_file = (
+            AuditFile(settings.audit.file, store) if settings.audit.file is not None else None
+        )
+        self.webhooks = WebhookWorker(
+            settings, store, gateway, self.syncer, self.reviews, self.progress
+        )
+        self._synced_at: dict[str, float] = {}
+        self.id = node_id()
+        self.is_leader = False
+        #: This process's leader epoch while it leads (see leader.lua); 0 otherwise.
+        self.epoch = 0
+        self.drainer.still_leader = self.still_leader
+        self.reviews.leading = lambda: self.is_leader
+        self._failures: dict[str, int] = {}
+        self._not_before: dict[str, float] = {}
+        self._last_error: dict[str, BrokerError] = {}
+        #: Repositories this process marked sync:failing (cleared after a good pass).
+        self._marked_failing: set[str] = set()
+        self._quota_published_s = 0.0
+        #: The redis-server whose data this process last checked, and the mark it wrote per
+        #: repository then (see _forget_stale_data).
+        self._server_id: str | None = None
+        self._marks: dict[str, str] = {}
+        # A loss-triggered rebuild and the scheduled pass must not run two syncs at once.
+        self._sync_lock = asyncio.Lock()
+        #: Repositories whose mirror this process has seen built: only theirs can be lost (a
+        #: fresh start's first pass is a build, not a rebuild).
+        self._seen_built: set[str] = set()
+        self.scheduler: AsyncIOScheduler | None = None
+
+    # --- jobs ---------------------------------------------------------------------------
+
+    async def hold_leadership(self) -> bool:
+        ttl_ms = int(self.settings.poll.leader_ttl_s * 1000)
+        was = self.is_leader
+        try:
+            epoch = await self.store.leader(self.id, ttl_ms)
+        except BrokerError as e:
+            logger.warning("leader lease unavailable: %s", e)
+            self._set_epoch(0)
+            return False
+        self._set_epoch(epoch)
+        if self.is_leader != was:
+            logger.info(
+                "%s leader (%s, epoch %d)", "became" if self.is_leader else "lost", self.id, epoch
+            )
+            with contextlib.suppress(BrokerError):
+                kind = "leader_gained" if self.is_leader else "leader_lost"
+                await self.store.record_event(kind, None, "", f"{self.id} epoch {epoch}")
+        if self.is_leader and not was:
+            # Raise every repository's fence now, before a deposed leader can write again.
+            await self.reap_all()
+        return self.is_leader
+
+    def _set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.is_leader = epoch > 0
+        if epoch > 0:
+            # Losing the lead leaves the last epoch with the syncer and the drainer: a pass
+            # still under way goes on fenced (refused once a newer leader raised the fence).
+            # Epoch 0 means unfenced (a one-off CLI sync): a sync page or a take written with
+            # it after the lead was lost would land whoever leads now.
+            self.syncer.epoch = epoch
+            self.drainer.epoch = epoch
+            self.progress.epoch = epoch
+
+    def _deposed(self, e: Fenced) -> None:
+        logger.warning("%s is not the leader any more, its write was refused: %s", self.id, e)
+        self._set_epoch(0)
+
+    async def still_leader(self) -> bool:
+        """Whether the leader lease is still ours (read right before each GitHub write)."""
+        return self.is_leader and await self.store.leader_id() == self.id
+
+    async def sync_all(self) -> None:
+        if not self.is_leader:
+            return
+        async with self._sync_lock:
+            await self._sync_all()
+
+    async def rebuild_if_lost(self) -> None:
+        """Redis lost its data (the mirror marker is gone): sync now, not at the next
+        interval, since agents are told to retry until the mirror is rebuilt."""
+        if not self.is_leader or self._sync_lock.locked():
+            return
+        async with self._sync_lock:
+            await self._forget_stale_data()
+        lost = []
+        for repo in self.settings.repositories:
+            if time.time() < self._not_before.get(repo.full_name, 0.0):
+                continue  # its sync is backing off: retried when the backoff ends, not now
+            try:
+                if not await self.store.repo(repo.full_name).mirror_rebuilt():
+                    lost.append(repo)
+                else:
+                    self._seen_built.add(repo.full_name)
+            except BrokerError:
+                return
+        if not lost:
+            return
+        async with self._sync_lock:
+            # Only the lost ones: a repository whose sync keeps failing must not make the
+            # others sync on every drain pass.
+            for repo in lost:
+                try:
+                    if await self.store.repo(repo.full_name).mirror_rebuilt():
+                        continue  # the scheduled pass built it while this one waited
+                except BrokerError:
+                    return
+                if repo.full_name in self._seen_built:
+                    logger.warning("the mirror of %s is gone: rebuilding it now", repo.full_name)
+                else:
+                    # A first start on empty Redis (or this process's first look at it).
+                    logger.info("building the mirror of %s", repo.full_name)
+                await self._sync_repo(repo)
+
+    async def _sync_all(self) -> None:
+        await self._forget_stale_data()
+        # Several repositories at once (GitHub's calls wait in worker threads), a bounded
+        # number: hundreds of repositories pass in a fraction of the time one by one takes.
+        room = asyncio.Semaphore(SYNC_CONCURRENCY)
+
+        async def one(repo: Repository) -> None:
+            async with room:
+                await self._upkeep_repo(repo)
+
+        await asyncio.gather(*(one(repo) for repo in self.settings.repositories))
+        await self._publish_quota()
+
+    async def _upkeep_repo(self, repo: Repository) -> None:
+        """One repository's pass: its sync when due, comment commands, review upkeep; each
+        fails on its own (a PR endpoint the token cannot read must not stop the sync)."""
+        name = repo.full_name
+        if await self._sync_due(repo):
+            await self._sync_repo(repo)
+            # `/broker` comments the webhooks did not bring (or all, without webhooks).
+            commands = partial(self.webhooks.commands.scan, repo)
+            await self._guarded(f"commands:{name}", f"comment commands of {name}", commands)
+        await self._guarded(
+            f"reviews:{name}", f"review upkeep of {name}", partial(self._reviews, repo)
+        )
+
+    async def _reviews(self, repo: Repository) -> None:
+        self.reviews.arm(repo, await self.reviews.run(repo))
+
+    async def _forget_stale_data(self) -> None:
+        """Redis restarted with data (loaded from its persistence file) or failed over to a
+        replica: that data may be older than GitHub (leases ended since look live, label
+        writes applied since are queued again), so each repository's is dropped and the
+        mirror rebuilt from GitHub, as after a total loss (`redis.rebuild_after_restart`).
+        Kept when it holds the mark this process wrote at its last check (a graceful
+        restart's save under a running leader). Run before a sync or a drain touches the
+        data: one INFO call, and one mark written per repository."""
+        if not self.settings.redis.rebuilds_after_restart:
+            return
+        try:
+            run_id = await self.store.server_id()
+            if run_id is None:
+                return
+            for repo in self.settings.repositories:
+                name = repo.full_name
+                mark = f"{self.id}:{time.time_ns()}"
+                last = self._marks.get(name)
+                if await self.store.repo(name).check_server(run_id, mark, last):
+                    logger.warning(
+                        "Redis restarted with earlier data (a persistence file, a replica): "
+                        "the mirror of %s may be older than GitHub; dropped, rebuilding it "
+                        "from GitHub",
+                        name,
+                    )
+                elif self._server_id not in (None, run_id):
+                    logger.info("Redis restarted with the data of %s up to date: kept", name)
+                self._marks[name] = mark
+            self._server_id = run_id
+        except BrokerError as e:
+            logger.warning("could not check which Redis server holds the data: %s", e)
+
+    async def _server_changed(self) -> bool:
+        """Whether Redis restarted (or failed over) since _forget_stale_data last checked."""
+        if not self.settings.redis.rebuilds_after_restart or self._server_id is None:
+            return False
+        try:
+            return await self.store.server_id() not in (None, self._server_id)
+        except BrokerError:
+            return False  # the drain meets the same error and says so
+
+    async def _sync_repo(self, repo: Repository) -> None:
+        """One guarded sync pass; records in Redis whether the repository's sync keeps
+        failing (sync:failing), so that with several repositories claims in the others do
+        not wait on its mirror (claim/service.py)."""
+        name = repo.full_name
+        await self._guarded(name, f"sync {name}", partial(self._sync, repo))
+        failures = self._failures.get(name, 0)
+        error = self._last_error.get(name)
+        with contextlib.suppress(BrokerError):
+            rstore = self.store.repo(name)
+            if failures == 0 and name in self._marked_failing:
+                await rstore.mark_sync_failing(None, 0)
+                self._marked_failing.discard(name)
+            elif error is not None and (failures >= 2 or isinstance(error, GitHubError)):
+                # Kept past the backoff, so it does not lapse between two failed passes.
+                ttl = self._not_before.get(name, time.time()) - time.time()
+                await rstore.mark_sync_failing(str(error), ttl + 2 * self.settings.poll.interval_s)
+                self._marked_failing.add(name)
+
+    async def _sync(self, repo: Repository) -> None:
+        rstore = self.store.repo(repo.full_name)
+        lost = repo.full_name in self._seen_built and not await rstore.mirror_rebuilt()
+        await self.syncer.sync(repo)
+        self._seen_built.add(repo.full_name)
+        if lost and rstore.signer.enabled and await rstore.mirror_rebuilt():
+            await self._quarantine(repo)
+        # When the mirror was last known current: the dashboard's and `status`'s "last sync".
+        # Recorded here, not by the syncer, whose unchanged passes write nothing.
+        await self.store.repo(repo.full_name).save_sync_state({"synced_at": str(time.time())})
+
+    async def _quarantine(self, repo: Repository) -> None:
+        """The mirror was rebuilt after Redis lost it: leases no label recorded are unknown
+        until their agents heartbeat with their signed tokens, so for one heartbeat interval
+        (plus a margin) nothing new is handed out in the repository."""
+        interval_s = max(1, self.settings.leases.lease_ttl_s // 3) + QUARANTINE_MARGIN_S
+        await self.store.repo(repo.full_name).quarantine(int(interval_s * 1000))
+        logger.warning(
+            "%s rebuilt after Redis lost its data: no new hand-outs for %ds while agents prove "
+            "their leases with their signed tokens",
+            repo.full_name,
+            interval_s,
+        )
+
+    async def _sync_due(self, repo: Repository) -> bool:
+        """While webhooks are healthy the sync is only the safety net: it runs every
+        poll.interval_with_webhooks_s instead of every poll.interval_s (full passes keep
+        their own interval)."""
+        if not self.webhooks.configured:
+            return True
+        last = self._synced_at.get(repo.full_name)
+        now = time.monotonic()
+        if last is not None and now - last < self.settings.poll.interval_with_webhooks_s:
+            with contextlib.suppress(BrokerError):
+                if await self.webhooks.healthy(repo) and not await self.webhooks.full_due(repo):
+                    return False
+        self._synced_at[repo.full_name] = now
+        return True
+
+    async def _guarded(self, key: str, what: str, job: Callable[[], Awaitable[object]]) -> None:
+        """Run `job` unless it is backing off; a failure logs and backs off, never raises."""
+        if time.time() < self._not_before.get(key, 0.0):
+            return
+        try:
+            await job()
+            self._failures[key] = 0
+            self._last_error.pop(key, None)
+        except Fenced as e:
+            self._deposed(e)
+        except RateLimited as e:
+            self._not_before[key] = e.retry_at_s
+            logger.warning("%s paused until %s: %s", what, _clock(e.retry_at_s), e)
+        except BrokerError as e:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            self._last_error[key] = e
+            delay = min(MAX_SYNC_BACKOFF_S, self.settings.poll.interval_s * 2 ** (failures - 1))
+            self._not_before[key] = time.time() + delay
+            logger.warning(
+                "%s failed (%d in a row), next try in %.0fs: %s", what, failures, delay, e
+            )
+
+    async def drain_all(self) -> None:
+        if not self.is_leader:
+            return
+        await self.rebuild_if_lost()
+        if await self._server_changed():
+            return  # a sync holds the data: it checks it first, and no write leaves before
+        for repo in self.settings.repositories:
+            try:
+                await self.drainer.drain(repo)
+            except Fenced as e:
+                self._deposed(e)
+                return
+            except BrokerError as e:
+                logger.warning("write queue of %s not drained: %s", repo.full_name, e)
+        await self._publish_quota()
+
+    async def _publish_quota(self) -> None:
+        """Share the last rate-limit headers seen, for /status and /metrics of every process."""
+        quota = self.gateway.quota
+        if quota.seen_s > self._quota_published_s:
+            with contextlib.suppress(BrokerError):
+                await self.store.save_quota(quota)
+                self._quota_published_s = quota.seen_s
+
+    async def reap_all(self) -> None:
+        epoch = self.epoch  # kept for the whole sweep, as the syncer and drainer keep theirs
+        if not self.is_leader:
+            return
+        for rstore in self.store.repos.values():
+            try:
+                expired, trips = await rstore.sweep(epoch=epoch)
+                if trips:
+                    await self._spread_trips(rstore.repository, trips)
+            except Fenced as e:
+                self._deposed(e)
+                return
+            except BrokerError as e:
+                logger.warning("lease sweep of %s failed: %s", rstore.repository, e)
+                continue
+            if expired:
+                logger.info(
+                    "%d expired lease(s) of %s back in the pool",
+                    expired,
+                    rstore.repository,
+                    extra=log_fields(rstore.repository),
+                )
+
+    async def progress_all(self) -> None:
+        """Held tasks: progress from GitHub when webhooks are not healthy, stalls, budgets."""
+        if not self.is_leader:
+            return
+        for repo in self.settings.repositories:
+            healthy = False
+            if self.webhooks.configured:
+                with contextlib.suppress(BrokerError):
+                    healthy = await self.webhooks.healthy(repo)
+            await self._guarded(
+                f"progress:{repo.full_name}",
+                f"progress of {repo.full_name}",
+                partial(self.progress.check, repo, webhooks_healthy=healthy),
+            )
+
+    async def export_audit(self) -> None:
+        """Append new audit entries to `audit.file` (the leader only)."""
+        if not self.is_leader or self.audit_file is None:
+            return
+        try:
+            await self.audit_file.append_new()
+        except (BrokerError, OSError) as e:
+            logger.warning("audit file %s not written: %s", self.audit_file.path, e)
+
+    async def _spread_trips(self, repository: str, agents: list[str]) -> None:
+        """The circuit breaker paused these agents in one repository: every repository."""
+        for agent in await self.store.spread_trips(repository, agents):
+            logger.warning(
+                "circuit breaker: agent %s paused after repeated failures in %s; a maintainer "
+                "resumes it with `github-broker resume %s`",
+                agent,
+                repository,
+                agent,
+                extra=log_fields(repository, None, agent),
+            )
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Schedule the jobs on the running event loop."""
+        poll = self.settings.poll
+        scheduler = AsyncIOScheduler()
+        now = datetime.now().astimezone()
+        jobs = [
+            (self.hold_leadership, poll.leader_ttl_s / 3),
+            (self.sync_all, poll.interval_s),
+            (self.drain_all, poll.outbox_interval_s),
+            (self.reap_all, REAP_INTERVAL_S),
+            (self.progress_all, self.settings.progress.check_interval_s),
+            (self.export_audit, AUDIT_EXPORT_INTERVAL_S),
+        ]
+        for func, seconds in jobs:
+            # A slow pass is never overlapped by the next one: the job skips a tick while its
+            # previous pass runs (`_job`). APScheduler's own max_instances=1 would do the same
+            # but log a warning on every such tick (every second for the write queue while a
+            # sync of many repositories holds it up); 2 leaves the skipping to us.
+            scheduler.add_job(
+                self._job(func),
+                "interval",
+                seconds=seconds,
+                max_instances=2,
+                coalesce=True,
+                next_run_time=now,
+                misfire_grace_time=None,
+            )
+        scheduler.start()
+        self.scheduler = scheduler
+        self.webhooks.start(lambda: self.is_leader)
+
+    def _job(self, func: Callable[[], Awaitable[object]]) -> Callable[[], Any]:
+        """`func` as a job: a tick that comes while the previous pass still runs does nothing,
+        and a pass cancelled because the process stops ends quietly instead of as an error
+        traceback (the next leader's pass redoes its work)."""
+        running = False
+
+        async def job() -> None:
+            nonlocal running
+            if running:
+                return
+            running = True
+            try:
+                await func()
+            except asyncio.CancelledError:
+                if self.scheduler is not None:
+                    raise
+            finally:
+                running = False
+
+        return job
+
+    async def stop(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+            self.scheduler = None
+        # After the scheduler: awaiting first would let it start a job that exit then cancels.
+        await self.webhooks.stop()
+        self.reviews.stop()
+        if self.is_leader:
+            with contextlib.suppress(BrokerError):
+                await self.store.leader(self.id, 0, release=True)
+            self._set_epoch(0)
+
+    async def run_forever(self) -> None:
+        """`github-broker poll`: run until SIGINT or SIGTERM."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await self.hold_leadership()
+        self.start()
+        logger.info("poller %s running; leader=%s", self.id, self.is_leader)
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+            logger.info("poller %s stopped", self.id)
+
+
+def _clock(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().strftime("%H:%M:%S")

@@ -1,0 +1,328 @@
+"""After the hand-out: progress read from what GitHub shows, stalls, per-task budgets.
+
+Progress is a push to the task's branch, its PR opened or updated, a reply on the PR by its
+author, or a changed progress note from the agent's heartbeat (a second source, never the only
+one). With healthy webhooks GitHub's deliveries report it (`from_delivery`); otherwise the
+leader reads each held task's branch conditionally every `progress.branch_check_interval_s`
+(a free 304 while nothing moved) and the open PRs once per pass (conditional too).
+
+A lease alive with no progress for `progress.stall_after_s` is flagged stalled once, with
+evidence; the flag clears when progress resumes. It is revoked only if
+`progress.revoke_stalled_after_s` is set (off by default: a restart destroys work). A task
+held longer than `budgets.wall_clock_s` is set aside for a person (lease_upkeep.lua).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from github_broker.clock import ms_from_iso, now_ms, span
+from github_broker.errors import BrokerError
+from github_broker.gateway import GitHubGateway
+from github_broker.leader.reviews import CLOSING_RE
+from github_broker.models import LeaseInfo
+from github_broker.settings import Repository, Settings
+from github_broker.store import RepoStore, Store
+
+logger = logging.getLogger(__name__)
+
+#: The token a lease rebuilt from GitHub's labels carries until its agent proves it.
+ADOPTED = "adopted"
+#: Seconds beyond one heartbeat interval an unproven rebuilt lease waits before its PR is
+#: taken for its completion.
+RECOVER_MARGIN_S = 5
+#: Pull request actions that are the author's progress (opened, new commits, edited).
+PR_PROGRESS = frozenset({"opened", "reopened", "synchronize", "ready_for_review", "edited"})
+
+
+@dataclass
+class ProgressReport:
+    progress: int = 0
+    stalled: int = 0
+    revoked: int = 0
+    set_aside: int = 0
+    #: GitHub calls this pass made (branch reads and PR listings; 304s included).
+    github_calls: int = 0
+
+
+def evidence(lease: LeaseInfo, now: int) -> str:
+    """Why a lease looks stalled, in one line: how long held, last progress, heartbeats,
+    the agent's last note."""
+    parts = [f"held {span((now - lease.claimed_ms) // 1000)}"]
+    if lease.progress_ms:
+        parts.append(
+            f"last progress {span((now - lease.progress_ms) // 1000)} ago ({lease.progress})"
+        )
+    else:
+        parts.append("no push, PR or review reply seen")
+    parts.append(f"{lease.beats} heartbeat{'s' if lease.beats != 1 else ''}")
+    if lease.note and lease.note_ms:
+        parts.append(f"last note {span((now - lease.note_ms) // 1000)} ago: {lease.note[:80]!r}")
+    else:
+        parts.append("no progress note")
+    return ", ".join(parts)
+
+
+class ProgressKeeper:
+    """The leader's view of held tasks: progress, stalls, wall-clock budgets."""
+
+    def __init__(self, settings: Settings, store: Store, gateway: GitHubGateway) -> None:
+        self.settings = settings
+        self.store = store
+        self.gateway = gateway
+        #: (repository, issue, token) -> (branch tip last seen, when it was read: monotonic s)
+        self._heads: dict[tuple[str, int, str], tuple[str | None, float]] = {}
+        #: (repository, PR number) -> updated_at last seen
+        self._pulls: dict[tuple[str, int], str] = {}
+        #: The leader epoch its writes carry (set by the daemon).
+        self.epoch = 0
+
+    # --- the leader's pass --------------------------------------------------------------
+
+    async def check(self, repo: Repository, *, webhooks_healthy: bool) -> ProgressReport:
+        """One pass over the repository's held tasks."""
+        report = ProgressReport()
+        rstore = self.store.repo(repo.full_name)
+        leases = await rstore.leases()
+        self._forget_ended(repo.full_name, leases)
+        if not leases:
+            return report
+        if not webhooks_healthy:
+            await self._read_github(repo, rstore, leases, report)
+            leases = await rstore.leases()  # with the progress just recorded
+        await self._recover_completions(repo, rstore, leases, report)
+        now = now_ms()
+        for lease in leases:
+            await self._judge(rstore, lease, now, report)
+        return report
+
+    async def _judge(
+        self, rstore: RepoStore, lease: LeaseInfo, now: int, report: ProgressReport
+    ) -> None:
+        progress = self.settings.progress
+        since = max(lease.claimed_ms, lease.progress_ms or 0)
+        quiet_s = (now - since) / 1000
+        wall = self.settings.budgets.wall_clock_s
+        counted_from = max(lease.claimed_ms, lease.budget_since_ms or 0)
+        if wall > 0 and not lease.paused and now - counted_from >= wall * 1000:
+            detail = f"held {span((now - counted_from) // 1000)}, budget {span(int(wall))}"
+            if await self._upkeep(rstore, "budget", lease, detail):
+                report.set_aside += 1
+        if progress.stall_after_s <= 0 or quiet_s < progress.stall_after_s:
+            return
+        if not lease.stalled:
+            what = evidence(lease, now)
+            if await self._upkeep(rstore, "stall", lease, what):
+                report.stalled += 1
+                logger.warning(
+                    "%s#%d held by %s looks stalled: %s",
+                    rstore.repository,
+                    lease.issue,
+                    lease.agent_id,
+                    what,
+                )
+            return
+        revoke_s = progress.revoke_stalled_after_s
+        if (
+            revoke_s > 0
+            and quiet_s >= revoke_s
+            and await self._upkeep(rstore, "revoke", lease, evidence(lease, now))
+        ):
+            report.revoked += 1
+
+    async def _upkeep(self, rstore: RepoStore, action: str, lease: LeaseInfo, what: str) -> bool:
+        return await rstore.lease_upkeep(action, lease.issue, lease.token, what, epoch=self.epoch)
+
+    # --- polling GitHub when webhooks are not there -------------------------------------
+
+    async def _read_github(
+        self, repo: Repository, rstore: RepoStore, leases: list[LeaseInfo], report: ProgressReport
+    ) -> None:
+        branches = await rstore.task_branches(
+            [f"{lease.task_type}:{lease.issue}" for lease in leases]
+        )
+        interval = self.settings.progress.branch_check_interval_s
+        for lease in leases:
+            branch = branches.get(f"{lease.task_type}:{lease.issue}")
+            if not branch:
+                continue
+            key = (repo.full_name, lease.issue, lease.token)
+            seen = self._heads.get(key)
+            if seen is not None and time.monotonic() - seen[1] < interval:
+                continue
+            head = await asyncio.to_thread(self.gateway.branch_head, repo.full_name, branch)
+            report.github_calls += 1
+            self._heads[key] = (head, time.monotonic())
+            if seen is not None and head is not None and head != seen[0]:
+                await self._progress(rstore, lease.issue, "push", f"{branch} at {head[:7]}")
+                report.progress += 1
+        await self._read_pulls(repo, rstore, leases, branches, report)
+
+    async def _read_pulls(
+        self,
+        repo: Repository,
+        rstore: RepoStore,
+        leases: list[LeaseInfo],
+        branches: dict[str, str],
+        report: ProgressReport,
+    ) -> None:
+        """A PR opened or updated for a held task (the listing is conditional: free while no
+        PR of the repository changed)."""
+        pulls = await asyncio.to_thread(self.gateway.open_pulls, repo.full_name)
+        report.github_calls += 1
+        by_branch = {
+            b: lease for lease in leases if (b := branches.get(f"{lease.task_type}:{lease.issue}"))
+        }
+        held = {lease.issue: lease for lease in leases}
+        for pull in pulls:
+            lease = by_branch.get(str(pull["head"]["ref"])) or next(
+                (
+                    held[int(m.group(1))]
+                    for m in CLOSING_RE.finditer(pull.get("body") or "")
+                    if int(m.group(1)) in held
+                ),
+                None,
+            )
+            if lease is None:
+                continue
+            key = (repo.full_name, int(pull["number"]))
+            updated = str(pull.get("updated_at") or "")
+            before = self._pulls.get(key)
+            self._pulls[key] = updated
+            if before != updated and (before is not None or _after_claim(updated, lease)):
+                await self._progress(
+                    rstore, lease.issue, "pull_request", f"PR #{pull['number']} updated"
+                )
+                report.progress += 1
+
+    async def _recover_completions(
+        self, repo: Repository, rstore: RepoStore, leases: list[LeaseInfo], report: ProgressReport
+    ) -> None:
+        """A development lease rebuilt from GitHub's labels after Redis lost its data, that no
+        agent proved within a heartbeat interval, whose branch has a PR: most likely its agent
+        completed it and the completion's label write was lost with Redis. It is completed
+        (the issue goes to review) instead of going back to the pool to be done twice."""
+        wait_ms = (max(1, self.settings.leases.lease_ttl_s // 3) + RECOVER_MARGIN_S) * 1000
+        now = now_ms()
+        orphaned = [
+            lease
+            for lease in leases
+            if lease.token == ADOPTED
+            and lease.task_type == "development"
+            and now - lease.claimed_ms >= wait_ms
+        ]
+        if not orphaned:
+            return
+        branches = await rstore.task_branches([f"development:{lease.issue}" for lease in orphaned])
+        pulls = await asyncio.to_thread(self.gateway.open_pulls, repo.full_name)
+        report.github_calls += 1
+        for lease in orphaned:
+            branch = branches.get(f"development:{lease.issue}")
+            pull = next(
+                (
+                    p
+                    for p in pulls
+                    if (branch and p["head"]["ref"] == branch)
+                    or any(
+                        int(m.group(1)) == lease.issue
+                        for m in CLOSING_RE.finditer(p.get("body") or "")
+                    )
+                ),
+                None,
+            )
+            if pull is not None and await rstore.lease_upkeep(
+                "recover", lease.issue, ADOPTED, f"PR #{pull['number']}", epoch=self.epoch
+            ):
+                logger.warning(
+                    "%s#%d: completion by %s recovered from PR #%d (Redis lost it)",
+                    repo.full_name,
+                    lease.issue,
+                    lease.agent_id,
+                    pull["number"],
+                )
+
+    def _forget_ended(self, repository: str, leases: list[LeaseInfo]) -> None:
+        live = {(repository, lease.issue, lease.token) for lease in leases}
+        for key in [k for k in self._heads if k[0] == repository and k not in live]:
+            del self._heads[key]
+
+    async def _progress(self, rstore: RepoStore, n: int, kind: str, what: str) -> bool:
+        return await rstore.lease_upkeep("progress", n, "", what, epoch=self.epoch, kind=kind)
+
+    # --- webhooks ---------------------------------------------------------------------
+
+    async def from_delivery(self, repo: Repository, event: str, payload: dict[str, Any]) -> str:
+        """A push, PR or review delivery that may be a held task's progress."""
+        rstore = self.store.repo(repo.full_name)
+        leases = await rstore.leases()
+        if not leases:
+            return "no held task"
+        branches = await rstore.task_branches(
+            [f"{lease.task_type}:{lease.issue}" for lease in leases]
+        )
+        by_branch = {
+            b: lease for lease in leases if (b := branches.get(f"{lease.task_type}:{lease.issue}"))
+        }
+        held = {lease.issue: lease for lease in leases}
+        lease, kind, what = _match(event, payload, by_branch, held)
+        if lease is None:
+            return "not a held task's progress"
+        try:
+            await self._progress(rstore, lease.issue, kind, what)
+        except BrokerError as e:
+            logger.warning("progress on %s#%d not recorded: %s", repo.full_name, lease.issue, e)
+            raise
+        return f"progress on #{lease.issue}: {what}"
+
+
+def _match(
+    event: str,
+    payload: dict[str, Any],
+    by_branch: dict[str, LeaseInfo],
+    held: dict[int, LeaseInfo],
+) -> tuple[LeaseInfo | None, str, str]:
+    """The held task a delivery is progress of, with its kind and what happened."""
+    if event == "push":
+        ref = str(payload.get("ref") or "")
+        branch = ref.removeprefix("refs/heads/")
+        after = str(payload.get("after") or "")
+        if payload.get("deleted") or branch == ref:
+            return None, "", ""
+        if payload.get("created") and not payload.get("commits"):
+            return None, "", ""  # the branch made from the base (the broker's own write)
+        return by_branch.get(branch), "push", f"{branch} at {after[:7]}"
+    pull = payload.get("pull_request")
+    if not isinstance(pull, dict):
+        return None, "", ""
+    lease = by_branch.get(str((pull.get("head") or {}).get("ref") or "")) or next(
+        (
+            held[int(m.group(1))]
+            for m in CLOSING_RE.finditer(pull.get("body") or "")
+            if int(m.group(1)) in held
+        ),
+        None,
+    )
+    if lease is None:
+        return None, "", ""
+    action = str(payload.get("action") or "")
+    if event == "pull_request" and action in PR_PROGRESS:
+        return lease, "pull_request", f"PR #{pull.get('number')} {action}"
+    # A reply on the PR by its author (the agent's account): review comments and reviews.
+    author = str((pull.get("user") or {}).get("login") or "")
+    item = payload.get("comment") or payload.get("review") or {}
+    by = str((item.get("user") or {}).get("login") or "") if isinstance(item, dict) else ""
+    if event in ("pull_request_review", "pull_request_review_comment") and by and by == author:
+        return lease, "review", f"reply by {by} on PR #{pull.get('number')}"
+    return None, "", ""
+
+
+def _after_claim(updated_at: str, lease: LeaseInfo) -> bool:
+    """Whether a PR first seen now was updated after its task was handed out."""
+    try:
+        return ms_from_iso(updated_at) >= lease.claimed_ms
+    except ValueError:
+        return False

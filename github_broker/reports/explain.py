@@ -1,0 +1,216 @@
+"""`explain`: the claim's own judgement for one agent, in words.
+
+The verdicts on claimable tasks come from explain.lua, which runs the claim's rules
+(`pick_task`, `task_verdict`, the bucket, pauses, reassignments in _lib.lua) without side
+effects; the order of repositories is the claim's own (`claim.walk.claim_order`). What is not
+claimable at all (held by another agent, skipped, waiting on a person, in its review loop) is
+read from the indexes: state, not rules. No rule is worked out again here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from github_broker.claim.walk import judge
+from github_broker.clock import iso_from_ms, now_ms, span
+from github_broker.models import Issue, Judgement, priority_of_score
+from github_broker.reports.status import waiting_reviews
+from github_broker.settings import Settings
+from github_broker.store import RepoStore, Store
+
+#: Blocking issues named per "waits" verdict (the rest are counted, not listed).
+MAX_BLOCKERS = 10
+#: Ready tasks judged one by one per repository (in claim order); the rest are counted.
+JUDGED = 5000
+
+#: What explain.lua's causes mean, for the agent asking.
+CAUSES = {
+    "cooldown": ("cooldown", "in your cool-down after your failed attempt on it"),
+    "review_author": (
+        "review_author",
+        "the review of your own work: offered to you once nobody else took it",
+    ),
+    "held": ("held", "a lease holds it (its index entry is cleaned by the next claim)"),
+    "given_up": ("cooldown", "the task you just gave up"),
+}
+#: What each way of waiting on a person means.
+WAITING = {
+    "awaiting_feedback": "reviewed; waits for a maintainer to merge the PR or ask for changes",
+    "needs_human": "labelled needs-human: a person must look at it (retry clears it)",
+    "budget": "its budget is reached: set aside until a maintainer retries it",
+    "held": "held by a maintainer until a retry",
+}
+
+
+class Blocker(BaseModel):
+    """An issue another one waits for."""
+
+    issue: int
+    url: str
+
+
+class Verdict(BaseModel):
+    issue: int
+    url: str = ""
+    priority: int | None
+    #: next | queued | held | outside_bucket | role | cooldown | review_author | paused |
+    #: repo_paused | skipped | waiting_on_person | waiting | out_of_service
+    verdict: str
+    detail: str
+    #: The issues this one waits for (outside_bucket: the open work that holds the bucket).
+    blocking: list[Blocker] = []
+
+
+def _v(n: int, priority: int | None, verdict: str, detail: str) -> Verdict:
+    return Verdict(issue=n, priority=priority, verdict=verdict, detail=detail)
+
+
+def _pause_text(raw: dict[str, Any]) -> str:
+    who = "the circuit breaker" if raw.get("kind") == "breaker" else raw.get("by", "?")
+    why = f": {raw['reason']}" if raw.get("reason") else ""
+    return f"{who}{why}"
+
+
+async def explain(
+    store: Store,
+    settings: Settings,
+    *,
+    agent_id: str | None = None,
+    roles: list[str] | None = None,
+    repositories: list[str] | None = None,
+) -> dict[str, list[Verdict]]:
+    """Per repository (in the order the claim tries them), each issue's verdict for
+    `agent_id` (None: a fresh agent) accepting `roles`: exactly one `next` overall, the task a
+    request-task would hand it now."""
+    names = repositories or list(store.repos)
+    return await explain_stores([store.repo(n) for n in names], settings, agent_id, roles)
+
+
+async def explain_repo(
+    rstore: RepoStore, settings: Settings, roles: list[str] | None, agent_id: str | None = None
+) -> list[Verdict]:
+    """One repository's verdicts (as `explain`, that repository alone)."""
+    return (await explain_stores([rstore], settings, agent_id, roles))[rstore.repository]
+
+
+async def explain_stores(
+    stores: list[RepoStore], settings: Settings, agent_id: str | None, roles: list[str] | None
+) -> dict[str, list[Verdict]]:
+    judged = await judge(stores, settings, agent_id, roles, JUDGED)
+    giver = next((j for j in judged if j.next_id), None)
+    by_name = {s.repository: s for s in stores}
+    return {
+        j.repository: await _verdicts(by_name[j.repository], settings, j, giver) for j in judged
+    }
+
+
+async def _verdicts(
+    rstore: RepoStore, settings: Settings, j: Judgement, giver: Judgement | None
+) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    listed: set[int] = set()
+    work = await rstore.work_priorities()
+    blockers = await _bucket_blockers(rstore, work, j.bucket)
+    first_here = giver is j
+    if j.out_of_service:
+        verdicts.append(_v(0, None, "out_of_service", f"left out of claims: {j.out_of_service}"))
+    for row in j.judged:
+        task_id, score, role, why = row["id"], float(row["score"]), row["role"], row["why"]
+        n = int(task_id.split(":")[1])
+        if n in listed:
+            continue  # a review and a fix of one issue: the first one is what it offers
+        listed.add(n)
+        verdicts.append(_claimable(j, giver, first_here, task_id, n, score, role, why, blockers))
+    held_here = await rstore.leases()
+    for lease in sorted(held_here, key=lambda lease: lease.issue):
+        if lease.issue in listed:
+            continue
+        until = iso_from_ms(lease.expires_ms)
+        mine = " (yours)" if lease.agent_id == j.agent else ""
+        detail = f"{lease.task_type} held by {lease.agent_id}{mine} until {until}"
+        if lease.stalled:
+            detail += f"; stalled: {lease.stalled}"
+        verdicts.append(_v(lease.issue, work.get(lease.issue), "held", detail))
+        listed.add(lease.issue)
+    now = now_ms()
+    for n, w in sorted((await rstore.waiting()).items()):
+        if n in listed:
+            continue
+        age = span(max(0, now - w.since_ms) // 1000)
+        detail = f"waiting on a person for {age} ({w.code}): {w.detail or WAITING.get(w.code)}"
+        verdicts.append(_v(n, w.priority, "waiting_on_person", detail))
+        listed.add(n)
+    for n, reason in sorted((await rstore.skipped()).items()):
+        if n not in listed:
+            verdicts.append(_v(n, work.get(n), "skipped", f"{reason.code}: {reason.reason}"))
+            listed.add(n)
+    reviews = await waiting_reviews(rstore, settings, {}, held_here)
+    for n, review in sorted(reviews.items()):
+        if n not in listed:
+            verdicts.append(_v(n, work.get(n), "waiting", f"{review.step}: {review.detail}"))
+            listed.add(n)
+    rest = [n for n in sorted(work) if n not in listed]
+    issues: list[Issue] = await rstore.get_issues(rest)
+    for issue in issues:
+        labels = ", ".join(issue.labels)
+        detail = f"no claimable task for it now ({labels})"
+        verdicts.append(_v(issue.number, work.get(issue.number), "waiting", detail))
+    urls = {i.number: i.html_url for i in await rstore.get_issues(sorted(listed | set(rest)))}
+    for verdict in verdicts:
+        verdict.url = urls.get(verdict.issue, "")
+        for blocker in verdict.blocking:
+            blocker.url = blocker.url or urls.get(blocker.issue, "")
+    return verdicts
+
+
+def _claimable(
+    j: Judgement,
+    giver: Judgement | None,
+    first_here: bool,
+    task_id: str,
+    n: int,
+    score: float,
+    role: str,
+    why: str,
+    blockers: list[Blocker],
+) -> Verdict:
+    """The verdict on one ready task, from explain.lua's judgement of it."""
+    prio = priority_of_score(score)
+    kind = task_id.split(":")[0]
+    if j.out_of_service:
+        return _v(n, prio, "out_of_service", f"repository out of service: {j.out_of_service}")
+    if j.agent_paused is not None and why in ("", "queued", "bucket"):
+        return _v(n, prio, "paused", f"you are paused by {_pause_text(j.agent_paused)}")
+    if j.repo_paused is not None and why in ("", "queued", "bucket"):
+        return _v(n, prio, "repo_paused", f"handed out nobody: {_pause_text(j.repo_paused)}")
+    if why == "" and first_here:
+        return _v(n, prio, "next", f"{kind} task you would get now")
+    if why in ("", "queued"):
+        verdict = _v(n, prio, "queued", "claimable, behind the task you would get now")
+        if giver is not None and giver.next_id:
+            ahead = int(giver.next_id.split(":")[1])
+            where = "" if giver is j else f" in {giver.repository}"
+            verdict.detail = f"claimable, behind #{ahead}{where}"
+            verdict.blocking = [Blocker(issue=ahead, url="")] if giver is j else []
+        return verdict
+    if why == "role":
+        return _v(n, prio, "role", f"needs role {role}, not one of yours")
+    if why == "bucket":
+        verdict = _v(n, prio, "outside_bucket", f"P{prio} waits while P{j.bucket} work is open")
+        verdict.blocking = blockers
+        return verdict
+    verdict_name, detail = CAUSES.get(why, (why, why))
+    return _v(n, prio, verdict_name, detail)
+
+
+async def _bucket_blockers(
+    rstore: RepoStore, work: dict[int, int], bucket: int | None
+) -> list[Blocker]:
+    """The open work issues at the bucket's priority: what everything below it waits for."""
+    if bucket is None:
+        return []
+    numbers = sorted(n for n, p in work.items() if p == bucket)[:MAX_BLOCKERS]
+    issues: list[Issue] = await rstore.get_issues(numbers)
+    return [Blocker(issue=i.number, url=i.html_url) for i in issues]

@@ -1,0 +1,360 @@
+"""One snapshot of everything maintainers look at: read by the dashboard and `status`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from github_broker.clock import ms_from_iso, now_ms
+from github_broker.models import (
+    AgentPause,
+    AuditEntry,
+    Event,
+    Issue,
+    LeaseInfo,
+    Quota,
+    SkipReason,
+    priority_of_score,
+)
+from github_broker.reports.explain import Verdict, explain
+from github_broker.reports.health import RepoHealth, health, repo_health
+from github_broker.reports.status import waiting_reviews
+from github_broker.settings import Settings
+from github_broker.store import RepoStore, Store
+
+logger = logging.getLogger(__name__)
+
+#: Queue rows shown with titles per repository; the rest are only counted.
+QUEUE_SHOWN = 50
+#: Skipped issues shown with titles per repository; the rest are only counted.
+SKIPPED_SHOWN = 100
+#: Timeline entries shown.
+TIMELINE_SHOWN = 50
+#: Audit entries shown.
+AUDIT_SHOWN = 30
+
+
+@dataclass
+class IssueRef:
+    number: int
+    title: str
+    url: str
+
+
+@dataclass
+class LeaseRow:
+    issue: IssueRef
+    task_type: str
+    agent: str
+    claimed_ms: int
+    #: When the agent last renewed the lease; None while it has not yet.
+    heartbeat_ms: int | None
+    expires_ms: int
+    #: in_progress | idle (stalled) | waiting_for_user (a budget reached)
+    state: str = "in_progress"
+    heartbeats: int = 0
+    #: The last progress (push, PR, review reply, a new note) and when; "" / None: none yet.
+    progress: str = ""
+    progress_ms: int | None = None
+    #: The agent's own progress note.
+    note: str = ""
+    #: Evidence of a stall, when flagged.
+    stalled: str = ""
+
+
+@dataclass
+class WaitingRow:
+    """Work that waits on a person, with its age."""
+
+    issue: IssueRef
+    code: str
+    since_ms: int
+    detail: str
+
+
+@dataclass
+class QueueRow:
+    issue: IssueRef
+    task_id: str
+    priority: int
+    role: str
+    #: Claimable by priority, but the strict bucket holds it back.
+    blocked: bool
+
+
+@dataclass
+class Blocker:
+    """An open issue of the bucket's priority: it keeps lower priorities waiting."""
+
+    issue: IssueRef
+    state: str
+
+
+@dataclass
+class SkippedRow:
+    issue: IssueRef
+    code: str
+    reason: str
+
+
+@dataclass
+class ReviewRow:
+    issue: IssueRef
+    pr: int | None
+    pr_url: str
+    #: When the review is offered (PR linked + review.delay_s); None if not known yet.
+    due_ms: int | None
+    #: The review loop's step (status.WaitingReview.step) and what it means.
+    step: str
+    state: str
+    fix_rounds: int
+
+
+@dataclass
+class RepoOverview:
+    repository: str
+    strict: bool
+    bucket: int | None
+    blockers: list[Blocker]
+    leases: list[LeaseRow]
+    queue: list[QueueRow]
+    queue_total: int
+    #: Per priority: (claimable now, held back by the strict bucket).
+    queue_counts: dict[int, tuple[int, int]]
+    skipped: list[SkippedRow]
+    skipped_total: int
+    reviews: list[ReviewRow]
+    write_queue: dict[str, int | None]
+    streaks: dict[str, int]
+    last_sync_ms: int | None
+    last_full_sync_ms: int | None
+    #: Work that waits on a person (out of the strict bucket unless bucket_holds_for_people).
+    waiting: list[WaitingRow] = field(default_factory=list)
+    #: The repository's maintenance pause (its own or the broker's), if any.
+    paused: dict[str, Any] | None = None
+    health: RepoHealth | None = None
+
+
+@dataclass
+class Overview:
+    now_ms: int
+    leader: str | None
+    quota: Quota | None
+    repositories: list[RepoOverview]
+    timeline: list[Event] = field(default_factory=list)
+    #: Paused agents: by a maintainer (pause, stop) or by the circuit breaker.
+    paused_agents: dict[str, AgentPause] = field(default_factory=dict)
+    broker_paused: dict[str, Any] | None = None
+    #: What is wrong with the integrations, each with what to do (the dashboard's warning).
+    problems: list[str] = field(default_factory=list)
+    audit: list[AuditEntry] = field(default_factory=list)
+
+
+def _ref(rstore: RepoStore, issues: dict[int, Issue], n: int) -> IssueRef:
+    issue = issues.get(n)
+    url = issue.html_url if issue and issue.html_url else ""
+    return IssueRef(n, issue.title if issue else "(not mirrored)", url)
+
+
+def _secs_ms(value: str | None) -> int | None:
+    return int(float(value) * 1000) if value else None
+
+
+async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
+    strict = settings.priority_mode == "strict"
+    work = await rstore.work_priorities()
+    bucket = min(work.values()) if work else None
+    leases = await rstore.leases()
+    held = {lease.issue: lease for lease in leases}
+    ready = sorted(await rstore.ready_tasks(), key=lambda kv: (kv[1], kv[0]))
+    tasks = await rstore.task_index()
+    skipped = await rstore.skipped()
+    reviewing = await rstore.reviewing()
+    counts, rows = _queue(ready, tasks, bucket if strict else None)
+    pinning = sorted(n for n, p in work.items() if p == bucket)
+    skipped_shown = sorted(skipped)[:SKIPPED_SHOWN]
+    waiting = await rstore.waiting()
+    wanted = {n for _, n, *_ in rows} | set(held) | set(pinning) | set(skipped_shown)
+    wanted |= set(reviewing) | set(waiting)
+    issues = {i.number: i for i in await rstore.get_issues(sorted(wanted))}
+    ready_ids = {t for t, _ in ready}
+    state = await rstore.sync_state()
+    return RepoOverview(
+        repository=rstore.repository,
+        strict=strict,
+        bucket=bucket,
+        blockers=[
+            Blocker(
+                _ref(rstore, issues, n),
+                _blocker_state(n, held, ready_ids, skipped, set(reviewing), issues),
+            )
+            for n in pinning
+        ],
+        leases=[_lease_row(rstore, issues, lease, settings) for lease in leases],
+        queue=[
+            QueueRow(_ref(rstore, issues, n), task_id, prio, role, blocked)
+            for task_id, n, prio, role, blocked in rows
+        ],
+        queue_total=len(ready),
+        queue_counts=dict(sorted(counts.items())),
+        skipped=[
+            SkippedRow(_ref(rstore, issues, n), skipped[n].code, skipped[n].reason)
+            for n in skipped_shown
+        ],
+        skipped_total=len(skipped),
+        reviews=await _reviews(rstore, issues, dict(ready), leases, settings),
+        write_queue=await rstore.write_queue(),
+        streaks=await rstore.agent_streaks(),
+        last_sync_ms=_secs_ms(state.get("synced_at")),
+        last_full_sync_ms=_secs_ms(state.get("full_at")),
+        waiting=[
+            WaitingRow(_ref(rstore, issues, n), w.code, w.since_ms, w.detail)
+            for n, w in sorted(waiting.items(), key=lambda kv: kv[1].since_ms)
+        ],
+        paused=await rstore.repo_pause(),
+        health=await repo_health(rstore, settings),
+    )
+
+
+def _queue(
+    ready: list[tuple[str, float]], tasks: dict[str, tuple[float, str, str]], bucket: int | None
+) -> tuple[dict[int, tuple[int, int]], list[tuple[str, int, int, str, bool]]]:
+    """The ready tasks, most urgent first: per priority (claimable now, held back by the
+    strict `bucket`), and the first QUEUE_SHOWN as rows (task id, issue, priority, role,
+    held back)."""
+    counts: dict[int, tuple[int, int]] = {}
+    rows: list[tuple[str, int, int, str, bool]] = []
+    for task_id, score in ready:
+        prio = priority_of_score(score)
+        blocked = bucket is not None and prio > bucket
+        now, later = counts.get(prio, (0, 0))
+        counts[prio] = (now, later + 1) if blocked else (now + 1, later)
+        if len(rows) < QUEUE_SHOWN:
+            role = tasks.get(task_id, (0.0, "", ""))[1]
+            rows.append((task_id, int(task_id.split(":")[1]), prio, role, blocked))
+    return counts, rows
+
+
+def _lease_row(
+    rstore: RepoStore, issues: dict[int, Issue], lease: LeaseInfo, settings: Settings
+) -> LeaseRow:
+    # A heartbeat sets the expiry to now + the lease TTL, so the expiry tells when it came.
+    renewed = lease.expires_ms - settings.leases.lease_ttl_s * 1000
+    return LeaseRow(
+        issue=_ref(rstore, issues, lease.issue),
+        task_type=lease.task_type,
+        agent=lease.agent_id,
+        claimed_ms=lease.claimed_ms,
+        heartbeat_ms=renewed if renewed > lease.claimed_ms else None,
+        expires_ms=lease.expires_ms,
+        state=lease.state.value,
+        heartbeats=lease.beats,
+        progress=lease.progress,
+        progress_ms=lease.progress_ms,
+        note=lease.note,
+        stalled=lease.stalled,
+    )
+
+
+def _blocker_state(
+    n: int,
+    held: dict[int, LeaseInfo],
+    ready_ids: set[str],
+    skipped: dict[int, SkipReason],
+    reviewing: set[int],
+    issues: dict[int, Issue],
+) -> str:
+    if n in held:
+        return f"{held[n].task_type} held by {held[n].agent_id}"
+    queued = [t for t in ready_ids if t.endswith(f":{n}")]
+    if queued:
+        return f"ready: {', '.join(sorted(queued))}"
+    if n in reviewing:
+        return "waiting for review"
+    if n in skipped:
+        return f"skipped: {skipped[n].code}"
+    labels = ", ".join(issues[n].labels) if n in issues else "not mirrored"
+    return f"open, not claimable ({labels})"
+
+
+async def _reviews(
+    rstore: RepoStore,
+    issues: dict[int, Issue],
+    ready: dict[str, float],
+    leases: list[LeaseInfo],
+    settings: Settings,
+) -> list[ReviewRow]:
+    rows = []
+    for n, review in (await waiting_reviews(rstore, settings, ready, leases)).items():
+        rows.append(
+            ReviewRow(
+                issue=_ref(rstore, issues, n),
+                pr=review.pr,
+                pr_url=review.pr_url,
+                due_ms=ms_from_iso(review.due_at) if review.due_at else None,
+                step=review.step,
+                state=review.detail,
+                fix_rounds=review.fix_rounds,
+            )
+        )
+    return rows
+
+
+async def overview(store: Store, settings: Settings) -> Overview:
+    repositories = [await repo_overview(r, settings) for r in store.repos.values()]
+    deployment = await health(store, settings)
+    return Overview(
+        now_ms=now_ms(),
+        leader=await store.leader_id(),
+        quota=await store.quota(),
+        repositories=repositories,
+        timeline=await store.timeline(TIMELINE_SHOWN),
+        paused_agents=await store.paused_agents(),
+        broker_paused=await store.broker_pause(),
+        problems=deployment.problems,
+        audit=await store.audit_log(AUDIT_SHOWN),
+    )
+
+
+@dataclass
+class Explained:
+    """One repository's verdicts for an agent, with what names the bucket's blockers."""
+
+    repository: str
+    bucket: int | None
+    blockers: list[Blocker]
+    verdicts: list[Verdict]
+    titles: dict[int, str]
+
+
+async def explained(
+    store: Store,
+    settings: Settings,
+    roles: list[str] | None,
+    repository: str | None = None,
+    agent_id: str | None = None,
+) -> list[Explained]:
+    """`explain` per repository (in the claim's order) with titles and the bucket's blockers."""
+    verdicts_by_repo = await explain(
+        store,
+        settings,
+        agent_id=agent_id,
+        roles=roles,
+        repositories=[repository] if repository else None,
+    )
+    out = []
+    for name, verdicts in verdicts_by_repo.items():
+        rstore = store.repo(name)
+        numbers = sorted({v.issue for v in verdicts})
+        issues = {i.number: i for i in await rstore.get_issues(numbers)}
+        work = await rstore.work_priorities()
+        bucket = min(work.values()) if work else None
+        states = {v.issue: v for v in verdicts}
+        blockers = [
+            Blocker(_ref(rstore, issues, n), states[n].verdict if n in states else "open")
+            for n in sorted(n for n, p in work.items() if p == bucket)
+        ]
+        titles = {n: i.title for n, i in issues.items()}
+        out.append(Explained(name, bucket, blockers, verdicts, titles))
+    return out
