@@ -18,6 +18,10 @@ import redis
 import redis.cluster
 
 from github_broker.settings import Settings, load_settings
+from tests import hermetic
+from tests.hermetic import own_runtime_dir
+
+__all__ = ["own_runtime_dir"]
 
 if TYPE_CHECKING:
     from tests.processes import LiveStack
@@ -26,12 +30,18 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    hermetic.configure()
     config.addinivalue_line(
         "markers", "issues(p0, p1): how many P0 and P1 issues a test_concurrency simulator holds"
     )
     config.addinivalue_line(
         "markers", "live_stack(issues=1, env={}): the simulator and broker of the `stack` fixture"
     )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    hermetic.finish(session)
 
 
 #: Seconds a port handed out by `free_port` stays claimed for this process: its server has

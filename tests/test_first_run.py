@@ -33,10 +33,10 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def test_sandbox_with_an_exported_variable_says_why_and_exits_without_a_traceback(
-    tmp_path: Path,
+    own_runtime_dir: Path,
 ) -> None:
     # As the README's "Running it for real" has one export.
-    env = clean_env(GITHUB_BROKER_REPOSITORIES="acme/widgets", XDG_RUNTIME_DIR=str(tmp_path))
+    env = clean_env(GITHUB_BROKER_REPOSITORIES="acme/widgets")
     done = subprocess.run(
         cli("sandbox", "--port", str(free_port()), "--agents", "0"),
         env=env,
@@ -48,13 +48,13 @@ def test_sandbox_with_an_exported_variable_says_why_and_exits_without_a_tracebac
     assert "unset them to run the sandbox" in done.stderr
     assert "GITHUB_BROKER_REPOSITORIES" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
-    assert not list(tmp_path.iterdir())  # no state file left behind
+    assert not list(own_runtime_dir.iterdir())  # no state file left behind
 
 
 @pytest.fixture
 def running_sandbox(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """A sandbox (no demo agents) and the environment another terminal would have."""
-    env = clean_env(XDG_RUNTIME_DIR=str(tmp_path))
+    env = clean_env()
     port = free_port()
     proc = subprocess.Popen(
         cli("sandbox", "--port", str(port), "--agents", "0"),
@@ -112,7 +112,7 @@ def test_status_and_explain_find_the_running_sandbox(
 
 
 def test_status_without_a_sandbox_or_repositories_says_what_to_do(tmp_path: Path) -> None:
-    env = clean_env(XDG_RUNTIME_DIR=str(tmp_path))
+    env = clean_env()
     plain = subprocess.run(
         cli("status"), env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
