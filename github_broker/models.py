@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, Field
@@ -13,6 +14,56 @@ M = TypeVar("M", bound=BaseModel)
 AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$"
 #: Largest issue or pull request number in a path or body (JSON's safe integers).
 MAX_NUMBER = 2**53 - 1
+
+
+class Authority(IntEnum):
+    """Who made a decision on a task or an agent, by rank: a decision is lifted only by the
+    same or a higher authority (the table: docs/architecture.md "Who may steer what")."""
+
+    AGENT = 0
+    #: A person commenting `/broker …` with write (not maintain or admin) access there.
+    COMMENTER = 1
+    #: The broker itself: the circuit breaker, budgets, the stall revoke.
+    BROKER = 2
+    #: A maintainer of some repositories (named in the maintainers file, or by GitHub's
+    #: maintain/admin permission there).
+    MAINTAINER = 3
+    #: An administrator of the deployment.
+    ADMIN = 4
+
+    @property
+    def title(self) -> str:
+        return AUTHORITY_TITLES[self]
+
+
+AUTHORITY_TITLES = {
+    Authority.AGENT: "the agent",
+    Authority.COMMENTER: "a writer of the repository",
+    Authority.BROKER: "the broker",
+    Authority.MAINTAINER: "a maintainer",
+    Authority.ADMIN: "an administrator",
+}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who asks for an action: a person by name (or the broker, or an agent), their authority,
+    and the repositories they may act on (None: every repository of the deployment)."""
+
+    name: str
+    authority: Authority
+    repositories: frozenset[str] | None = None
+
+    def may_act_on(self, repository: str) -> bool:
+        return self.repositories is None or repository in self.repositories
+
+    @classmethod
+    def admin(cls, name: str) -> Actor:
+        return cls(name, Authority.ADMIN)
+
+    @classmethod
+    def broker(cls, what: str = "broker") -> Actor:
+        return cls(what, Authority.BROKER)
 
 
 class TaskType(StrEnum):
@@ -323,7 +374,10 @@ class AuditEntry(BaseModel):
 
     at_ms: int
     id: str = ""
+    #: The person by name (or `broker`, or an agent id).
     actor: str
+    #: Their authority when they acted (see Authority).
+    authority: Authority = Authority.BROKER
     action: str
     repository: str | None = None
     issue: int | None = None

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from github_broker.models import Outcome, TaskState, TaskType
+from github_broker.models import Actor, Outcome, TaskState, TaskType
 from github_broker.reports.explain import explain_repo
 from github_broker.settings import Settings
 from github_broker.steering.actions import Steering
@@ -199,7 +199,7 @@ async def test_a_reported_usage_budget_sets_the_task_aside_until_a_retry(
             assert other is not None and other.issue_id == 2
             usage = await world.rstore.usage(1)
             assert usage["tokens"] == 1100
-            await Steering(world.settings, world.store).retry(REPO, 1, "maintainer")
+            await Steering(world.settings, world.store).retry(REPO, 1, Actor.admin("maintainer"))
             beat = await world.tasks.heartbeat(REPO, 1, "spender", task.lease.token, tokens=1200)
             assert beat.state == TaskState.IN_PROGRESS and beat.paused is None
             assert 1 not in await world.rstore.waiting()
@@ -294,7 +294,7 @@ async def test_the_wall_clock_budget_sets_a_task_aside_and_a_retry_restarts_its_
             await world.daemon.progress_all()
             beat = await world.tasks.heartbeat(REPO, 1, "slow", task.lease.token)
             assert beat.state == TaskState.WAITING_FOR_USER and beat.paused is not None
-            await Steering(world.settings, world.store).retry(REPO, 1, "maintainer")
+            await Steering(world.settings, world.store).retry(REPO, 1, Actor.admin("maintainer"))
             await world.daemon.progress_all()
             beat = await world.tasks.heartbeat(REPO, 1, "slow", task.lease.token)
             assert beat.state == TaskState.IN_PROGRESS  # not set aside again at once

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from github_broker.errors import AgentPaused
-from github_broker.models import Outcome, Task
+from github_broker.models import Actor, Outcome, Task
 from github_broker.settings import Settings
 from github_broker.simulator import generate_issues
 from github_broker.steering.actions import Steering
@@ -145,7 +145,7 @@ async def test_the_breaker_pause_reaches_every_repository_at_the_leaders_next_sw
             assert "bad" in await world.store.paused_agents()
             with pytest.raises(AgentPaused, match="github-broker resume bad"):
                 await world.tasks.request_task("bad", repositories=["acme/gadgets"])
-            await Steering(world.settings, world.store).resume_agent("bad", "test")
+            await Steering(world.settings, world.store).resume_agent("bad", Actor.admin("test"))
             assert await world.tasks.request_task("bad") is not None
 
 

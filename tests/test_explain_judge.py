@@ -137,7 +137,7 @@ async def test_explain_names_the_review_author_hold_and_a_paused_agent(store: St
     assert "review_author" in rows and the_next(mine) is None
     other = await explain(store, store.settings, agent_id="a2", repositories=[REPOS[0]])
     assert the_next(other) == (REPOS[0], 1)
-    await store.pause_agent("a2", "alice", "too many tokens")
+    await store.pause_agent("a2", "4:alice", "too many tokens")
     paused = await explain(store, store.settings, agent_id="a2", repositories=[REPOS[0]])
     assert the_next(paused) is None
     assert any(
@@ -186,7 +186,7 @@ async def test_explain_and_the_claim_never_disagree_over_random_backlogs_and_his
                 outcome = rng.choice([Outcome.FAILED, Outcome.COMPLETED, Outcome.ABANDONED])
                 await repo.finish(got.issue.number, agent, got.token, outcome.value)
         if rng.random() < 0.3:
-            await store.pause_agent(rng.choice(agents), "t", "")
+            await store.pause_agent(rng.choice(agents), "4:t", "")
         agent = rng.choice(agents)
         roles = rng.choice([None, [ROLES[0]], [ROLES[1]], ROLES])
         repositories = rng.choice([None, [REPOS[0]], [REPOS[1]]])

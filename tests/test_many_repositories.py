@@ -15,7 +15,7 @@ from github_broker.claim.rules import Rules
 from github_broker.claim.service import TaskService
 from github_broker.errors import MirrorRebuilding
 from github_broker.leader.sync import index_item
-from github_broker.models import Task
+from github_broker.models import Actor, Task
 from github_broker.settings import Settings
 from github_broker.store import Store
 from tests.conftest import sync_client
@@ -172,7 +172,7 @@ async def test_a_task_reassigned_in_a_repository_the_agent_never_claimed_in_reac
         tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
         held = await tasks.request_task("a1")
         assert held is not None and held.repository == names(30)[-1]
-        await Steering(settings, store).reassign(names(30)[-1], 1, "newcomer", "alice")
+        await Steering(settings, store).reassign(names(30)[-1], 1, "newcomer", Actor.admin("alice"))
         moved = await tasks.request_task("newcomer")
         assert moved is not None and moved.issue_id == 1
         assert moved.continues is not None and moved.continues.from_agent == "a1"

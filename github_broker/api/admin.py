@@ -10,12 +10,12 @@ from pydantic import BaseModel, Field
 from github_broker.api.routes import ERRORS, IssueNumber, Services
 from github_broker.api.schemas import AGENT_ID_PATTERN
 from github_broker.errors import BODY_LIMIT_RESPONSE
-from github_broker.models import ActionAnswer, AgentPause, AuditEntry
+from github_broker.models import ActionAnswer, Actor, AgentPause, AuditEntry
 from github_broker.steering.actions import MAX_TEXT, ActionResult
 
 router = APIRouter(prefix="/admin", tags=["admin"], responses=BODY_LIMIT_RESPONSE)
 #: Who an action through the admin API is recorded as.
-API_ACTOR = "admin"
+API_ACTOR = Actor.admin("admin")
 #: Most audit entries one page returns.
 MAX_AUDIT_PAGE = 500
 

@@ -14,19 +14,13 @@ import time
 import yaml
 from fastapi import Request
 
-from github_broker.errors import AuthError
+from github_broker.errors import AuthError, Forbidden
 from github_broker.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between two looks at the agent tokens file for changes.
 TOKEN_FILE_CHECK_S = 1.0
-
-
-class Forbidden(AuthError):
-    """Valid credentials, but not for this agent id or endpoint."""
-
-    forbidden = True
 
 
 class Authenticator:

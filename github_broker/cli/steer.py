@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from github_broker.errors import ConfigError
+from github_broker.models import Actor
 from github_broker.settings import Settings, load_settings
 from github_broker.steering.actions import ActionResult, Steering
 
@@ -22,11 +23,13 @@ _REF = re.compile(r"^(?:(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#)?(?P<n>[1-9][
 AUDIT_SHOWN = 30
 
 
-def actor() -> str:
+def actor() -> Actor:
+    """Whoever runs the CLI verbs holds the deployment's configuration (its Redis): an
+    administrator, named by their login on this machine."""
     try:
-        return f"cli:{getpass.getuser()}"
+        return Actor.admin(f"cli:{getpass.getuser()}")
     except (KeyError, OSError):
-        return "cli"
+        return Actor.admin("cli")
 
 
 def issue_ref(text: str, settings: Settings) -> tuple[str, int]:

@@ -241,10 +241,42 @@ end
 
 -- Append an action to the repository's audit log: who (a maintainer's name, `broker` for
 -- the broker's own decisions), what, on which issue and agent, why, and what really happened.
-local function audit(C, actor, action, n, agent, reason, outcome)
+-- `rank` (models.Authority; the broker's when nil) is written as the entry's `authority`.
+local function audit(C, actor, action, n, agent, reason, outcome, rank)
   redis.call('XADD', C.audit, 'MAXLEN', '~', C.audit_max_arg, '*', 'actor', actor,
     'action', action, 'n', tostring(n or ''), 'agent', agent or '', 'reason', reason or '',
-    'outcome', outcome or '')
+    'outcome', outcome or '', 'authority', tostring(rank or 2))
+end
+
+-- Decisions and who may lift them (steering/authority.py; docs/architecture.md "Who may steer
+-- what"). An actor travels as '<rank>:<name>', its rank a models.Authority: 0 the agent,
+-- 1 a writer commenting, 2 the broker, 3 a maintainer, 4 an administrator.
+local RANK_TITLE = {[0] = 'the agent', [1] = 'a writer of the repository', [2] = 'the broker',
+  [3] = 'a maintainer', [4] = 'an administrator'}
+local BROKER_RANK = 2
+
+-- (rank, name) of an actor argument; a bare name is the broker's own.
+local function parse_actor(text)
+  local rank, name = string.match(text, '^(%d):(.*)$')
+  if not rank then return BROKER_RANK, text end
+  return tonumber(rank), name
+end
+
+-- Why `rank`, acting for `scope` ('deployment': every repository; 'repo': this one), may not
+-- lift the decision `rec` ({what, by, rank, scope}), or nil when it may. A decision recorded
+-- before ranks were kept counts as an administrator's (fail closed).
+local function lift_refusal(rec, rank, scope)
+  local need = tonumber(rec.rank) or 4
+  local what = (rec.what or 'decided') .. ' by ' .. tostring(rec.by or '?') .. ' ('
+    .. RANK_TITLE[need] .. ')'
+  if rank < need then
+    return 'refused: ' .. what .. '; only ' .. RANK_TITLE[need] .. ' or higher may lift it'
+  end
+  if rec.scope == 'deployment' and scope ~= 'deployment' then
+    return 'refused: ' .. what .. ' for the whole deployment; only someone who may act on '
+      .. 'every repository (an administrator) may lift it'
+  end
+  return nil
 end
 
 -- Issue n waits on a person (code: awaiting_feedback | needs_human | budget | held): it leaves
@@ -360,6 +392,7 @@ local function trip_breaker(C, agent, n, streak, now)
   if redis.call('HEXISTS', C.paused_agents, agent) == 1 then return end
   local reason = streak .. ' failed tasks in a row (last #' .. n .. ')'
   redis.call('HSET', C.paused_agents, agent, cjson.encode({kind = 'breaker', by = 'broker',
+    rank = BROKER_RANK, scope = 'deployment', what = 'paused by the circuit breaker',
     reason = reason, at_ms = now}))
   redis.call('RPUSH', C.trips, agent)
   audit(C, 'broker', 'circuit_breaker', n, agent, reason, 'agent paused')

@@ -1,13 +1,16 @@
 -- control.lua: a maintainer's action on one repository's running work. One call per action;
 -- each appends to the audit log the outcome that really happened.
--- KEYS, ARGV[1]: see _lib.lua. ARGV[2] action, ARGV[3] actor (who asked), ARGV[4] target
+-- KEYS, ARGV[1]: see _lib.lua. ARGV[2] action, ARGV[3] actor ('<rank>:<name>', see
+-- parse_actor; a bare name is the broker's own), ARGV[4] target
 -- (issue number, or agent id for the agent actions, '' for the repository), ARGV[5] reason
 -- ('' none), ARGV[6..] the action's own arguments:
 --   revoke     n: ARGV[6] '1' to hold the issue for a person instead of returning it
 --   reassign   n: ARGV[6] the agent that continues the task (its next request gets it)
 --   note       n: the reason is the note, delivered with the holder's next heartbeat
 --   retry      n: clears the failure budget, usage, a hold, a budget pause, needs-human
---   pause_agent / stop_agent / resume_agent  agent (stop: its lease here is revoked now)
+--   pause_agent / stop_agent / resume_agent  agent; ARGV[6] scope ('deployment' when the
+--              action covers every repository, 'repo' when only some): stop revokes its
+--              lease here now; a pause of a higher authority stays (lift_refusal)
 --   pause_repo / resume_repo: ARGV[6] scope ('repo' or 'broker')
 --   no_pr      n (the broker's own): a development task completed with no PR; ARGV[6] the
 --              agent that did it, ARGV[7] '1' when its branch has commits (the issue waits
@@ -17,7 +20,8 @@
 -- Returns {outcome in words, agent concerned or '', '1' when the issue must be indexed again
 -- from its cache (retry after the failure budget dropped its tasks) else ''}.
 local C = context()
-local action, actor, target, reason = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local action, target, reason = ARGV[2], ARGV[4], ARGV[5]
+local rank, actor = parse_actor(ARGV[3])
 local now = now_ms()
 local n = target
 
@@ -52,7 +56,7 @@ end
 
 -- Audited here, with the issue concerned (`n`, '' for the repository itself).
 local function done(outcome, agent, reindex)
-  audit(C, actor, action, n, agent or '', reason, outcome)
+  audit(C, actor, action, n, agent or '', reason, outcome, rank)
   publish_index(C)
   return {outcome, agent or '', reindex and '1' or ''}
 end
@@ -193,11 +197,17 @@ elseif action == 'no_pr' then
   return done(C.needs_review .. ' removed; attempt counted; back in the pool', agent, true)
 
 elseif action == 'pause_agent' or action == 'stop_agent' then
-  local agent = target
+  local agent, scope = target, ARGV[6]
   local kind = 'pause'
   if action == 'stop_agent' then kind = 'stop' end
-  redis.call('HSET', C.paused_agents, agent, cjson.encode({kind = kind, by = actor,
-    reason = reason, at_ms = now}))
+  local cur = agent_pause(C, agent)
+  if cur then
+    cur = cjson.decode(cur)
+    if (tonumber(cur.rank) or 4) > rank then return {lift_refusal(cur, rank, scope), agent, ''} end
+  end
+  local verb = kind == 'stop' and 'stopped' or 'paused'
+  redis.call('HSET', C.paused_agents, agent, cjson.encode({kind = kind, by = actor, rank = rank,
+    scope = scope, what = verb, reason = reason, at_ms = now}))
   if kind == 'pause' then return {'paused', agent, ''} end
   local m = redis.call('GET', C.agent .. agent)
   local h = m and live(m)
@@ -209,7 +219,11 @@ elseif action == 'pause_agent' or action == 'stop_agent' then
   return {'lease on #' .. m .. ' revoked; task back in the pool', agent, ''}
 
 elseif action == 'resume_agent' then
-  local agent = target
+  local agent, scope = target, ARGV[6]
+  local cur = agent_pause(C, agent)
+  if not cur then return {'not paused here', agent, ''} end
+  local refused = lift_refusal(cjson.decode(cur), rank, scope)
+  if refused then return {refused, agent, ''} end
   redis.call('HDEL', C.paused_agents, agent)
   redis.call('HDEL', C.agent_streaks, agent)
   redis.call('HDEL', C.streak_first, agent)
@@ -218,13 +232,22 @@ elseif action == 'resume_agent' then
 
 elseif action == 'pause_repo' then
   n = ''
-  redis.call('HSET', C.control, ARGV[6], cjson.encode({scope = ARGV[6], by = actor,
-    reason = reason, at_ms = now}))
+  local cur = redis.call('HGET', C.control, ARGV[6])
+  if cur and (tonumber(cjson.decode(cur).rank) or 4) > rank then
+    return done(lift_refusal(cjson.decode(cur), rank, 'repo'), nil)
+  end
+  redis.call('HSET', C.control, ARGV[6], cjson.encode({scope = ARGV[6], by = actor, rank = rank,
+    what = 'paused', reason = reason, at_ms = now}))
   if ARGV[6] == 'broker' then return {'paused', '', ''} end
   return done('paused: nothing new is handed out here; leases keep running', nil)
 
 elseif action == 'resume_repo' then
   n = ''
+  local cur = redis.call('HGET', C.control, ARGV[6])
+  if cur then
+    local refused = lift_refusal(cjson.decode(cur), rank, 'repo')
+    if refused then return done(refused, nil) end
+  end
   redis.call('HDEL', C.control, ARGV[6])
   if redis.call('ZCARD', C.K.ready) > 0 then redis.call('PUBLISH', C.events, 'ready') end
   if ARGV[6] == 'broker' then return {'resumed', '', ''} end

@@ -13,8 +13,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from github_broker.errors import InvalidRequest, NotFound
-from github_broker.models import ControlOutcome, Issue
+from github_broker.models import Actor, ControlOutcome, Issue
 from github_broker.settings import AGENT_ID_RE, Settings
+from github_broker.steering.authority import (
+    actor_arg,
+    agent_scope,
+    require_deployment,
+    require_repository,
+)
 from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
@@ -49,45 +55,47 @@ class Steering:
     # --- one issue ----------------------------------------------------------------------
 
     async def revoke(
-        self, repository: str, number: int, actor: str, reason: str = "", *, hold: bool = False
+        self, repository: str, number: int, actor: Actor, reason: str = "", *, hold: bool = False
     ) -> ActionResult:
         """End the lease on the issue now; its task returns to the pool, or (hold) the issue
         waits for a person until a retry."""
-        rstore = await self._issue(repository, number)
+        rstore = await self._issue(repository, number, actor)
         done = await rstore.control(
-            "revoke", actor, str(number), _text(reason), "1" if hold else ""
+            "revoke", actor_arg(actor), str(number), _text(reason), "1" if hold else ""
         )
         return self._result("revoke", f"{repository}#{number}", done)
 
     async def reassign(
-        self, repository: str, number: int, agent_id: str, actor: str, reason: str = ""
+        self, repository: str, number: int, agent_id: str, actor: Actor, reason: str = ""
     ) -> ActionResult:
         """The issue's task goes to `agent_id` (its next request-task), branch and PR kept;
         the current holder's lease is revoked."""
         _check_agent(self.settings, agent_id)
-        rstore = await self._issue(repository, number)
+        rstore = await self._issue(repository, number, actor)
         if len(self.store.repos) > 1:
             # Its next request must look there, even if it never claimed there before.
             keep_ms = self.settings.leases.agent_task_ttl_s * 1000
             await self.store.note_agent_repos(agent_id, [repository], keep_ms)
-        done = await rstore.control("reassign", actor, str(number), _text(reason), agent_id)
+        done = await rstore.control(
+            "reassign", actor_arg(actor), str(number), _text(reason), agent_id
+        )
         return self._result("reassign", f"{repository}#{number}", done)
 
-    async def note(self, repository: str, number: int, actor: str, text: str) -> ActionResult:
+    async def note(self, repository: str, number: int, actor: Actor, text: str) -> ActionResult:
         """A message to the agent holding the issue, delivered with its next heartbeat."""
         if not text.strip():
             raise InvalidRequest("a note needs text")
-        rstore = await self._issue(repository, number)
-        done = await rstore.control("note", actor, str(number), _text(text))
+        rstore = await self._issue(repository, number, actor)
+        done = await rstore.control("note", actor_arg(actor), str(number), _text(text))
         return self._result("note", f"{repository}#{number}", done)
 
     async def retry(
-        self, repository: str, number: int, actor: str, reason: str = ""
+        self, repository: str, number: int, actor: Actor, reason: str = ""
     ) -> ActionResult:
         """Give an issue the broker gave up on (needs-human, failure budget, a budget, a hold)
         another round: its budget cleared, its tasks back in the pool."""
-        rstore = await self._issue(repository, number)
-        done = await rstore.control("retry", actor, str(number), _text(reason))
+        rstore = await self._issue(repository, number, actor)
+        done = await rstore.control("retry", actor_arg(actor), str(number), _text(reason))
         if done.reindex and self.reindex is not None:
             issue = await rstore.get_issue(number)
             if issue is not None:
@@ -99,64 +107,80 @@ class Steering:
     # --- agents -------------------------------------------------------------------------
 
     async def pause_agent(
-        self, agent_id: str, actor: str, reason: str = "", *, stop: bool = False
+        self, agent_id: str, actor: Actor, reason: str = "", *, stop: bool = False
     ) -> ActionResult:
-        """Pause (drain: its task may finish, no new one) or stop (its lease revoked now)."""
+        """Pause (drain: its task may finish, no new one) or stop (its lease revoked now),
+        everywhere the actor may steer (an administrator: the whole deployment)."""
         _check_agent(self.settings, agent_id)
-        per_repo = await self.store.pause_agent(agent_id, actor, _text(reason), stop=stop)
+        scope = agent_scope(actor, self.store.repos)
+        per_repo = await self.store.pause_agent(
+            agent_id, actor_arg(actor), _text(reason), stop=stop, scope=scope
+        )
         action = "stop" if stop else "pause"
+        refused = [out.outcome for out in per_repo.values() if out.outcome.startswith("refused")]
         touched = {name: out.outcome for name, out in per_repo.items() if "revoked" in out.outcome}
-        outcome = "stopped" if stop else "paused: its current task may finish, no new one"
+        if refused:
+            outcome = refused[0]
+        else:
+            outcome = "stopped" if stop else "paused: its current task may finish, no new one"
+            if scope is not None:
+                outcome += " in " + ", ".join(scope)
         if touched:
             outcome += "; " + "; ".join(f"{name}: {text}" for name, text in touched.items())
         await self.store.record_audit(
-            actor, f"{action}_agent", agent=agent_id, reason=_text(reason), outcome=outcome
+            actor_arg(actor), f"{action}_agent", agent=agent_id, reason=_text(reason),
+            outcome=outcome,
         )
         return ActionResult(f"{action}_agent", agent_id, outcome, touched)
 
-    async def resume_agent(self, agent_id: str, actor: str, reason: str = "") -> ActionResult:
+    async def resume_agent(self, agent_id: str, actor: Actor, reason: str = "") -> ActionResult:
         _check_agent(self.settings, agent_id)
-        was = await self.store.resume_agent(agent_id, actor)
-        outcome = "resumed" if was else "resumed (it was not paused)"
+        scope = agent_scope(actor, self.store.repos)
+        outcome = await self.store.resume_agent(agent_id, actor_arg(actor), scope=scope)
         await self.store.record_audit(
-            actor, "resume_agent", agent=agent_id, reason=_text(reason), outcome=outcome
+            actor_arg(actor), "resume_agent", agent=agent_id, reason=_text(reason),
+            outcome=outcome,
         )
         return ActionResult("resume_agent", agent_id, outcome)
 
     # --- repositories and the broker ----------------------------------------------------
 
     async def pause_repo(
-        self, repository: str, actor: str, reason: str = "", *, resume: bool = False
+        self, repository: str, actor: Actor, reason: str = "", *, resume: bool = False
     ) -> ActionResult:
         """Maintenance of one repository: nothing new is handed out, leases keep running."""
-        rstore = self._repo(repository)
+        rstore = self._repo(repository, actor)
         action = "resume_repo" if resume else "pause_repo"
-        done = await rstore.control(action, actor, "", _text(reason), "repo")
+        done = await rstore.control(action, actor_arg(actor), "", _text(reason), "repo")
         return self._result(action, repository, done)
 
     async def pause_broker(
-        self, actor: str, reason: str = "", *, resume: bool = False
+        self, actor: Actor, reason: str = "", *, resume: bool = False
     ) -> ActionResult:
         """Maintenance of the whole broker: nothing new is handed out anywhere."""
-        await self.store.pause_broker(actor, _text(reason), resume=resume)
         action = "resume_broker" if resume else "pause_broker"
+        require_deployment(actor, action)
+        await self.store.pause_broker(actor_arg(actor), _text(reason), resume=resume)
         outcome = (
             "resumed"
             if resume
             else f"paused in {len(self.store.repos)} repositories; leases keep running"
         )
-        await self.store.record_audit(actor, action, reason=_text(reason), outcome=outcome)
+        await self.store.record_audit(
+            actor_arg(actor), action, reason=_text(reason), outcome=outcome
+        )
         return ActionResult(action, "broker", outcome)
 
     # --- helpers ------------------------------------------------------------------------
 
-    def _repo(self, repository: str) -> RepoStore:
+    def _repo(self, repository: str, actor: Actor) -> RepoStore:
         if repository not in self.store.repos:
             raise NotFound(f"repository {repository!r} is not served by this broker")
+        require_repository(actor, repository)
         return self.store.repo(repository)
 
-    async def _issue(self, repository: str, number: int) -> RepoStore:
-        rstore = self._repo(repository)
+    async def _issue(self, repository: str, number: int, actor: Actor) -> RepoStore:
+        rstore = self._repo(repository, actor)
         if number not in await rstore.open_numbers_of([number]):
             raise NotFound(f"#{number} is not an open issue of {repository} (as mirrored)")
         return rstore

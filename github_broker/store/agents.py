@@ -201,27 +201,60 @@ class AgentState:
 
     @translate_errors
     async def pause_agent(
-        self, agent_id: str, actor: str, reason: str, *, stop: bool = False
+        self,
+        agent_id: str,
+        by: str,
+        reason: str,
+        *,
+        stop: bool = False,
+        scope: list[str] | None = None,
     ) -> dict[str, ControlOutcome]:
-        """Pause `agent_id` everywhere (stop: and revoke its lease); returns what happened in
-        each repository where something did."""
+        """Pause `agent_id` (stop: and revoke its lease) in `scope`'s repositories, or
+        everywhere with None (then also in the deployment's record, which an agent that is
+        new to a repository is checked against). `by` is the actor (`<rank>:<name>`); a pause
+        of a higher authority stays as it is (control.lua, agent_record.lua). Returns what
+        happened in each repository."""
         kind = "stop" if stop else "pause"
-        record = json.dumps({"kind": kind, "by": actor, "reason": reason, "at_ms": now_ms()})
-        await self.client.hset(self.global_keys.agents, agent_id, record)
+        where = "deployment" if scope is None else "repo"
+        if scope is None:
+            refused = await self._agent_record("set", agent_id, by, where, kind, reason)
+            if refused:
+                return {name: ControlOutcome(outcome=refused) for name in self.repos}
         action = "stop_agent" if stop else "pause_agent"
+        names = list(self.repos) if scope is None else scope
         results = await asyncio.gather(
-            *(r.control(action, actor, agent_id, reason) for r in self.repos.values())
+            *(self.repos[n].control(action, by, agent_id, reason, where) for n in names)
         )
-        return {name: out for name, out in zip(self.repos, results, strict=True)}
+        return dict(zip(names, results, strict=True))
 
     @translate_errors
-    async def resume_agent(self, agent_id: str, actor: str) -> bool:
-        """Resume `agent_id` everywhere (its streaks start again); False if it was not paused."""
-        was = bool(await self.client.hdel(self.global_keys.agents, agent_id))
-        await asyncio.gather(
-            *(r.control("resume_agent", actor, agent_id) for r in self.repos.values())
+    async def resume_agent(self, agent_id: str, by: str, *, scope: list[str] | None = None) -> str:
+        """Lift `agent_id`'s pause in `scope`'s repositories (None: everywhere), unless a
+        higher authority paused it, or paused it for the whole deployment while the lift
+        covers only some repositories: then the refusal says who may lift it."""
+        where = "deployment" if scope is None else "repo"
+        if scope is None:
+            refused = await self._agent_record("lift", agent_id, by, where)
+            if refused:
+                return refused
+        names = list(self.repos) if scope is None else scope
+        results = await asyncio.gather(
+            *(self.repos[n].control("resume_agent", by, agent_id, "", where) for n in names)
         )
-        return was
+        refusals = [r.outcome for r in results if r.outcome.startswith("refused")]
+        if refusals:
+            return refusals[0]
+        if all(r.outcome.startswith("not paused") for r in results):
+            return "resumed (it was not paused)"
+        return "resumed" if scope is None else "resumed in " + ", ".join(names)
+
+    async def _agent_record(self, op: str, agent_id: str, by: str, where: str, *rest: str) -> str:
+        """The deployment's record of a paused agent, set or lifted by agent_record.lua under
+        the same rule as each repository's copy; '' when done, else the refusal."""
+        reply = await self.scripts.agent_record(
+            keys=[self.global_keys.agents], args=[op, agent_id, by, where, *rest, str(now_ms())]
+        )
+        return as_text(reply)
 
     @translate_errors
     async def spread_trips(self, repository: str, agents: list[str]) -> list[str]:

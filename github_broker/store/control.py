@@ -7,10 +7,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from github_broker.models import AgentPause, AuditEntry, ControlOutcome, Waiting
+from github_broker.models import AgentPause, AuditEntry, Authority, ControlOutcome, Waiting
 from github_broker.store.base import RepoBase
 from github_broker.store.connection import as_text, awaited, translate_errors
 from github_broker.store.leases import pause_of
+
+
+def split_actor(actor: str) -> tuple[int, str]:
+    """(rank, name) of an actor argument `<rank>:<name>`; a bare name is the broker's own
+    (steering/authority.py `actor_arg`, `parse_actor` in _lib.lua)."""
+    if actor[1:2] == ":" and actor[:1].isdigit():
+        return int(actor[0]), actor[2:]
+    return int(Authority.BROKER), actor
 
 
 async def xadd_audit(client: Any, key: str, max_entries: int, entry: dict[str, str]) -> None:
@@ -26,6 +34,7 @@ def audit_entries(entries: list[Any], repository: str | None) -> list[AuditEntry
                 at_ms=int(as_text(entry_id).split("-")[0]),
                 id=as_text(entry_id),
                 actor=f.get("actor", ""),
+                authority=Authority(int(f.get("authority") or Authority.BROKER)),
                 action=f.get("action", ""),
                 repository=f.get("repository") or repository,
                 issue=int(f["n"]) if f.get("n") else None,

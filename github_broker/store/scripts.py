@@ -92,6 +92,8 @@ class Scripts:
         self.webhook_enqueue = register(_load("webhook_enqueue", with_lib=False))
         self.login_attempt = register(_load("login_attempt", with_lib=False))
         self.mutex_release = register(_load("mutex_release", with_lib=False))
+        # With the library for its decision rules; it never calls `context()`.
+        self.agent_record = register(_load("agent_record"))
         #: The pipelined client the scripts run over (None: redis-py's, see above), for
         #: callers that write several commands in one round trip (`store/agents.py`).
         self.pipelined = pipelined

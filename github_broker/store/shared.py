@@ -28,7 +28,7 @@ from github_broker.store.connection import (
     redis_problem,
     translate_errors,
 )
-from github_broker.store.control import audit_entries, xadd_audit
+from github_broker.store.control import audit_entries, split_actor, xadd_audit
 from github_broker.store.logins import DashboardLogins
 from github_broker.store.repo import RepoStore
 from github_broker.store.resp import close_pipelined, pipelined_for
@@ -210,12 +210,15 @@ class Store(AgentState):
 
     @translate_errors
     async def pause_broker(self, actor: str, reason: str, *, resume: bool = False) -> None:
-        """Maintenance: nothing new is handed out in any repository (leases keep running)."""
+        """Maintenance: nothing new is handed out in any repository (leases keep running).
+        `actor` is `<rank>:<name>`; only an administrator gets here (steering/authority.py)."""
         if resume:
             await self.client.hdel(self.global_keys.control, "broker")
         else:
+            rank, name = split_actor(actor)
             record = json.dumps(
-                {"scope": "broker", "by": actor, "reason": reason, "at_ms": now_ms()}
+                {"scope": "broker", "by": name, "rank": rank, "what": "paused",
+                 "reason": reason, "at_ms": now_ms()}
             )
             await self.client.hset(self.global_keys.control, "broker", record)
         action = "resume_repo" if resume else "pause_repo"
@@ -239,9 +242,12 @@ class Store(AgentState):
         outcome: str = "",
         repository: str = "",
     ) -> None:
-        """A deployment-wide action in the audit log (pausing an agent or the broker)."""
+        """A deployment-wide action in the audit log (pausing an agent or the broker); `actor`
+        is `<rank>:<name>` (a bare name: the broker's own)."""
+        rank, name = split_actor(actor)
         entry = {
-            "actor": actor,
+            "actor": name,
+            "authority": str(rank),
             "action": action,
             "n": "",
             "agent": agent,

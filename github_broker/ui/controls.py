@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from github_broker.errors import PROBLEM_JSON, BrokerError, InvalidRequest, NotFound
-from github_broker.models import MAX_NUMBER, ActionAnswer
+from github_broker.models import MAX_NUMBER, ActionAnswer, Actor
 from github_broker.settings import AGENT_ID_RE
 from github_broker.steering.actions import MAX_TEXT, ActionResult, Steering
 from github_broker.ui import flash, guard
@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 router = APIRouter(tags=["dashboard"])
 #: Who an action from the dashboard is recorded as (there is one admin token, no names).
-ACTOR = "dashboard"
+ACTOR = Actor.admin("dashboard")
 #: Longest form an action reads (bytes): a reason or a note of MAX_TEXT characters,
 #: URL-encoded.
 FORM_MAX = 16 * 1024
@@ -63,7 +63,7 @@ class Control:
     says: str
     #: The fields a maintainer fills in (beyond what names the target).
     fields: tuple[str, ...]
-    run: Callable[[Steering, ActionForm], Awaitable[ActionResult]]
+    run: Callable[[Steering, ActionForm, Actor], Awaitable[ActionResult]]
 
 
 CONTROLS: dict[str, Control] = {
@@ -74,7 +74,7 @@ CONTROLS: dict[str, Control] = {
         "Revoke the lease on {target}: its agent hears the reason at its next heartbeat, and "
         "the task returns to the pool (or, held, waits for a person until a retry).",
         ("reason", "hold"),
-        lambda s, f: s.revoke(f.repository, f.issue, ACTOR, f.reason, hold=f.hold),
+        lambda s, f, a: s.revoke(f.repository, f.issue, a, f.reason, hold=f.hold),
     ),
     "reassign": Control(
         "Reassign",
@@ -83,7 +83,7 @@ CONTROLS: dict[str, Control] = {
         "Give {target} to another agent: the current holder's lease is revoked, the branch and "
         "PR stay, and the named agent's next request gets it.",
         ("to_agent", "reason"),
-        lambda s, f: s.reassign(f.repository, f.issue, f.to_agent, ACTOR, f.reason),
+        lambda s, f, a: s.reassign(f.repository, f.issue, f.to_agent, a, f.reason),
     ),
     "note": Control(
         "Note",
@@ -91,7 +91,7 @@ CONTROLS: dict[str, Control] = {
         False,
         "A note to the agent holding {target}, delivered with its next heartbeat.",
         ("text",),
-        lambda s, f: s.note(f.repository, f.issue, ACTOR, f.text),
+        lambda s, f, a: s.note(f.repository, f.issue, a, f.text),
     ),
     "retry": Control(
         "Retry",
@@ -100,7 +100,7 @@ CONTROLS: dict[str, Control] = {
         "Give {target} another round: its budgets and hold are cleared, its tasks go back to "
         "the pool.",
         ("reason",),
-        lambda s, f: s.retry(f.repository, f.issue, ACTOR, f.reason),
+        lambda s, f, a: s.retry(f.repository, f.issue, a, f.reason),
     ),
     "pause_agent": Control(
         "Pause",
@@ -108,7 +108,7 @@ CONTROLS: dict[str, Control] = {
         False,
         "Pause {target}: its current task may finish, it gets no new one.",
         ("reason",),
-        lambda s, f: s.pause_agent(f.agent, ACTOR, f.reason),
+        lambda s, f, a: s.pause_agent(f.agent, a, f.reason),
     ),
     "stop_agent": Control(
         "Stop",
@@ -116,7 +116,7 @@ CONTROLS: dict[str, Control] = {
         True,
         "Stop {target}: its lease is revoked now and it gets no new task until resumed.",
         ("reason",),
-        lambda s, f: s.pause_agent(f.agent, ACTOR, f.reason, stop=True),
+        lambda s, f, a: s.pause_agent(f.agent, a, f.reason, stop=True),
     ),
     "resume_agent": Control(
         "Resume",
@@ -124,7 +124,7 @@ CONTROLS: dict[str, Control] = {
         False,
         "Resume {target}: it gets new tasks again (also after the circuit breaker).",
         ("reason",),
-        lambda s, f: s.resume_agent(f.agent, ACTOR, f.reason),
+        lambda s, f, a: s.resume_agent(f.agent, a, f.reason),
     ),
     "pause_repo": Control(
         "Pause",
@@ -132,7 +132,7 @@ CONTROLS: dict[str, Control] = {
         False,
         "Pause {target} for maintenance: nothing new is handed out there; leases keep running.",
         ("reason",),
-        lambda s, f: s.pause_repo(f.repository, ACTOR, f.reason),
+        lambda s, f, a: s.pause_repo(f.repository, a, f.reason),
     ),
     "resume_repo": Control(
         "Resume",
@@ -140,7 +140,7 @@ CONTROLS: dict[str, Control] = {
         False,
         "Resume {target}: its tasks are handed out again.",
         ("reason",),
-        lambda s, f: s.pause_repo(f.repository, ACTOR, f.reason, resume=True),
+        lambda s, f, a: s.pause_repo(f.repository, a, f.reason, resume=True),
     ),
     "pause_broker": Control(
         "Pause broker",
@@ -149,7 +149,7 @@ CONTROLS: dict[str, Control] = {
         "Pause {target}: nothing new is handed out in any repository until it is resumed; "
         "leases keep running.",
         ("reason",),
-        lambda s, f: s.pause_broker(ACTOR, f.reason),
+        lambda s, f, a: s.pause_broker(a, f.reason),
     ),
     "resume_broker": Control(
         "Resume broker",
@@ -157,7 +157,7 @@ CONTROLS: dict[str, Control] = {
         False,
         "Resume {target}: tasks are handed out again everywhere.",
         ("reason",),
-        lambda s, f: s.pause_broker(ACTOR, f.reason, resume=True),
+        lambda s, f, a: s.pause_broker(a, f.reason, resume=True),
     ),
 }
 
@@ -272,7 +272,7 @@ async def act(request: Request, action: str, control: Control) -> Response:
 async def _run(request: Request, control: Control, f: ActionForm) -> Response:
     name = f"{control.label} {target(f, control.scope)}"
     try:
-        result = await control.run(guard.services(request).steering, f)
+        result = await control.run(guard.services(request).steering, f, ACTOR)
     except (NotFound, InvalidRequest) as e:
         if _wants_json(request):
             found = isinstance(e, NotFound)

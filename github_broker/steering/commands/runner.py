@@ -22,6 +22,7 @@ from typing import Any
 
 from github_broker.errors import (
     BrokerError,
+    Forbidden,
     GitHubError,
     GitHubUnavailable,
     InvalidRequest,
@@ -29,6 +30,7 @@ from github_broker.errors import (
     RateLimited,
 )
 from github_broker.gateway import GitHubGateway
+from github_broker.models import Actor, Authority
 from github_broker.settings import Repository, Settings
 from github_broker.steering.actions import ActionResult, Reindex, Steering
 from github_broker.steering.commands import grammar
@@ -131,16 +133,15 @@ class CommentCommands:
                 permission,
             )
             return f"refused: {comment.login} has {permission} access"
-        return await self._run_all(name, comment)
+        return await self._run_all(name, comment, commenter(comment.login, name, permission))
 
-    async def _run_all(self, repository: str, comment: Comment) -> str:
+    async def _run_all(self, repository: str, comment: Comment, actor: Actor) -> str:
         parsed = grammar.parse(comment.body, self.settings)
         if parsed.errors:
             lines = [f"- {error}" for error in parsed.errors]
             text = "Nothing was done:\n" + "\n".join(lines) + "\n\n" + grammar.usage()
             await self._answer(repository, comment, NOT_DONE, text)
             return "refused: " + "; ".join(parsed.errors)
-        actor = f"github:{comment.login}"
         outcomes = [await self._run(repository, comment.number, c, actor) for c in parsed.commands]
         done = all(o.done for o in outcomes)
         asked_help = any(o.command.verb == "help" for o in outcomes)
@@ -153,7 +154,7 @@ class CommentCommands:
         return "; ".join(f"{_said(o.command)}: {o.text}" for o in outcomes)
 
     async def _run(
-        self, repository: str, number: int, command: grammar.Command, actor: str
+        self, repository: str, number: int, command: grammar.Command, actor: Actor
     ) -> Outcome:
         s, verb, agent, text = self.steering, command.verb, command.agent, command.text
         try:
@@ -172,11 +173,11 @@ class CommentCommands:
                 result = await s.pause_agent(agent, actor, text, stop=verb == "stop")
             else:
                 result = await s.resume_agent(agent, actor, text)
-        except (NotFound, InvalidRequest) as e:
+        except (NotFound, InvalidRequest, Forbidden) as e:
             return Outcome(command, f"not done: {e}", False)
         except BrokerError as e:
             # Its message may name internal addresses: the log gets it, GitHub does not.
-            logger.warning("%s#%d: %s by %s failed: %s", repository, number, verb, actor, e)
+            logger.warning("%s#%d: %s by %s failed: %s", repository, number, verb, actor.name, e)
             return Outcome(command, "not done: the broker could not complete it; try again", False)
         return Outcome(command, result.outcome, _did(verb, result.outcome))
 
@@ -226,3 +227,11 @@ def _said(command: grammar.Command) -> str:
     """The command as the answer names it: verb and agent, never the free text (a reply
     must not carry @mentions or Markdown that the broker would then post)."""
     return grammar.shown(f"/broker {command.verb} {command.agent}".strip())
+
+
+def commenter(login: str, repository: str, permission: str) -> Actor:
+    """The person behind a comment command: named by their GitHub login, a maintainer where
+    GitHub grants them maintain or admin, else a writer; acting within the comment's
+    repository only (steering/authority.py)."""
+    rank = Authority.MAINTAINER if permission in ("admin", "maintain") else Authority.COMMENTER
+    return Actor(f"github:{login}", rank, frozenset({repository}))
