@@ -100,15 +100,23 @@ Added by this project (no TTL unless said):
                                  agents (the claim reads it atomically)
 ``control``              hash    ``repo`` / ``broker`` -> JSON pause (maintenance): nothing new
                                  is handed out here while either is set
-``waiting``              hash    issue number -> JSON ``{code, since_ms, detail, prio}``: work
-                                 that waits on a person (awaiting_feedback, needs_human, budget,
-                                 held); out of the strict bucket unless
-                                 ``bucket_holds_for_people``
+``waiting``              hash    issue number -> JSON ``{code, since_ms, detail, prio, by, rank,
+                                 what}``: work that waits on a person (awaiting_feedback,
+                                 needs_human, budget, held, no_pr) and who decided it; out of
+                                 the strict bucket unless ``bucket_holds_for_people``
 ``reserved:{agent}``     string  JSON ``{task_id, n, from, by, reason, note, progress, at_ms}``:
                                  a task a maintainer reassigned to the agent (TTL: lease TTL)
 ``reservations``         zset    issue number -> until (ms) a reservation waits; then its task
                                  returns to the pool
+``reserved_issues``      hash    issue number -> the reservation's JSON (as ``reserved:{agent}``,
+                                 with the ``rank`` of who reassigned it): a later reassignment
+                                 by a lower authority is refused
+``kept_away``            hash    issue number -> JSON list of agents a person revoked it from
+                                 (each in its ``cooldowns:{agent}`` until
+                                 ``steering.revoke_keeps_agent_away_s``; a retry lets them back)
 ``usage``                hash    issue number -> JSON ``{tokens, cost}`` its attempts reported
+                                 (since the last retry), and ``tokens_budget`` /
+                                 ``cost_budget`` when a retry raised the issue's budget
 ``audit``                stream  actions by maintainers and the broker (actor, action, n, agent,
                                  reason, outcome); capped ``MAXLEN ~ audit.max_entries``
 ``webhooks``             list    verified GitHub deliveries waiting for the leader's worker
@@ -234,6 +242,8 @@ class RepoKeys:
         self.waiting = self.base + "waiting"
         self.reservations = self.base + "reservations"
         self.usage = self.base + "usage"
+        self.kept_away = self.base + "kept_away"
+        self.reserved_issues = self.base + "reserved_issues"
         self.audit = self.base + "audit"
 
     def _from_github(self) -> None:

@@ -73,19 +73,24 @@ def audit(client: TestClient) -> list[dict[str, Any]]:
     return entries
 
 
-def test_revoke_tells_the_agent_why_at_its_next_heartbeat_and_the_task_returns(
+def test_revoke_tells_the_agent_why_at_its_next_heartbeat_and_the_task_returns_to_others(
     client: TestClient,
 ) -> None:
     task = claim(client, "a1")
     r = client.post(
         f"/admin/tasks/{REPO}/{task['issue_id']}/revoke", json={"reason": "wrong approach"}
     )
-    assert (
-        r.status_code == 200 and r.json()["outcome"] == "lease of a1 revoked; task back in the pool"
+    assert r.status_code == 200
+    assert r.json()["outcome"] == (
+        f"lease of a1 revoked; a1 is not handed #{task['issue_id']} again until a retry; "
+        "task back in the pool"
     )
     beat = lease_call(client, task, "a1", "heartbeat")
     assert beat.status_code == 409 and beat.json()["reason"] == "revoked"
     assert "revoked by admin: wrong approach" in beat.json()["detail"]
+    # The agent it was revoked from asks at once (a runner polling with no wait): not that one.
+    again = claim(client, "a1")
+    assert again["issue_id"] != task["issue_id"]
     assert claim(client, "a2")["issue_id"] == task["issue_id"]
     entries = [e for e in audit(client) if e["action"] == "revoke"]
     assert len(entries) == 1 and entries[0]["actor"] == "admin"

@@ -11,7 +11,7 @@ from github_broker.api.routes import ERRORS, IssueNumber, Services
 from github_broker.api.schemas import AGENT_ID_PATTERN
 from github_broker.errors import BODY_LIMIT_RESPONSE
 from github_broker.models import ActionAnswer, Actor, AgentPause, AuditEntry
-from github_broker.steering.actions import MAX_TEXT, ActionResult
+from github_broker.steering.actions import MAX_TEXT, ActionResult, BudgetRaise
 
 router = APIRouter(prefix="/admin", tags=["admin"], responses=BODY_LIMIT_RESPONSE)
 #: Who an action through the admin API is recorded as.
@@ -32,6 +32,22 @@ class Action(BaseModel):
 class Revoke(Action):
     hold: bool = Field(
         False, description="Hold the issue for a person instead of returning it to the pool."
+    )
+
+
+class Retry(Action):
+    budget_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=10**12,
+        description="Raise this issue's token budget to this (usage so far kept) instead of "
+        "counting its usage again from the retry.",
+    )
+    budget_cost: float | None = Field(
+        None,
+        gt=0,
+        le=10**9,
+        description="Raise this issue's cost budget to this (usage so far kept).",
     )
 
 
@@ -101,11 +117,19 @@ async def note(
 
 @router.post("/tasks/{owner}/{repo}/{number}/retry", response_model=ActionAnswer, responses=ERRORS)
 async def retry(
-    owner: str, repo: str, number: IssueNumber, body: Action, request: Request, svc: Services
+    owner: str, repo: str, number: IssueNumber, body: Retry, request: Request, svc: Services
 ) -> ActionAnswer:
-    """Another round for an issue the broker gave up on: budgets cleared, tasks back."""
+    """Another round for an issue the broker gave up on: failures cleared, usage counted again
+    from now (or its budget raised), tasks back, agents it was revoked from let back."""
     steering = _steering(request, svc)
-    return _answer(await steering.retry(f"{owner}/{repo}", number, API_ACTOR, body.reason))
+    raised = None
+    if body.budget_tokens is not None or body.budget_cost is not None:
+        raised = BudgetRaise(body.budget_tokens, body.budget_cost)
+    return _answer(
+        await steering.retry(
+            f"{owner}/{repo}", number, API_ACTOR, body.reason, raise_budget=raised
+        )
+    )
 
 
 @router.post("/agents/{agent_id}/pause", response_model=ActionAnswer, responses=ERRORS)

@@ -164,7 +164,8 @@ end
 --   task's priority); request ids and the failure budget: handout and cooldowns prefixes, the
 --   task_failures, agent_streaks, streak_first and instant_failures hashes, needs_human,
 --   settle_grace_ms, max_failures, cooldown_s, breaker_streak, instant_failures_allowed,
---   trips; steering: paused_agents, control, reserved (prefix), reservations, waiting,
+--   trips; steering: paused_agents, control, reserved (prefix), reservations,
+--   reserved_issues, waiting, kept_away, keep_away_ms, cools (any cool-down may exist),
 --   people_hold (bucket_holds_for_people), usage, budget_tokens, budget_cost, audit and
 --   audit_max (see keys.py for every key).
 local function context()
@@ -254,6 +255,9 @@ end
 local RANK_TITLE = {[0] = 'the agent', [1] = 'a writer of the repository', [2] = 'the broker',
   [3] = 'a maintainer', [4] = 'an administrator'}
 local BROKER_RANK = 2
+-- A waiting entry's decision, in words (lift_refusal says it).
+local WAIT_WHAT = {held = 'held', budget = 'set aside at its budget', needs_human =
+  'given up (needs-human)', no_pr = 'left waiting for a PR', awaiting_feedback = 'reviewed'}
 
 -- (rank, name) of an actor argument; a bare name is the broker's own.
 local function parse_actor(text)
@@ -283,7 +287,9 @@ end
 -- the strict bucket (agents never idle because a person is slow) unless people_hold says
 -- such issues hold it too. The entry keeps the issue's priority to restore it, and its age
 -- while the code stays the same.
-local function wait_for_person(C, n, code, detail, now)
+-- `by`, `rank`: who decided it (the broker's own when nil); only the same or a higher rank
+-- lifts it (lift_refusal: a retry).
+local function wait_for_person(C, n, code, detail, now, by, rank)
   local prio = tonumber(redis.call('ZSCORE', C.K.work, n))
   local since = now
   local raw = redis.call('HGET', C.waiting, n)
@@ -293,7 +299,8 @@ local function wait_for_person(C, n, code, detail, now)
     if prio == nil then prio = tonumber(cur.prio) end
   end
   redis.call('HSET', C.waiting, n, cjson.encode({code = code, since_ms = since, detail = detail,
-    prio = prio or -1}))
+    prio = prio or -1, by = by or 'broker', rank = rank or BROKER_RANK,
+    what = WAIT_WHAT[code] or code}))
   if not C.people_hold then redis.call('ZREM', C.K.work, n) end
 end
 
@@ -385,6 +392,16 @@ local function timeline(C, kind, n, agent, detail)
              'n', tostring(n or ''), 'agent', agent or '', 'detail', detail or '')
 end
 
+-- `agent` is not handed issue n before `until_ms` (a failure's cool-down, or a person revoked
+-- it from the agent); a later end already set stays, and the key lives as long as its latest.
+local function cool_down(C, agent, n, until_ms, now)
+  local key = C.cooldowns .. agent
+  if (tonumber(redis.call('ZSCORE', key, n)) or 0) < until_ms then
+    redis.call('ZADD', key, arg(until_ms), n)
+  end
+  if redis.call('PTTL', key) < until_ms - now then redis.call('PEXPIRE', key, arg(until_ms - now)) end
+end
+
 -- The circuit breaker: `agent` failed breaker_streak tasks in a row here. It is paused (a
 -- maintainer resumes it); the trip is queued for the poller, which pauses it in every other
 -- repository too (reap.lua returns the trips).
@@ -406,11 +423,7 @@ end
 -- the issue then gets needs-human (the caller queues the label), its tasks leave the pool
 -- and `skipped` says why; the count starts again for the next round.
 local function count_failure(C, n, agent, outcome, now)
-  if C.cooldown_s > 0 then
-    local key = C.cooldowns .. agent
-    redis.call('ZADD', key, arg(now + C.cooldown_s * 1000), n)
-    redis.call('PEXPIRE', key, arg(C.cooldown_s * 1000))
-  end
+  if C.cooldown_s > 0 then cool_down(C, agent, n, now + C.cooldown_s * 1000, now) end
   local streak = redis.call('HINCRBY', C.agent_streaks, agent, 1)
   local charged = streak == 1
   if charged then redis.call('HSET', C.streak_first, agent, n) end
@@ -653,6 +666,7 @@ local function reservation(C, agent, dry)
   if not dry then
     redis.call('DEL', C.reserved .. agent)
     redis.call('ZREM', C.reservations, n)
+    redis.call('HDEL', C.reserved_issues, n)
   end
   return nil
 end
@@ -664,6 +678,7 @@ local function reap_reservations(C, now, limit)
     arg(limit))
   for _, n in ipairs(due) do
     redis.call('ZREM', C.reservations, n)
+    redis.call('HDEL', C.reserved_issues, n)
     if redis.call('EXISTS', C.lock .. n) == 0 and not PARKED[waiting_code(C, n) or ''] then
       for _, kind in ipairs({'fix', 'review', 'development'}) do
         if make_ready(C.K.tasks, C.K.ready, C.ready_role, kind .. ':' .. n) then
@@ -676,18 +691,21 @@ end
 
 -- The assignment rules for one ready task and one agent (the claim's and explain's one
 -- judge): nil when the claim may hand it out, else why not: 'given_up' (the task the agent
--- just gave up in this request), 'cooldown' (its cool-down on the issue), 'held' (a lease
--- holds it though it is still indexed), 'review_author' (the review of its own work while
--- someone else may take it). Second value: the task's value when it was read.
+-- just gave up in this request), 'cooldown' (its cool-down on the issue: a failure, or a
+-- person revoked it from the agent), 'held' (a lease holds it though it is still indexed),
+-- 'reserved' (reassigned to a named agent), 'review_author' (the review of its own work
+-- while someone else may take it). Second value: the task's value when it was read.
 local function task_verdict(C, id, agent, skip_id, skip_n, now)
   local n = string.match(id, ':(%d+)$')
   if id == skip_id or n == skip_n then return 'given_up' end
   -- No cool-down can exist while cool-downs are off.
-  if C.cooldown_s > 0 and (tonumber(redis.call('ZSCORE', C.cooldowns .. agent, n)) or 0) > now
+  if C.cools and (tonumber(redis.call('ZSCORE', C.cooldowns .. agent, n)) or 0) > now
   then
     return 'cooldown'
   end
   if redis.call('EXISTS', C.lock .. n) == 1 then return 'held' end
+  -- A maintainer reassigned it: only the named agent takes it (through its reservation).
+  if (tonumber(redis.call('ZSCORE', C.reservations, n)) or 0) > now then return 'reserved' end
   if string.sub(id, 1, 7) == 'review:' then
     local raw = redis.call('HGET', C.K.tasks, id)
     if raw then
@@ -702,16 +720,16 @@ local function task_verdict(C, id, agent, skip_id, skip_n, now)
 end
 
 -- How many entries of one index the claim looks at for `agent`: a few pages, plus one entry
--- per task in its cool-down, so that any number of cooled-down tasks at the head of the queue
--- cannot hide the claimable ones behind them (the cost follows the agent's own history, not
--- the backlog).
+-- per task in its cool-down and per reassigned task, so that any number of them at the head
+-- of the queue cannot hide the claimable ones behind them (the cost follows the agent's own
+-- history and the reassignments waiting, not the backlog).
 local SCAN_PAGES = 5
 local function scan_limit(C, agent, scan, now)
   local cooling = 0
-  if C.cooldown_s > 0 then
+  if C.cools then
     cooling = redis.call('ZCOUNT', C.cooldowns .. agent, '(' .. arg(now), '+inf')
   end
-  return 1 + scan * (SCAN_PAGES - 1) + cooling
+  return 1 + scan * (SCAN_PAGES - 1) + cooling + redis.call('ZCARD', C.reservations)
 end
 
 -- The first task of one index the agent may get, with its score and (when read) its value:

@@ -147,6 +147,7 @@ if reserved then
   continues = cjson.encode(reserved)
   redis.call('DEL', C.reserved .. agent)
   redis.call('ZREM', C.reservations, tostring(reserved.n))
+  redis.call('HDEL', C.reserved_issues, tostring(reserved.n))
 else
   local held_back = repo_pause(C)
   if held_back then

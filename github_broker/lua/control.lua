@@ -61,19 +61,88 @@ local function done(outcome, agent, reindex)
   return {outcome, agent or '', reindex and '1' or ''}
 end
 
+-- A person took issue m from `agent`: it is not handed m again for keep_away_ms, or until a
+-- retry (kept_away lists whom a retry lets back). Returns the outcome's words.
+local KEPT_AWAY_MAX = 20
+local function keep_away(agent, m)
+  if C.keep_away_ms <= 0 then return '' end
+  cool_down(C, agent, m, now + C.keep_away_ms, now)
+  local list = cjson.decode(redis.call('HGET', C.kept_away, m) or '[]')
+  if not list_find(list, agent) then
+    if #list >= KEPT_AWAY_MAX then table.remove(list, 1) end
+    list[#list + 1] = agent
+  end
+  redis.call('HSET', C.kept_away, m, cjson.encode(list))
+  return '; ' .. agent .. ' is not handed #' .. m .. ' again until a retry'
+end
+
+-- The decisions on issue n that a retry lifts, with the highest rank among them: a waiting
+-- entry (held, a budget, needs-human), a live lease set aside at its budget, the failure
+-- budget spent. Nil when there is none.
+local function strongest_decision(h)
+  local best = nil
+  local raw = redis.call('HGET', C.waiting, n)
+  if raw then
+    local w = cjson.decode(raw)
+    if w.code ~= 'awaiting_feedback' then
+      w.rank = tonumber(w.rank) or BROKER_RANK
+      best = w
+    end
+  end
+  local by_broker = (h and redis.call('HEXISTS', C.lease .. n, 'paused') == 1)
+    or redis.call('HEXISTS', C.task_failures, n) == 1
+  if by_broker and not best then
+    best = {what = 'set aside by the failure or usage budget', by = 'broker', rank = BROKER_RANK}
+  end
+  return best
+end
+
+-- A retry's usage budget: counted again from zero (the usage so far stays in `spent`), or,
+-- with `raise` ({tokens, cost}: JSON), the issue's budget raised to that and the count kept.
+-- Returns the outcome's words ('' when there was nothing to do).
+local function retry_usage(raise)
+  local raw = redis.call('HGET', C.usage, n)
+  if raise ~= '' then
+    local u = cjson.decode(raw or '{"tokens":0,"cost":0}')
+    local r = cjson.decode(raise)
+    local said_parts = {}
+    if r.tokens then u.tokens_budget = r.tokens; said_parts[#said_parts + 1] = r.tokens .. ' tokens' end
+    if r.cost then u.cost_budget = r.cost; said_parts[#said_parts + 1] = 'cost ' .. r.cost end
+    redis.call('HSET', C.usage, n, cjson.encode(u))
+    return 'budget raised to ' .. table.concat(said_parts, ', ') .. ' (' .. u.tokens
+      .. ' tokens, cost ' .. u.cost .. ' used so far)'
+  end
+  if not raw then return '' end
+  local u = cjson.decode(raw)
+  if (tonumber(u.tokens) or 0) == 0 and (tonumber(u.cost) or 0) == 0 then return '' end
+  redis.call('HSET', C.usage, n, cjson.encode({tokens = 0, cost = 0,
+    spent_tokens = (tonumber(u.spent_tokens) or 0) + u.tokens,
+    spent_cost = (tonumber(u.spent_cost) or 0) + u.cost}))
+  return 'usage counted from the retry (' .. u.tokens .. ' tokens, cost ' .. u.cost .. ' before)'
+end
+
 if action == 'revoke' then
   local h = live(n)
   local hold = ARGV[6] == '1'
   local outcome, agent = 'no live lease on #' .. n, nil
+  if hold then
+    local cur = redis.call('HGET', C.waiting, n)
+    cur = cur and cjson.decode(cur)
+    if cur and cur.code == 'held' and (tonumber(cur.rank) or 4) > rank then
+      return done(lift_refusal(cur, rank, 'repo'), nil)
+    end
+  end
   if h then
     agent = h[1]
     end_lease(C, n, 'revoked', now, true, h, nil, said('revoked by ' .. actor))
-    outcome = 'lease of ' .. agent .. ' revoked'
+    outcome = 'lease of ' .. agent .. ' revoked' .. keep_away(agent, n)
   end
   if hold then
     unready_all(n)
-    wait_for_person(C, n, 'held', said('held by ' .. actor), now)
-    outcome = outcome .. '; #' .. n .. ' held for a person'
+    wait_for_person(C, n, 'held', said('held by ' .. actor), now, actor, rank)
+    -- On GitHub too: a hold must outlive a loss of Redis's data (the sync reads the label).
+    want_labels(C.K.intent, C.K.outbox, n, {C.needs_human}, {}, now)
+    outcome = outcome .. '; #' .. n .. ' held for a person (labelled ' .. C.needs_human .. ')'
   elseif h and not PARKED[waiting_code(C, n) or ''] then
     requeue(n)
     outcome = outcome .. '; task back in the pool'
@@ -83,6 +152,12 @@ if action == 'revoke' then
 elseif action == 'reassign' then
   local to = ARGV[6]
   if agent_pause(C, to) then return done('refused: ' .. to .. ' is paused', to) end
+  -- A reassignment of a higher authority waiting for its agent stays.
+  local prior = redis.call('HGET', C.reserved_issues, n)
+  if prior and redis.call('ZSCORE', C.reservations, n) then
+    prior = cjson.decode(prior)
+    if (tonumber(prior.rank) or 4) > rank then return done(lift_refusal(prior, rank, 'repo'), to) end
+  end
   local h = live(n)
   local task_id, from, note, progress = nil, '', '', ''
   if h then
@@ -91,6 +166,7 @@ elseif action == 'reassign' then
     local f = redis.call('HMGET', C.lease .. n, 'note', 'progress')
     note, progress = f[1] or '', f[2] or ''
     end_lease(C, n, 'revoked', now, true, h, nil, said('reassigned to ' .. to .. ' by ' .. actor))
+    keep_away(from, n)
   else
     for _, kind in ipairs({'fix', 'review', 'development'}) do
       if not task_id and redis.call('HEXISTS', C.K.tasks, kind .. ':' .. n) == 1 then
@@ -104,11 +180,14 @@ elseif action == 'reassign' then
   if old then
     local m = tostring(cjson.decode(old).n)
     redis.call('ZREM', C.reservations, m)
+    redis.call('HDEL', C.reserved_issues, m)
     if m ~= n then requeue(m) end
   end
   local record = cjson.encode({task_id = task_id, n = tonumber(n), from = from, by = actor,
-    reason = reason, note = note, progress = progress, at_ms = now})
+    rank = rank, what = 'reassigned to ' .. to, reason = reason, note = note,
+    progress = progress, at_ms = now})
   redis.call('SET', C.reserved .. to, record, 'PX', C.lease_ms_arg)
+  redis.call('HSET', C.reserved_issues, n, record)
   redis.call('ZADD', C.reservations, arg(now + C.lease_ms), n)
   end_wait(C, n)
   unready_all(n)
@@ -128,11 +207,22 @@ elseif action == 'note' then
   return done('queued for the next heartbeat of ' .. h[1], h[1])
 
 elseif action == 'retry' then
+  local h = live(n)
+  local decided = strongest_decision(h)
+  if decided and rank < decided.rank then
+    return done(lift_refusal(decided, rank, 'repo'), h and h[1])
+  end
   local parts = {}
   local waited = end_wait(C, n)
   if waited then parts[#parts + 1] = 'no longer waiting (' .. waited .. ')' end
   if redis.call('HDEL', C.task_failures, n) == 1 then parts[#parts + 1] = 'failures cleared' end
-  if redis.call('HDEL', C.usage, n) == 1 then parts[#parts + 1] = 'usage cleared' end
+  local kept = redis.call('HGET', C.kept_away, n)
+  if kept then
+    for _, a in ipairs(cjson.decode(kept)) do redis.call('ZREM', C.cooldowns .. a, n) end
+    redis.call('HDEL', C.kept_away, n)
+    parts[#parts + 1] = 'agents it was revoked from may take it again'
+  end
+  parts[#parts + 1] = retry_usage(ARGV[6])
   local state_key = C.review_state .. n
   if redis.call('HGET', state_key, 'needs_human') == '1' then
     redis.call('HDEL', state_key, 'needs_human', 'fix_rounds')
@@ -161,7 +251,6 @@ elseif action == 'retry' then
     parts[#parts + 1] = C.needs_review .. ' removal queued'
     labelled = true
   end
-  local h = live(n)
   if h and redis.call('HDEL', C.lease .. n, 'paused') == 1 then
     -- Its wall-clock budget counts from the retry on.
     redis.call('HSET', C.lease .. n, 'budget_since_ms', arg(now))
@@ -169,7 +258,8 @@ elseif action == 'retry' then
   elseif not h and requeue(n) then
     parts[#parts + 1] = 'back in the pool'
   end
-  if #parts == 0 then return done('nothing to retry on #' .. n, h and h[1]) end
+  if #parts == 1 and parts[1] == '' then return done('nothing to retry on #' .. n, h and h[1]) end
+  if parts[1] == '' then table.remove(parts, 1) end
   return done(table.concat(parts, '; '), h and h[1], gave_up or labelled)
 
 elseif action == 'no_pr' then

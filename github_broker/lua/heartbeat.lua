@@ -7,7 +7,8 @@
 -- adopt_proven).
 -- A note that differs from the last one is progress (the agent's word, a second source
 -- beside what GitHub shows: see progress.lua). Usage is summed per issue across attempts
--- (`usage`); at budget_tokens or budget_cost the task is set aside for a person (the lease
+-- (`usage`, counted again from a retry); at budget_tokens or budget_cost (or the issue's own,
+-- raised by a retry) the task is set aside for a person (the lease
 -- lives on, the agent is told `paused`, the issue waits on a person: waiting_for_user).
 -- Maintainers' notes queued for the agent are delivered once, here.
 -- Returns {1, expires_ms, JSON {state, notes, paused, agent_paused}} or {0, reason}:
@@ -49,11 +50,14 @@ if tokens or cost then
     redis.call('HSET', lease_key, 'used_cost', tostring(cost))
   end
   redis.call('HSET', C.usage, n, cjson.encode(total))
+  -- A retry may have raised this issue's budget (control.lua retry_usage).
+  local max_tokens = tonumber(total.tokens_budget) or C.budget_tokens
+  local max_cost = tonumber(total.cost_budget) or C.budget_cost
   local over = nil
-  if C.budget_tokens > 0 and total.tokens >= C.budget_tokens then
-    over = total.tokens .. ' tokens reported, budget ' .. C.budget_tokens
-  elseif C.budget_cost > 0 and total.cost >= C.budget_cost then
-    over = 'cost ' .. total.cost .. ' reported, budget ' .. C.budget_cost
+  if max_tokens > 0 and total.tokens >= max_tokens then
+    over = total.tokens .. ' tokens reported, budget ' .. max_tokens
+  elseif max_cost > 0 and total.cost >= max_cost then
+    over = 'cost ' .. total.cost .. ' reported, budget ' .. max_cost
   end
   if over and not paused then
     paused = set_aside(C, n, agent, over, now)

@@ -23,6 +23,7 @@ for _, num in ipairs(numbers) do
   redis.call('HDEL', C.waiting, n)
   redis.call('HDEL', C.usage, n)
   redis.call('ZREM', C.reservations, n)
+  redis.call('HDEL', C.reserved_issues, n)
   redis.call('DEL', C.review .. n, C.review_state .. n)
   redis.call('SREM', C.K.reviewing, n)
   for _, kind in ipairs({'development', 'review', 'fix'}) do drop_task(C, kind .. ':' .. n) end

@@ -29,6 +29,7 @@ from github_broker.settings.work import (
     PollSettings,
     ProgressSettings,
     ReviewSettings,
+    SteeringSettings,
 )
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "Role",
     "ServerSettings",
     "Settings",
+    "SteeringSettings",
     "WebhookSettings",
     "default_config_dir",
     "label_clash",

@@ -33,6 +33,7 @@ from github_broker.settings.work import (
     PollSettings,
     ProgressSettings,
     ReviewSettings,
+    SteeringSettings,
 )
 
 _REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -63,6 +64,7 @@ class Settings(BaseSettings):
     failures: FailureSettings = FailureSettings()
     progress: ProgressSettings = ProgressSettings()
     budgets: BudgetSettings = BudgetSettings()
+    steering: SteeringSettings = SteeringSettings()
     audit: AuditSettings = AuditSettings()
     labels: LabelNames = LabelNames()
     review: ReviewSettings = ReviewSettings()

@@ -125,6 +125,14 @@ class FailureSettings(Section):
     instant_failures_allowed: int = Field(2, ge=0)
 
 
+class SteeringSettings(Section):
+    """What maintainers' decisions keep in place after they are taken."""
+
+    #: Seconds an agent whose lease a person revoked (or reassigned to another agent) is not
+    #: handed that issue again, unless a maintainer retries it sooner; 0: it may be, at once.
+    revoke_keeps_agent_away_s: int = Field(86400, ge=0)
+
+
 class ProgressSettings(Section):
     """After the hand-out: progress read from GitHub, stalls, tasks completed without a PR."""
 

@@ -8,6 +8,7 @@ learn of it through their next heartbeat (revoked with the reason, paused, a not
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,20 @@ MAX_TEXT = 1000
 #: failure budget dropped them. Given the repository's store and the issue as it will read
 #: once the queued label writes land.
 Reindex = Callable[[RepoStore, Issue], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class BudgetRaise:
+    """A retry that raises an issue's usage budget (budgets.tokens / budgets.cost for it
+    alone) instead of counting its usage again from zero."""
+
+    tokens: int | None = None
+    cost: float | None = None
+
+    def as_json(self) -> str:
+        if self.tokens is None and self.cost is None:
+            raise InvalidRequest("raising a budget needs tokens or cost")
+        return json.dumps({k: v for k, v in (("tokens", self.tokens), ("cost", self.cost)) if v})
 
 
 @dataclass
@@ -90,12 +105,23 @@ class Steering:
         return self._result("note", f"{repository}#{number}", done)
 
     async def retry(
-        self, repository: str, number: int, actor: Actor, reason: str = ""
+        self,
+        repository: str,
+        number: int,
+        actor: Actor,
+        reason: str = "",
+        *,
+        raise_budget: BudgetRaise | None = None,
     ) -> ActionResult:
         """Give an issue the broker gave up on (needs-human, failure budget, a budget, a hold)
-        another round: its budget cleared, its tasks back in the pool."""
+        another round: its failures cleared, its tasks back in the pool, the agents it was
+        revoked from let back. Its usage is counted again from the retry, unless
+        `raise_budget` raises the issue's budget instead (the usage so far kept)."""
         rstore = await self._issue(repository, number, actor)
-        done = await rstore.control("retry", actor_arg(actor), str(number), _text(reason))
+        raised = raise_budget.as_json() if raise_budget is not None else ""
+        done = await rstore.control(
+            "retry", actor_arg(actor), str(number), _text(reason), raised
+        )
         if done.reindex and self.reindex is not None:
             issue = await rstore.get_issue(number)
             if issue is not None:

@@ -104,6 +104,8 @@ def _key_context(keys: RepoKeys) -> dict[str, Any]:
         "waiting": keys.waiting,
         "reservations": keys.reservations,
         "usage": keys.usage,
+        "kept_away": keys.kept_away,
+        "reserved_issues": keys.reserved_issues,
         "audit": keys.audit,
         "idx": keys.idx,
         "quarantine": keys.quarantine,
@@ -141,6 +143,10 @@ def _rule_context(settings: Settings) -> dict[str, Any]:
         "settle_grace_ms": int(settings.leases.settle_grace_s * 1000),
         "max_failures": settings.failures.max_failures,
         "cooldown_s": settings.failures.cooldown_s,
+        "keep_away_ms": settings.steering.revoke_keeps_agent_away_s * 1000,
+        # Whether any cool-down can exist (failures or revokes): the claim reads them only then.
+        "cools": settings.failures.cooldown_s > 0
+        or settings.steering.revoke_keeps_agent_away_s > 0,
     }
 
 
