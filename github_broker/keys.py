@@ -95,6 +95,10 @@ Added by this project (no TTL unless said):
 ``instant_failures``     hash    agent id -> failures in a row reported inside the settle grace
 ``trips``                list    agents the circuit breaker paused here since the poller's last
                                  sweep (it pauses them in every repository)
+``failure_charges``      hash    issue number -> JSON list of the agents whose failures it was
+                                 charged with in this round (a convicted agent's is taken back)
+``revived``              list    issues given up (needs-human) on a convicted agent's charge and
+                                 revived: the leader indexes their tasks again
 ``paused_agents``        hash    agent id -> JSON ``{kind: pause|stop|breaker, by, reason,
                                  at_ms}``: this repository's copy of the deployment's paused
                                  agents (the claim reads it atomically)
@@ -237,6 +241,8 @@ class RepoKeys:
         self.streak_first = self.base + "streak_first"
         self.instant_failures = self.base + "instant_failures"
         self.trips = self.base + "trips"
+        self.failure_charges = self.base + "failure_charges"
+        self.revived = self.base + "revived"
         self.paused_agents = self.base + "paused_agents"
         self.control = self.base + "control"
         self.waiting = self.base + "waiting"

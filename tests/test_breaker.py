@@ -195,3 +195,38 @@ async def test_agents_crashing_at_random_park_only_issues_that_different_agents_
         assert len(healthy_failers) >= 3, (n, by)
     # Before the breaker, the broken agents alone parked about one issue in five.
     assert len(parked) <= 3, sorted(parked)
+
+
+async def test_broken_agents_that_all_fail_the_same_issue_first_leave_it_no_needs_human(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The three broken agents each fail the head of the queue first: three charges on one
+    issue give it up (needs-human) before any breaker trips. Each trip takes its charge back,
+    the issue is revived, and a healthy agent then finishes all twelve."""
+    issues = generate_issues(12, priorities=("P1",))
+    with simulated(issues) as sim:
+        async with running_world(
+            sim, redis_url, make_settings, leases=GRACE, failures={"cooldown_s": 600}
+        ) as world:
+            await world.tick()
+            bad = ("bad-1", "bad-2", "bad-3")
+            for agent in bad:  # one after another: each gets the head, #1
+                task = await world.tasks.request_task(agent)
+                assert task is not None and task.issue_id == 1
+                await asyncio.sleep(WORK_S)
+                await world.tasks.finish(REPO, 1, agent, task.lease.token, Outcome.FAILED)
+            assert await needs_human(world) == {1}  # given up on three charges
+            failed: dict[str, list[int]] = {a: [] for a in bad}
+            await asyncio.gather(*(broken(world, a, got) for a, got in failed.items()))
+            await world.daemon.reap_all()  # the leader's sweep indexes the revived #1 again
+            await world.tick()
+            paused = await world.rstore.paused_agents()
+            assert set(paused) == set(bad) and all(p.kind == "breaker" for p in paused.values())
+            assert await needs_human(world) == set()
+            finished: list[int] = []
+            await healthy(world, "good", 12, finished)
+            assert sorted(set(finished)) == [i["number"] for i in issues]
+            entries = await world.rstore.audit_log(200)
+            taken_back = [e for e in entries if e.action == "charge_taken_back"]
+            # The first convicted agent's charge revives #1; the others' find nothing to undo.
+            assert [e.issue for e in taken_back] == [1] and taken_back[0].agent in bad

@@ -27,7 +27,7 @@ from github_broker.leader.reviews import ReviewKeeper
 from github_broker.leader.sync import Syncer
 from github_broker.logs import log_fields
 from github_broker.settings import Repository, Settings
-from github_broker.store import Store
+from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
 
@@ -356,9 +356,11 @@ class Daemon:
             return
         for rstore in self.store.repos.values():
             try:
-                expired, trips = await rstore.sweep(epoch=epoch)
+                expired, trips, revived = await rstore.sweep(epoch=epoch)
                 if trips:
                     await self._spread_trips(rstore.repository, trips)
+                for number in revived:
+                    await self._revive(rstore, number)
             except Fenced as e:
                 self._deposed(e)
                 return
@@ -396,6 +398,22 @@ class Daemon:
             await self.audit_file.append_new()
         except (BrokerError, OSError) as e:
             logger.warning("audit file %s not written: %s", self.audit_file.path, e)
+
+    async def _revive(self, rstore: RepoStore, number: int) -> None:
+        """An issue given up on a convicted agent's failure is back: its tasks, dropped when
+        it was given up, are indexed again as GitHub will show it (needs-human removed)."""
+        issue = await rstore.get_issue(number)
+        if issue is None:
+            return
+        labels = [lab for lab in issue.labels if lab != self.settings.labels.needs_human]
+        await self.syncer.reindex(rstore, issue.model_copy(update={"labels": labels}))
+        logger.info(
+            "%s#%d revived: a failure charged to it came from an agent the circuit breaker "
+            "convicted",
+            rstore.repository,
+            number,
+            extra=log_fields(rstore.repository, number),
+        )
 
     async def _spread_trips(self, repository: str, agents: list[str]) -> None:
         """The circuit breaker paused these agents in one repository: every repository."""

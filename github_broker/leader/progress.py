@@ -104,7 +104,9 @@ class ProgressKeeper:
         self, rstore: RepoStore, lease: LeaseInfo, now: int, report: ProgressReport
     ) -> None:
         progress = self.settings.progress
-        since = max(lease.claimed_ms, lease.progress_ms or 0)
+        # A task the broker set aside (its budget) waits for a person, not for its agent:
+        # never a stall; after a retry, quiet time counts from the retry.
+        since = max(lease.claimed_ms, lease.progress_ms or 0, lease.budget_since_ms or 0)
         quiet_s = (now - since) / 1000
         wall = self.settings.budgets.wall_clock_s
         counted_from = max(lease.claimed_ms, lease.budget_since_ms or 0)
@@ -112,7 +114,7 @@ class ProgressKeeper:
             detail = f"held {span((now - counted_from) // 1000)}, budget {span(int(wall))}"
             if await self._upkeep(rstore, "budget", lease, detail):
                 report.set_aside += 1
-        if progress.stall_after_s <= 0 or quiet_s < progress.stall_after_s:
+        if lease.paused or progress.stall_after_s <= 0 or quiet_s < progress.stall_after_s:
             return
         if not lease.stalled:
             what = evidence(lease, now)

@@ -402,9 +402,51 @@ local function cool_down(C, agent, n, until_ms, now)
   if redis.call('PTTL', key) < until_ms - now then redis.call('PEXPIRE', key, arg(until_ms - now)) end
 end
 
+
+-- The agents whose failures issue n was charged with in this round (failure_charges).
+local function charges_of(C, n)
+  local raw = redis.call('HGET', C.failure_charges, n)
+  return raw and cjson.decode(raw) or {}
+end
+
+-- The breaker convicted `agent`: the failure that started its streak (on issue n) was not the
+-- issue's fault. The charge is taken back; if that charge helped give the issue up, the issue
+-- is revived: needs-human lifted (its removal queued), no longer waiting, and queued in
+-- `revived` for the leader to index its tasks again (reap.lua hands the list over).
+local function take_back_charge(C, agent, n, now)
+  local list = charges_of(C, n)
+  local i = list_find(list, agent)
+  if i then
+    table.remove(list, i)
+    if #list > 0 then
+      redis.call('HSET', C.failure_charges, n, cjson.encode(list))
+    else
+      redis.call('HDEL', C.failure_charges, n)
+    end
+    if redis.call('HINCRBY', C.task_failures, n, -1) <= 0 then
+      redis.call('HDEL', C.task_failures, n)
+    end
+    return
+  end
+  local raw = redis.call('HGET', C.K.skipped, n)
+  local sk = raw and cjson.decode(raw)
+  if not sk or sk.code ~= 'too_many_failures' or not list_find(sk.agents or {}, agent) then
+    return
+  end
+  redis.call('HDEL', C.K.skipped, n)
+  if waiting_code(C, n) == 'needs_human' then end_wait(C, n) end
+  want_labels(C.K.intent, C.K.outbox, n, {}, {C.needs_human}, now)
+  redis.call('RPUSH', C.revived, n)
+  audit(C, 'broker', 'charge_taken_back', n, agent,
+    'the circuit breaker convicted ' .. agent .. ', one of the agents that failed it',
+    C.needs_human .. ' lifted; back in the pool')
+  timeline(C, 'revived', n, agent, 'a broken agent\'s failure is not the issue\'s')
+end
+
 -- The circuit breaker: `agent` failed breaker_streak tasks in a row here. It is paused (a
 -- maintainer resumes it); the trip is queued for the poller, which pauses it in every other
--- repository too (reap.lua returns the trips).
+-- repository too (reap.lua returns the trips). The failure that started its streak, the only
+-- one charged to an issue, is taken back.
 local function trip_breaker(C, agent, n, streak, now)
   if redis.call('HEXISTS', C.paused_agents, agent) == 1 then return end
   local reason = streak .. ' failed tasks in a row (last #' .. n .. ')'
@@ -413,37 +455,44 @@ local function trip_breaker(C, agent, n, streak, now)
     reason = reason, at_ms = now}))
   redis.call('RPUSH', C.trips, agent)
   audit(C, 'broker', 'circuit_breaker', n, agent, reason, 'agent paused')
+  local first = redis.call('HGET', C.streak_first, agent)
+  redis.call('HDEL', C.streak_first, agent)
+  if first then take_back_charge(C, agent, first, now) end
 end
 
 -- Spend one unit of the failure budget for `agent`'s failure of issue n: a cool-down before
 -- the agent sees n again and the agent's streak, always; the issue's count only for the
 -- first failure of a streak. An agent that fails task after task is the common factor, not
 -- the issues: its later failures are not charged, and when the breaker trips its one
--- charged failure is given back. Returns true when the issue's count reached max_failures:
--- the issue then gets needs-human (the caller queues the label), its tasks leave the pool
--- and `skipped` says why; the count starts again for the next round.
+-- charged failure is taken back (take_back_charge), also from an issue it helped give up.
+-- Returns true when the issue's count reached max_failures: the issue then gets needs-human
+-- (the caller queues the label), its tasks leave the pool and `skipped` says why and whose
+-- failures; the count starts again for the next round.
 local function count_failure(C, n, agent, outcome, now)
   if C.cooldown_s > 0 then cool_down(C, agent, n, now + C.cooldown_s * 1000, now) end
   local streak = redis.call('HINCRBY', C.agent_streaks, agent, 1)
   local charged = streak == 1
-  if charged then redis.call('HSET', C.streak_first, agent, n) end
+  if charged then
+    redis.call('HSET', C.streak_first, agent, n)
+    local list = charges_of(C, n)
+    list[#list + 1] = agent
+    redis.call('HSET', C.failure_charges, n, cjson.encode(list))
+  end
   if C.breaker_streak > 0 and streak >= C.breaker_streak then
     trip_breaker(C, agent, n, streak, now)
-    local first = redis.call('HGET', C.streak_first, agent)
-    redis.call('HDEL', C.streak_first, agent)
     if charged then return false end
-    if first and redis.call('HINCRBY', C.task_failures, first, -1) <= 0 then
-      redis.call('HDEL', C.task_failures, first)
-    end
   end
   if not charged then return false end
   local count = redis.call('HINCRBY', C.task_failures, n, 1)
   if count < C.max_failures then return false end
+  local agents = charges_of(C, n)
   redis.call('HDEL', C.task_failures, n)
+  redis.call('HDEL', C.failure_charges, n)
   for _, kind in ipairs({'development', 'review', 'fix'}) do drop_task(C, kind .. ':' .. n) end
   local reason = count .. ' failed attempts (last: ' .. agent .. ', ' .. outcome
     .. '); labelled ' .. C.needs_human
-  redis.call('HSET', C.K.skipped, n, cjson.encode({code = 'too_many_failures', reason = reason}))
+  redis.call('HSET', C.K.skipped, n, cjson.encode({code = 'too_many_failures', reason = reason,
+    agents = agents}))
   wait_for_person(C, n, 'needs_human', reason, now)
   audit(C, 'broker', 'needs_human', n, agent, reason, 'labelled ' .. C.needs_human)
   return true
@@ -564,6 +613,7 @@ local function end_lease(C, n, outcome, now, uncounted, h, current, detail)
     redis.call('HDEL', C.streak_first, agent)
     redis.call('HDEL', C.instant_failures, agent)
     redis.call('HDEL', C.task_failures, n)
+    redis.call('HDEL', C.failure_charges, n)
     if waiting_code(C, n) == 'budget' then end_wait(C, n) end
     record_completion(C, n, agent, task_id, task_type, now)
   elseif REQUEUE[outcome] and not parked then

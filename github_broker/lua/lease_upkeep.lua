@@ -31,7 +31,8 @@ if action == 'progress' then
   record_progress(C, n, ARGV[7], what, now)
   return 1
 elseif action == 'stall' then
-  if h[3] then return 0 end
+  -- Set aside by the broker (a budget): it waits for a person, which is no stall.
+  if h[3] or h[4] then return 0 end
   redis.call('HSET', C.lease .. n, 'stalled', what)
   timeline(C, 'stalled', n, agent, what)
   audit(C, 'broker', 'stall', n, agent, what, 'flagged stalled; lease kept')
@@ -63,6 +64,7 @@ elseif action == 'recover' then
   publish_index(C)
   return 1
 elseif action == 'revoke' then
+  if h[4] then return 0 end
   end_lease(C, n, 'revoked', now, true, nil, nil, 'stalled: ' .. what)
   for _, kind in ipairs({'fix', 'review', 'development'}) do
     if make_ready(C.K.tasks, C.K.ready, C.ready_role, kind .. ':' .. n) then

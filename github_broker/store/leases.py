@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from github_broker.clock import iso_from_ms, now_ms
 from github_broker.errors import MirrorRebuilding
@@ -83,6 +83,14 @@ def pause_of(data: dict[str, Any]) -> AgentPause:
         reason=data.get("reason") or "",
         at=_ms_iso(data.get("at_ms")),
     )
+
+
+class Sweep(NamedTuple):
+    """What one lease sweep found (LeaseRegistry.sweep)."""
+
+    expired: int
+    trips: list[str]
+    revived: list[int]
 
 
 class LeaseRegistry(RepoBase):
@@ -237,11 +245,16 @@ class LeaseRegistry(RepoBase):
         return (await self.sweep(limit, epoch=epoch))[0]
 
     @translate_errors
-    async def sweep(self, limit: int = 100, *, epoch: int = 0) -> tuple[int, list[str]]:
-        """The leader's sweep (reap.lua): expired leases examined, and the agents the circuit
-        breaker paused here since the last sweep (to pause in every repository)."""
-        examined, trips = await self._run("reap", limit, epoch)
-        return int(examined), [as_text(a) for a in json.loads(trips)]
+    async def sweep(self, limit: int = 100, *, epoch: int = 0) -> Sweep:
+        """The leader's sweep (reap.lua): expired leases examined, the agents the circuit
+        breaker paused here since the last sweep (to pause in every repository), and the
+        issues revived by taking back a convicted agent's charge (to index again)."""
+        examined, trips, revived = await self._run("reap", limit, epoch)
+        return Sweep(
+            int(examined),
+            [as_text(a) for a in json.loads(trips)],
+            [int(n) for n in json.loads(revived)],
+        )
 
     @translate_errors
     async def knows_request(self, agent_id: str, request_id: str) -> bool:

@@ -99,6 +99,8 @@ def _key_context(keys: RepoKeys) -> dict[str, Any]:
         "streak_first": keys.streak_first,
         "instant_failures": keys.instant_failures,
         "trips": keys.trips,
+        "failure_charges": keys.failure_charges,
+        "revived": keys.revived,
         "paused_agents": keys.paused_agents,
         "control": keys.control,
         "waiting": keys.waiting,
