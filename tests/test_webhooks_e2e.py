@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -14,6 +15,7 @@ from github_broker.simulator import Simulator
 from tests.conftest import sync_client
 from tests.factories import body
 from tests.processes import BrokerProcess, broker_env
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 SECRET = "s3cret-for-tests"
@@ -54,6 +56,12 @@ def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerPro
 
 def ask(broker: BrokerProcess) -> requests.Response:
     return requests.post(f"{broker.url}/request-task", json={"agent_id": "agent-1"}, timeout=10)
+
+
+def claimed(broker: BrokerProcess, agent: str) -> dict[str, Any] | None:
+    """The task `agent` gets now, or None (204)."""
+    got = requests.post(f"{broker.url}/request-task", json={"agent_id": agent}, timeout=10)
+    return got.json() if got.status_code == 200 else None
 
 
 def issue_lists(sim: Simulator) -> int:
@@ -197,4 +205,78 @@ def test_a_push_delivery_is_a_held_tasks_progress_and_clears_its_stall(
         assert after == branch_reads
     finally:
         client.close()
+        broker.stop()
+
+
+def test_reviews_and_fixes_follow_webhooks_alone_with_no_poll_pass(
+    sim: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    """The `needs-review` label's delivery starts the review timer and a review's delivery the
+    fix's debounce: both tasks are claimable within a second of being due, while the poller
+    makes no pass (one at start-up, the next in an hour)."""
+    env = broker_env(
+        redis_url,
+        sim.base_url,
+        "acme/widgets",
+        GITHUB_BROKER_POLL__INTERVAL_S="3600",
+        GITHUB_BROKER_POLL__INTERVAL_WITH_WEBHOOKS_S="3600",
+        GITHUB_BROKER_WEBHOOKS__SECRET=SECRET,
+        GITHUB_BROKER_REVIEW__DELAY_S="1",
+        GITHUB_BROKER_REVIEW__FIX_DEBOUNCE_S="1",
+        GITHUB_BROKER_REVIEW__TIMEOUT_S="3600",
+    )
+    broker = BrokerProcess(env, tmp_path, "broker").start()
+    try:
+        sim.webhooks.add_hook(
+            sim.state,
+            {"url": f"{broker.url}/github/webhook", "secret": SECRET, "repository": "acme/widgets"},
+        )
+        sim.state.add_labels("acme", "widgets", 1, ["P1"])
+        task = wait_until(lambda: claimed(broker, "agent-1"), 10, "#1 claimable")
+        assert task["issue_id"] == 1
+        pull = sim.state.create_pull(
+            "acme", "widgets", title="x", head=task["branch_name"], body="Closes #1", user="bot"
+        )
+        lists = issue_lists(sim)
+        done = requests.post(
+            f"{broker.url}/tasks/acme/widgets/1/complete",
+            json={"agent_id": "agent-1", "token": task["lease"]["token"]},
+            timeout=10,
+        )
+        assert done.status_code == 200
+        wait_until(
+            lambda: "needs-review" in sim.state.issue_labels("acme", "widgets", 1),
+            10,
+            "needs-review written to GitHub",
+        )
+        labelled_s = time.monotonic()
+        got = wait_until(lambda: claimed(broker, "reviewer"), 1 + 2.0, "the review when due")
+        assert got["task_type"] == "review" and got["issue_id"] == 1
+        assert time.monotonic() - labelled_s < 1 + 1.5
+        requests.post(
+            f"{broker.url}/tasks/acme/widgets/1/complete",
+            json={"agent_id": "reviewer", "token": got["lease"]["token"]},
+            timeout=10,
+        ).raise_for_status()
+        sim.state.add_review(
+            "acme",
+            "widgets",
+            pull["number"],
+            user="alice",
+            body="Rename it.",
+            state="REQUEST_CHANGES",
+        )
+        reviewed_s = time.monotonic()
+
+        def fix() -> dict[str, object] | None:
+            got = requests.post(
+                f"{broker.url}/request-task", json={"agent_id": "fixer"}, timeout=10
+            )
+            return got.json() if got.status_code == 200 else None
+
+        fixed = wait_until(fix, 1 + 3.0, "the fix task offered when its debounce ended")
+        assert fixed["task_type"] == "fix"
+        assert time.monotonic() - reviewed_s < 1 + 2.0
+        assert issue_lists(sim) == lists  # no poll pass listed the issues meanwhile
+    finally:
         broker.stop()

@@ -180,6 +180,8 @@ class WebhookWorker:
         event, action = meta["event"], str(payload.get("action") or "")
         if event == "issues":
             outcome = await self._issue(repo, rstore, action, payload["issue"])
+            if self._review_labelled(action, payload) and outcome == "upserted":
+                outcome += "; " + await self._review_due(repo)
         elif event == "issue_comment" and "pull_request" not in payload["issue"]:
             # A comment's own action (deleted, ...) says nothing about the issue's life.
             outcome = await self._issue(repo, rstore, "commented", payload["issue"])
@@ -242,6 +244,18 @@ class WebhookWorker:
             return "removed"
         await rstore.set_issue_version(n, updated, VERSION_TTL_S)
         return outcome
+
+    def _review_labelled(self, action: str, payload: dict[str, Any]) -> bool:
+        label = payload.get("label") or {}
+        return action == "labeled" and label.get("name") == self.settings.labels.needs_review
+
+    async def _review_due(self, repo: Repository) -> str:
+        """`needs-review` was just added: the review upkeep finds the issue's PR and arms its
+        timer, so the review is offered when due (review.delay_s), not at the next poll.
+        One listing of the open PRs (a conditional request)."""
+        report = await self.reviews.run(repo)
+        self.reviews.arm(repo, report)
+        return f"review timer armed for {len(report.next_due)} issue(s)"
 
     async def _review_upkeep(self, repo: Repository, payload: dict[str, Any]) -> str:
         """Feedback on a PR: run the review upkeep for that one PR now, not at the next poll."""
