@@ -120,6 +120,12 @@ class Problem(BaseModel):
 
     detail: str
     reason: str | None = Field(None, description=REASON_DOC)
+    state: str | None = Field(
+        None,
+        description="On a 409 that refuses a lease call: the state the lease's end left the "
+        "task in for this agent (`completed`, `failed`, `timed_out`, `cancelled`); absent "
+        "otherwise.",
+    )
 
 
 #: A `Problem` answered as JSON, declared by hand: a `model` in `responses` would be declared

@@ -366,6 +366,9 @@ class Event(BaseModel):
     issue: int | None = None
     agent: str = ""
     detail: str = ""
+    #: A lease that ended: the state it left its task in (completed, failed, timed_out,
+    #: cancelled).
+    state: TaskState | None = None
 
 
 class AuditEntry(BaseModel):
@@ -384,6 +387,8 @@ class AuditEntry(BaseModel):
     agent: str = ""
     reason: str = ""
     outcome: str = ""
+    #: When the action ended a lease: the state it left the task in.
+    state: TaskState | None = None
 
 
 class Waiting(BaseModel):

@@ -254,7 +254,10 @@ def test_revoke_without_javascript_asks_first_then_redirects_with_its_real_outco
     done = steer.post("/ui/actions/revoke", data={**form, **csrf_of_step(ask.text)})
     assert done.history and done.history[0].status_code == 303
     assert done.history[0].headers["location"] == "/ui"
-    assert "Revoke acme/widgets#1: lease of a1 revoked; task back in the pool" in done.text
+    assert (
+        "Revoke acme/widgets#1: lease of a1 revoked; a1 is not handed #1 again until a retry; "
+        "task back in the pool" in done.text
+    )
     assert 'class="flash ok"' in done.text
     assert 'class="flash ok"' not in steer.get("/ui").text  # shown once
     assert held(steer) == {}
@@ -263,7 +266,9 @@ def test_revoke_without_javascript_asks_first_then_redirects_with_its_real_outco
     revokes = [e for e in audit(steer) if e["action"] == "revoke"]
     assert len(revokes) == 1
     assert (revokes[0]["actor"], revokes[0]["reason"]) == ("dashboard", "wrong way")
-    assert revokes[0]["outcome"] == "lease of a1 revoked; task back in the pool"
+    assert revokes[0]["outcome"] == (
+        "lease of a1 revoked; a1 is not handed #1 again until a retry; task back in the pool"
+    )
     audit_table = section(steer.get("/ui").text, "audit")
     assert audit_table.count(">revoke<") == 1 and ">dashboard<" in audit_table
 

@@ -25,6 +25,7 @@ from github_broker.agent.client import (
     _problem,
     _reason,
     _retry_after_s,
+    _state,
     error_for,
     heartbeat_extras,
     heartbeat_from_answer,
@@ -233,4 +234,4 @@ def _unavailable(what: str, response: httpx.Response) -> BrokerUnavailable:
 def _error(response: httpx.Response) -> BrokerClientError:
     status, detail = response.status_code, _detail(response)
     message = f"{response.request.method} {response.request.url.path}: {status} {detail}"
-    return error_for(status, message, _reason(response), detail)
+    return error_for(status, message, _reason(response), detail, _state(response))

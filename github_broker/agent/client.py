@@ -63,7 +63,9 @@ class Unauthorized(BrokerClientError):
 
 class LeaseLost(BrokerClientError):
     """409 on a lease call: the lease is not yours any more; `reason` says why (`expired`,
-    `revoked`, `issue_closed`, ...), `detail` the broker's words (a revoke: who and why)."""
+    `revoked`, `issue_closed`, ...), `detail` the broker's words (a revoke: who and why),
+    `state` the state its end left the task in for you (`completed`, `failed`, `timed_out`,
+    `cancelled`; None when the broker does not say, e.g. `not_owner`)."""
 
     reason: str
 
@@ -74,8 +76,10 @@ class LeaseLost(BrokerClientError):
         status: int | None = 409,
         reason: str | None = None,
         detail: str | None = None,
+        state: str | None = None,
     ):
         super().__init__(message, status=status, reason=reason or "unknown", detail=detail)
+        self.state = state
 
 
 class AgentPaused(BrokerClientError):
@@ -455,18 +459,25 @@ def _reason(response: Any) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
+def _state(response: Any) -> str | None:
+    state = _problem(response).get("state")
+    return state if isinstance(state, str) else None
+
+
 def _error(response: requests.Response) -> BrokerClientError:
     status, detail = response.status_code, _detail(response)
     message = f"{response.request.method} {response.request.path_url}: {status} {detail}"
-    return error_for(status, message, _reason(response), detail)
+    return error_for(status, message, _reason(response), detail, _state(response))
 
 
-def error_for(status: int, message: str, reason: str | None, detail: str) -> BrokerClientError:
+def error_for(
+    status: int, message: str, reason: str | None, detail: str, state: str | None = None
+) -> BrokerClientError:
     """The SDK's error for a broker's answer `status` (both SDK clients raise the same)."""
     if status == 409 and reason == "agent_paused":
         return AgentPaused(message, status=status, reason=reason, detail=detail)
     if status == 409:
-        return LeaseLost(message, reason=reason, detail=detail)
+        return LeaseLost(message, reason=reason, detail=detail, state=state)
     if status in (401, 403):
         return Unauthorized(message, status=status, reason=reason, detail=detail)
     if 400 <= status < 500:

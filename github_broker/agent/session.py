@@ -43,9 +43,15 @@ def where(task: Task) -> str:
     return f"{task.repository}#{task.issue_id}"
 
 
-def lost_notice(task: Task, reason: str | None, detail: str | None = None) -> str:
+def lost_notice(
+    task: Task, reason: str | None, detail: str | None = None, state: str | None = None
+) -> str:
     said = f" The broker said: {detail}." if detail and detail != reason else ""
-    return f"The broker took {where(task)} back: your lease ended ({reason or 'unknown'}).{said}"
+    ended = f" The task is {state} for you." if state else ""
+    return (
+        f"The broker took {where(task)} back: your lease ended ({reason or 'unknown'}).{ended}"
+        f"{said}"
+    )
 
 
 def note_notice(task: Task, note: Note) -> str:
@@ -217,8 +223,8 @@ class AgentSession:
         try:
             answer = await self.client.heartbeat(task)
         except LeaseLost as e:
-            await self._lose(task, e.reason, e.detail)
-            notice = self.lost or lost_notice(task, e.reason, e.detail)
+            await self._lose(task, e.reason, e.detail, e.state)
+            notice = self.lost or lost_notice(task, e.reason, e.detail, e.state)
             raise NoTask(f"{notice} Stop working on it.") from e
         if self.task is task:
             await self._heard(task, answer)
@@ -287,7 +293,9 @@ class AgentSession:
                     "%s: lease on %s until %s", self.agent_id, where(task), answer.expires_at
                 )
 
-    async def _lose(self, task: Task, reason: str | None, detail: str | None = None) -> None:
+    async def _lose(
+        self, task: Task, reason: str | None, detail: str | None = None, state: str | None = None
+    ) -> None:
         if self.task is not task:
             return
         self.task = None
@@ -295,7 +303,7 @@ class AgentSession:
         watch, self._watch = self._watch, None
         if watch is not None and watch is not asyncio.current_task():
             watch.cancel()  # the heartbeat tool found the loss first
-        notice = self.lost = lost_notice(task, reason, detail)
+        notice = self.lost = lost_notice(task, reason, detail, state)
         logger.info("%s: lease on %s lost (%s)", self.agent_id, where(task), reason)
         if self._notify is not None:
             await self._tell(self._notify(notice))

@@ -25,6 +25,7 @@ from github_broker.errors import (
     RateLimited,
     StoreUnavailable,
 )
+from github_broker.models import ENDED_STATE
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +62,16 @@ STATUS: dict[type[BrokerError], int] = {
 
 
 def _answer(
-    status: int, detail: str, reason: str | None = None, headers: dict[str, str] | None = None
+    status: int,
+    detail: str,
+    reason: str | None = None,
+    headers: dict[str, str] | None = None,
+    state: str | None = None,
 ) -> JSONResponse:
-    return JSONResponse({"detail": detail, "reason": reason}, status_code=status, headers=headers)
+    body: dict[str, str | None] = {"detail": detail, "reason": reason}
+    if state is not None:
+        body["state"] = state
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 async def broker_error(request: Request, exc: Exception) -> JSONResponse:
@@ -91,7 +99,11 @@ async def broker_error(request: Request, exc: Exception) -> JSONResponse:
             exc,
             exc.__cause__ or "no detail",
         )
-    return _answer(status, str(exc), reason, headers)
+    state = None
+    if isinstance(exc, LeaseError):
+        ended = ENDED_STATE.get(exc.reason)
+        state = ended.value if ended is not None else None
+    return _answer(status, str(exc), reason, headers, state)
 
 
 async def validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -242,11 +242,13 @@ end
 
 -- Append an action to the repository's audit log: who (a maintainer's name, `broker` for
 -- the broker's own decisions), what, on which issue and agent, why, and what really happened.
--- `rank` (models.Authority; the broker's when nil) is written as the entry's `authority`.
-local function audit(C, actor, action, n, agent, reason, outcome, rank)
+-- `rank` (models.Authority; the broker's when nil) is written as the entry's `authority`;
+-- `state`, when the action ended a lease, the state it left the task in (models.TaskState:
+-- completed, failed, timed_out, cancelled).
+local function audit(C, actor, action, n, agent, reason, outcome, rank, state)
   redis.call('XADD', C.audit, 'MAXLEN', '~', C.audit_max_arg, '*', 'actor', actor,
     'action', action, 'n', tostring(n or ''), 'agent', agent or '', 'reason', reason or '',
-    'outcome', outcome or '', 'authority', tostring(rank or 2))
+    'outcome', outcome or '', 'authority', tostring(rank or 2), 'state', state or '')
 end
 
 -- Decisions and who may lift them (steering/authority.py; docs/architecture.md "Who may steer
@@ -604,7 +606,8 @@ local function end_lease(C, n, outcome, now, uncounted, h, current, detail)
   timeline(C, outcome, n, agent, what)
   if outcome == 'expired' and not uncounted then
     audit(C, 'broker', 'expire', n, agent, 'no heartbeat within the lease TTL',
-      'lease ended; ' .. (gave_up and ('labelled ' .. C.needs_human) or 'task back in the pool'))
+      'lease ended; ' .. (gave_up and ('labelled ' .. C.needs_human) or 'task back in the pool'),
+      nil, 'timed_out')
   end
   if gave_up then return agent end
   local parked = outcome ~= 'completed' and PARKED[waiting_code(C, n) or '']

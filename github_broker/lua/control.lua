@@ -54,9 +54,11 @@ local function unready_all(m)
   end
 end
 
--- Audited here, with the issue concerned (`n`, '' for the repository itself).
+-- Audited here, with the issue concerned (`n`, '' for the repository itself); `ended`: the
+-- action ended a lease (its task is then `cancelled` for that agent).
+local ended = nil
 local function done(outcome, agent, reindex)
-  audit(C, actor, action, n, agent or '', reason, outcome, rank)
+  audit(C, actor, action, n, agent or '', reason, outcome, rank, ended)
   publish_index(C)
   return {outcome, agent or '', reindex and '1' or ''}
 end
@@ -135,6 +137,7 @@ if action == 'revoke' then
   if h then
     agent = h[1]
     end_lease(C, n, 'revoked', now, true, h, nil, said('revoked by ' .. actor))
+    ended = 'cancelled'
     outcome = 'lease of ' .. agent .. ' revoked' .. keep_away(agent, n)
   end
   if hold then
@@ -166,6 +169,7 @@ elseif action == 'reassign' then
     local f = redis.call('HMGET', C.lease .. n, 'note', 'progress')
     note, progress = f[1] or '', f[2] or ''
     end_lease(C, n, 'revoked', now, true, h, nil, said('reassigned to ' .. to .. ' by ' .. actor))
+    ended = 'cancelled'
     keep_away(from, n)
   else
     for _, kind in ipairs({'fix', 'review', 'development'}) do

@@ -60,7 +60,7 @@ elseif action == 'recover' then
   if h[2] ~= ADOPTED then return 0 end
   end_lease(C, n, 'completed', now, true, nil, nil, 'completion recovered from ' .. what)
   audit(C, 'broker', 'recover_completion', n, agent, 'Redis lost the completion; ' .. what,
-    'completed; in review')
+    'completed; in review', nil, 'completed')
   publish_index(C)
   return 1
 elseif action == 'revoke' then
@@ -71,7 +71,8 @@ elseif action == 'revoke' then
       redis.call('PUBLISH', C.events, 'ready')
     end
   end
-  audit(C, 'broker', 'stall_revoke', n, agent, what, 'lease revoked; task back in the pool')
+  audit(C, 'broker', 'stall_revoke', n, agent, what, 'lease revoked; task back in the pool', nil,
+    'cancelled')
   publish_index(C)
   return 1
 end

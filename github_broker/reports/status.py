@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from github_broker.clock import iso_from_ms, now_ms
-from github_broker.models import LeaseInfo, TaskState, priority_of_score
+from github_broker.models import LeaseInfo, TaskPause, TaskState, priority_of_score
 from github_broker.reports import health as health_view
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
@@ -45,7 +45,22 @@ class LeaseStatus(BaseModel):
     last_progress_at: str | None
     note: str
     stalled: str | None
-    paused: str | None
+    #: Set aside at a budget: why and since when (the lease lives on; waiting_for_user).
+    paused: TaskPause | None
+
+
+class EndedTask(BaseModel):
+    """A task whose lease ended lately: how (its state) and why."""
+
+    issue: int
+    agent_id: str
+    #: completed | failed | timed_out | cancelled
+    state: TaskState
+    #: How the lease ended, in the broker's words: completed, failed, abandoned, expired,
+    #: revoked, issue_closed, label_removed.
+    ended: str
+    detail: str
+    ended_at: str
 
 
 class WaitingOnPerson(BaseModel):
@@ -68,6 +83,8 @@ class RepoStatus(BaseModel):
     skipped: dict[int, dict[str, str]]
     waiting_reviews: list[WaitingReview]
     waiting_on_people: list[WaitingOnPerson]
+    #: The newest tasks whose leases ended (RECENT_TASKS at most), newest first.
+    recent_tasks: list[EndedTask] = []
     pending_github_writes: int
     #: Age in seconds of the oldest due GitHub write (0: GitHub is up to date).
     github_write_lag_s: float = 0.0
@@ -105,6 +122,7 @@ async def repo_status(rstore: RepoStore, settings: Settings) -> RepoStatus:
             )
             for n, w in sorted((await rstore.waiting()).items())
         ],
+        recent_tasks=await recent_tasks(rstore),
         pending_github_writes=await rstore.outbox_size(),
         github_write_lag_s=round(await rstore.outbox_lag_s(), 3),
         last_full_sync=iso_from_ms(int(float(full_at) * 1000)) if full_at else None,
@@ -125,8 +143,41 @@ def lease_status(lease: LeaseInfo) -> LeaseStatus:
         last_progress_at=iso_from_ms(lease.progress_ms) if lease.progress_ms else None,
         note=lease.note,
         stalled=lease.stalled or None,
-        paused=lease.paused or None,
+        paused=pause_of_lease(lease.paused),
     )
+
+
+def pause_of_lease(raw: str) -> TaskPause | None:
+    """A lease's `paused` field (JSON written by set_aside in _lib.lua) as a TaskPause."""
+    if not raw:
+        return None
+    data = json.loads(raw)
+    return TaskPause(
+        code=str(data.get("code", "")),
+        detail=str(data.get("detail", "")),
+        at=iso_from_ms(int(data.get("at_ms", 0))),
+    )
+
+
+#: Ended tasks /status shows per repository, and timeline events read to find them.
+RECENT_TASKS = 20
+RECENT_EVENTS_READ = 200
+
+
+async def recent_tasks(rstore: RepoStore) -> list[EndedTask]:
+    ended = [e for e in await rstore.timeline(RECENT_EVENTS_READ) if e.state is not None]
+    return [
+        EndedTask(
+            issue=e.issue or 0,
+            agent_id=e.agent,
+            state=e.state,
+            ended=e.kind,
+            detail=e.detail,
+            ended_at=iso_from_ms(e.at_ms),
+        )
+        for e in ended[:RECENT_TASKS]
+        if e.state is not None
+    ]
 
 
 async def status(store: Store, settings: Settings) -> dict[str, Any]:

@@ -7,7 +7,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from github_broker.models import AgentPause, AuditEntry, Authority, ControlOutcome, Waiting
+from github_broker.models import (
+    AgentPause,
+    AuditEntry,
+    Authority,
+    ControlOutcome,
+    TaskState,
+    Waiting,
+)
 from github_broker.store.base import RepoBase
 from github_broker.store.connection import as_text, awaited, translate_errors
 from github_broker.store.leases import pause_of
@@ -41,6 +48,7 @@ def audit_entries(entries: list[Any], repository: str | None) -> list[AuditEntry
                 agent=f.get("agent", ""),
                 reason=f.get("reason", ""),
                 outcome=f.get("outcome", ""),
+                state=TaskState(f["state"]) if f.get("state") else None,
             )
         )
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from github_broker.models import Event
+from github_broker.models import ENDED_STATE, Event
 from github_broker.store.base import RepoBase
 from github_broker.store.connection import as_text, translate_errors
 
@@ -33,6 +33,7 @@ def events_of(entries: list[Any], repository: str | None) -> list[Event]:
                 issue=int(f["n"]) if f.get("n") else None,
                 agent=f.get("agent", ""),
                 detail=f.get("detail", ""),
+                state=ENDED_STATE.get(f.get("kind", "")),
             )
         )
     return out
