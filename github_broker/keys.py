@@ -155,7 +155,8 @@ such as leader changes, capped like the repositories' ones) and
 settles and claims across several repositories, so concurrent requests of one agent never
 claim in two of them; its scripts refuse to run past the hold, read on Redis's clock),
 ``{key_prefix}:history:sampled`` (sorted set: the minutes the leader sampled the queues
-in, minute -> minute, the last 24 h), ``{key_prefix}:agents`` (hash: agent id -> JSON pause, the deployment's record that each
+in, minute -> minute, the last 24 h),
+``{key_prefix}:agents`` (hash: agent id -> JSON pause, the deployment's record that each
 repository's ``paused_agents`` copies), ``{key_prefix}:control`` (hash: ``broker`` -> JSON
 pause of the whole broker), ``{key_prefix}:audit`` (stream: deployment-wide actions such as
 pausing an agent or the broker) and ``{key_prefix}:webhooks:refused`` (hash: ``at_ms``,

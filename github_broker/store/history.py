@@ -22,7 +22,7 @@ Fields of each hash (`ev:` and the rest are added by the Lua, `q:` and `waiting`
 
 Memory (see docs/dashboard.md "What the history costs"): per repository at most 1441
 minute hashes and 26 hour hashes, each with at most 57 fields (15 event kinds, 3 task
-types, 2 × 14 duration fields, 10 priorities, waiting) + 3 per agent that ended a lease in
+types, 2 x 14 duration fields, 10 priorities, waiting) + 3 per agent that ended a lease in
 it, whatever the traffic; a minute without events or a queue costs no key. The totals hash
 grows with the agents ever seen.
 """

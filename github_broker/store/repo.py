@@ -11,8 +11,8 @@ from github_broker.keys import RepoKeys
 from github_broker.models import SCORE_GROUP
 from github_broker.settings import Settings
 from github_broker.store.control import ControlStore
-from github_broker.store.leases import LeaseRegistry
 from github_broker.store.history import HISTORY_HOUR_TTL_S, HISTORY_MINUTE_TTL_S, History
+from github_broker.store.leases import LeaseRegistry
 from github_broker.store.mirror import IssueMirror
 from github_broker.store.reviews import ReviewStore
 from github_broker.store.scripts import Scripts
