@@ -355,7 +355,7 @@ end
 -- (`wait:<le>` per bucket, `wait:ms`); a completed development task's time from its claim
 -- (`pr:<le>`, `pr:ms`); per agent, lease ends `a:<agent>:ok` | `a:<agent>:fail` and its
 -- completed tasks' time `a:<agent>:ms`. Bucket bounds (s) as the Prometheus histograms'.
-local HISTORY_LE_S = {10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
+local HISTORY_LE_S = {1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
 local AGENT_END = {completed = 'ok', failed = 'fail', abandoned = 'fail', expired = 'fail'}
 
 local function history_le(ms)

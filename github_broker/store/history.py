@@ -21,8 +21,8 @@ Fields of each hash (`ev:` and the rest are added by the Lua, `q:` and `waiting`
 ===================  ==================================================================
 
 Memory (see docs/dashboard.md "What the history costs"): per repository at most 1441
-minute hashes and 26 hour hashes, each with at most 57 fields (15 event kinds, 3 task
-types, 2 x 14 duration fields, 10 priorities, waiting) + 3 per agent that ended a lease in
+minute hashes and 26 hour hashes, each with at most 61 fields (15 event kinds, 3 task
+types, 2 x 16 duration fields, 10 priorities, waiting) + 3 per agent that ended a lease in
 it, whatever the traffic; a minute without events or a queue costs no key. The totals hash
 grows with the agents ever seen.
 """
@@ -41,7 +41,7 @@ HISTORY_MINUTE_TTL_S = 86400 + 60
 #: Seconds an hour's hash lives: 24 h, the hour under way and a margin.
 HISTORY_HOUR_TTL_S = 26 * 3600
 #: Upper bounds (s) of the duration buckets (`HISTORY_LE_S` in _lib.lua), then +Inf.
-DURATION_BOUNDS_S = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
+DURATION_BOUNDS_S = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 #: Priorities counted per sample (P0 ... P9); lower ones count as P9.

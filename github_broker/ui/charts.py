@@ -193,7 +193,7 @@ def hbar_chart(
     chart_id: str, title: str, desc: str, rows: Sequence[Row], top: float, **attrs: object
 ) -> Markup:
     """One horizontal bar per row on a 0..`top` scale, its text beside it."""
-    label_w, text_w, row_h = 130, 150, 22
+    label_w, text_w, row_h = 180, 130, 22
     height = TOP + row_h * max(1, len(rows)) + 4
     bar_w = WIDTH - label_w - text_w
     body = []

@@ -92,8 +92,9 @@ def queue(t: Trends) -> Markup:
 
 
 def _duration_rows(name: str, d: Duration, color: str) -> list[Row]:
+    mean = f" (mean {_seconds(d.mean_s)})" if d.count else ""
     return [
-        Row(f"{name} median", d.p50_s or 0, _seconds(d.p50_s), color),
+        Row(f"{name} median", d.p50_s or 0, _seconds(d.p50_s) + mean, color),
         Row(f"{name} p90", d.p90_s or 0, _seconds(d.p90_s), color),
     ]
 
