@@ -193,9 +193,8 @@ def hbar_chart(
     chart_id: str, title: str, desc: str, rows: Sequence[Row], top: float, **attrs: object
 ) -> Markup:
     """One horizontal bar per row on a 0..`top` scale, its text beside it."""
-    label_w, text_w, row_h = 180, 130, 22
-    height = TOP + row_h * max(1, len(rows)) + 4
-    bar_w = WIDTH - label_w - text_w
+    label_w, bar_w, text_w, row_h = 175, 190, 165, 22
+    width, height = label_w + bar_w + text_w, TOP + row_h * max(1, len(rows)) + 4
     body = []
     for i, r in enumerate(rows):
         y = TOP + row_h * i
@@ -210,7 +209,7 @@ def hbar_chart(
             f'<text x="{label_w + bar_w + 6}" y="{y + 15}" font-size="12">{escape(r.text)}</text>'
         )
     svg = _frame(chart_id, title, desc, body).replace(
-        f'viewBox="0 0 {WIDTH} {HEIGHT}"', f'viewBox="0 0 {WIDTH} {height}"', 1
+        f'viewBox="0 0 {WIDTH} {HEIGHT}"', f'viewBox="0 0 {width} {height}"', 1
     )
     table = (
         '<details class="chart-data"><summary>The numbers</summary><table>'
