@@ -213,3 +213,25 @@ def test_the_scripts_and_the_readers_share_the_duration_buckets() -> None:
     lib = (resources.files("github_broker") / "lua" / "_lib.lua").read_text(encoding="utf-8")
     line = next(x for x in lib.splitlines() if x.startswith("local HISTORY_LE_S = "))
     assert tuple(int(v) for v in line.split("{")[1].rstrip("}").split(",")) == DURATION_BOUNDS_S
+
+
+async def test_the_leader_samples_every_repository_once_a_minute_and_only_what_is_queued(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    from tests.world import TWO_REPOS, running_world, two_repositories
+
+    with two_repositories(3, 0) as sim:
+        async with running_world(sim, redis_url, make_settings, repositories=TWO_REPOS) as world:
+            await world.tick()
+            at_ms = 1_900_000_000_000 // MINUTE_MS * MINUTE_MS
+            await world.daemon.sample_history(at_ms)
+            await world.daemon.sample_history(at_ms + 30_000)  # the same minute: not again
+            minute = at_ms // MINUTE_MS
+            widgets, gadgets = (world.store.repo(r) for r in TWO_REPOS)
+            assert await widgets.history_minutes(minute, minute) == [{"q:P1": 3}]
+            assert await gadgets.history_minutes(minute, minute) == [{}]  # nothing: no key
+            assert await widgets.history_hours(at_ms // HOUR_MS, at_ms // HOUR_MS) == [{"q:P1": 3}]
+            assert await world.store.samples.minutes(minute, minute) == {minute}
+            await world.daemon.stop()  # no longer the leader: no sample
+            await world.daemon.sample_history(at_ms + MINUTE_MS)
+            assert await world.store.samples.minutes(minute + 1, minute + 1) == set()
