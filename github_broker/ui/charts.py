@@ -123,6 +123,21 @@ def _figure(chart_id: str, title: str, svg: str, extra: str, attrs: dict[str, ob
     )
 
 
+def _plot(labels: Sequence[str], series: Sequence[Series]) -> tuple[float, float, float, list[str]]:
+    """The y scale's top, the plot's height, the width per label, and the axes drawn."""
+    top = _nice_top(max((v or 0 for s in series for v in s.values), default=0))
+    step = (WIDTH - LEFT - RIGHT) / max(1, len(labels))
+    return top, HEIGHT - TOP - BOTTOM, step, _axes(top, labels)
+
+
+def _chart(
+    chart_id: str, title: str, desc: str, labels: Sequence[str], series: Sequence[Series],
+    body: list[str], attrs: dict[str, object],
+) -> Markup:  # fmt: skip
+    svg = _frame(chart_id, title, desc, body)
+    return _figure(chart_id, title, svg, _legend(series) + _table(title, labels, series), attrs)
+
+
 def bar_chart(
     chart_id: str,
     title: str,
@@ -132,11 +147,8 @@ def bar_chart(
     **attrs: object,
 ) -> Markup:
     """Grouped bars: one group per label, one bar per series."""
-    top = _nice_top(max((v or 0 for s in series for v in s.values), default=0))
-    plot_h = HEIGHT - TOP - BOTTOM
-    step = (WIDTH - LEFT - RIGHT) / max(1, len(labels))
+    top, plot_h, step, body = _plot(labels, series)
     width = step * 0.8 / max(1, len(series))
-    body = _axes(top, labels)
     for i, label in enumerate(labels):
         for j, s in enumerate(series):
             v = s.values[i] or 0
@@ -148,8 +160,7 @@ def bar_chart(
                 f'data-value="{_number(v)}"><title>{escape(label)}: {_number(v)} '
                 f"{escape(s.label)}</title></rect>"
             )
-    svg = _frame(chart_id, title, desc, body)
-    return _figure(chart_id, title, svg, _legend(series) + _table(title, labels, series), attrs)
+    return _chart(chart_id, title, desc, labels, series, body, attrs)
 
 
 def line_chart(
@@ -161,10 +172,7 @@ def line_chart(
     **attrs: object,
 ) -> Markup:
     """Lines with a dot per known value; unknown values (None) leave a gap."""
-    top = _nice_top(max((v or 0 for s in series for v in s.values), default=0))
-    plot_h = HEIGHT - TOP - BOTTOM
-    step = (WIDTH - LEFT - RIGHT) / max(1, len(labels))
-    body = _axes(top, labels)
+    top, plot_h, step, body = _plot(labels, series)
     for s in series:
         runs: list[list[str]] = [[]]
         for i, v in enumerate(s.values):
@@ -185,8 +193,7 @@ def line_chart(
             for run in runs
             if len(run) > 1
         ]
-    svg = _frame(chart_id, title, desc, body)
-    return _figure(chart_id, title, svg, _legend(series) + _table(title, labels, series), attrs)
+    return _chart(chart_id, title, desc, labels, series, body, attrs)
 
 
 def hbar_chart(
