@@ -67,6 +67,14 @@ Added by this project (no TTL unless said):
 ``timeline``             stream  recent events (kind, n, agent, detail): claims, lease ends,
                                  GitHub writes; capped ``MAXLEN ~ 2000``
 ``outbox:stats``         hash    applied, refused, dropped: GitHub write outcomes so far
+``history:m:{minute}``   hash    counts of the timeline events the scripts wrote in that minute
+                                 (epoch ms // 60000; store/history.py names the fields) and
+                                 the leader's sample of the queue by priority and of the work
+                                 waiting on a person; TTL 24 h + 1 min
+``history:h:{hour}``     hash    the same counts per hour (epoch ms // 3600000), samples summed
+                                 with their number; TTL 26 h
+``history:total``        hash    the same counts since the start (exported by /metrics); its
+                                 fields grow with the agents seen, not with traffic
 ``fence``                string  highest leader epoch that wrote this repository's mirror or
                                  write queue; scripts refuse a caller with a lower one
 ``mirror``               string  the time (ms) a complete sync pass finished: the mirror is
@@ -158,6 +166,8 @@ such as leader changes, capped like the repositories' ones) and
 ``{key_prefix}:agent_busy:{agent}`` (a short mutex, held while one request of that agent
 settles and claims across several repositories, so concurrent requests of one agent never
 claim in two of them; its scripts refuse to run past the hold, read on Redis's clock),
+``{key_prefix}:history:sampled`` (sorted set: the minutes the leader sampled the queues
+in, minute -> minute, the last 24 h),
 ``{key_prefix}:agents`` (hash: agent id -> JSON pause, the deployment's record that each
 repository's ``paused_agents`` copies), ``{key_prefix}:control`` (hash: ``broker`` -> JSON
 pause of the whole broker), ``{key_prefix}:audit`` (stream: deployment-wide actions such as
@@ -230,6 +240,9 @@ class RepoKeys:
         self.reviewing = self.base + "reviewing"
         self.timeline = self.base + "timeline"
         self.outbox_stats = self.base + "outbox:stats"
+        self.history_minute_prefix = self.base + "history:m:"
+        self.history_hour_prefix = self.base + "history:h:"
+        self.history_total = self.base + "history:total"
         self.fence = self.base + "fence"
         self.mirror = self.base + "mirror"
         self.server = self.base + "server"
@@ -301,6 +314,14 @@ class RepoKeys:
     def reserved(self, agent_id: str) -> str:
         return f"{self.reserved_prefix}{agent_id}"
 
+    def history_minute(self, minute: int) -> str:
+        """History of one minute (epoch ms // 60000)."""
+        return f"{self.history_minute_prefix}{minute}"
+
+    def history_hour(self, hour: int) -> str:
+        """History of one hour (epoch ms // 3600000)."""
+        return f"{self.history_hour_prefix}{hour}"
+
     def webhook_delivery(self, delivery_id: str) -> str:
         return f"{self.webhook_delivery_prefix}{delivery_id}"
 
@@ -334,6 +355,7 @@ class GlobalKeys:
         self.audit = f"{key_prefix}:audit"
         self.webhooks_refused = f"{key_prefix}:webhooks:refused"
         self.audit_exported = f"{key_prefix}:audit:exported"
+        self.history_sampled = f"{key_prefix}:history:sampled"
         # One hash tag for the dashboard's keys: login_attempt.lua touches two of them.
         ui = f"{{{key_prefix}:ui}}"
         self.ui_logins = f"{ui}:logins"

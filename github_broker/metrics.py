@@ -25,11 +25,17 @@ from prometheus_client import (
     generate_latest,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from github_broker.clock import now_ms
 from github_broker.models import priority_of_score
+from github_broker.store.history import DURATION_BOUNDS_S
 
 if TYPE_CHECKING:
     from github_broker.store import Store
@@ -39,6 +45,11 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 GITHUB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 LAG_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+#: Outcomes of a lease's end, as the timeline names them.
+LEASE_END_OUTCOMES = frozenset(
+    {"completed", "failed", "abandoned", "expired", "revoked", "issue_closed", "label_removed"}
+)
 
 #: Instruments fed outside the HTTP layer (gateway, write queue): one set per process.
 PROCESS_REGISTRY = CollectorRegistry(auto_describe=True)
@@ -284,7 +295,7 @@ async def _deployment_gauges(store: Store) -> list[Metric]:
     refused_total.add_metric([], refused[2] if refused else 0)
     paused = GaugeMetricFamily("gb_paused_agents", "Agents paused (maintainer or breaker).")
     paused.add_metric([], len(await store.paused_agents()))
-    families += [refused_total, paused]
+    families += [refused_total, paused, *await _history_families(store)]
     quota = await store.quota()
     if quota and quota.remaining is not None:
         remaining = GaugeMetricFamily(
@@ -293,6 +304,78 @@ async def _deployment_gauges(store: Store) -> list[Metric]:
         remaining.add_metric([], quota.remaining)
         families.append(remaining)
     return families
+
+
+#: Lease ends an agent is charged with (`a:<agent>:fail` in the history).
+_AGENT_RESULTS = {"ok": "completed", "fail": "failed"}
+
+
+async def _history_families(store: Store) -> list[Metric]:
+    """The history's running totals (store/history.py): the same counts as the dashboard's
+    charts, counted by the Lua scripts in the step that wrote each timeline event."""
+    handouts = CounterMetricFamily(
+        "gb_handouts", "Tasks handed out, by task type.", labels=["repository", "task_type"]
+    )
+    ends = CounterMetricFamily(
+        "gb_lease_ends", "Leases ended, by outcome.", labels=["repository", "outcome"]
+    )
+    waits = {
+        "wait": HistogramMetricFamily(
+            "gb_time_to_claim_seconds",
+            "Development tasks: seconds from claimable (labelled) to handed out.",
+            labels=["repository"],
+        ),
+        "pr": HistogramMetricFamily(
+            "gb_time_to_pr_seconds",
+            "Development tasks: seconds from the claim to completion with the PR open.",
+            labels=["repository"],
+        ),
+    }
+    per_agent: dict[tuple[str, str], int] = {}
+    for name, rstore in store.repos.items():
+        totals = await rstore.history_totals()
+        for field, n in sorted(totals.items()):
+            kind, _, rest = field.partition(":")
+            if kind == "claim":
+                handouts.add_metric([name, rest], n)
+            elif kind == "ev" and rest in LEASE_END_OUTCOMES:
+                ends.add_metric([name, rest], n)
+            elif kind == "a":
+                agent, _, stat = rest.rpartition(":")
+                per_agent[agent, stat] = per_agent.get((agent, stat), 0) + n
+        for prefix, family in waits.items():
+            family.add_metric([name], *_histogram(totals, prefix))
+    return [handouts, ends, *waits.values(), *_agent_families(per_agent)]
+
+
+def _histogram(totals: dict[str, int], prefix: str) -> tuple[list[tuple[str, float]], float]:
+    """Cumulative buckets and the sum (seconds) of the history's `prefix` fields."""
+    buckets, seen = [], 0
+    for le in DURATION_BOUNDS_S:
+        seen += totals.get(f"{prefix}:{le}", 0)
+        buckets.append((str(float(le)), float(seen)))
+    buckets.append(("+Inf", float(seen + totals.get(f"{prefix}:+Inf", 0))))
+    return buckets, totals.get(f"{prefix}:ms", 0) / 1000
+
+
+def _agent_families(per_agent: dict[tuple[str, str], int]) -> list[Metric]:
+    tasks = CounterMetricFamily(
+        "gb_agent_tasks",
+        "Leases ended per agent (all repositories): completed, or failed (failed, "
+        "abandoned, expired).",
+        labels=["agent", "result"],
+    )
+    seconds = CounterMetricFamily(
+        "gb_agent_task_seconds",
+        "Seconds the agent's completed tasks took, from claim to completion.",
+        labels=["agent"],
+    )
+    for (agent, stat), n in sorted(per_agent.items()):
+        if stat in _AGENT_RESULTS:
+            tasks.add_metric([agent, _AGENT_RESULTS[stat]], n)
+        elif stat == "ms":
+            seconds.add_metric([agent], n / 1000)
+    return [tasks, seconds]
 
 
 def _health_families() -> dict[str, GaugeMetricFamily]:

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,7 @@ import requests
 
 from github_broker.agent.client import BrokerClient
 from github_broker.keys import RepoKeys
+from github_broker.models import Task
 from github_broker.simulator import Simulator
 from tests.factories import body
 from tests.processes import BrokerProcess, broker_env
@@ -86,7 +88,6 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
-
 
 
 #: Who may log in, and the agents' tokens (the stack is not open: the page needs a login).
@@ -347,8 +348,10 @@ def test_dashboard_in_a_real_browser_revoke_and_live_updates(
         # (a claim's label wish can be cancelled before it is sent, so "the agent's label
         # is gone" alone proves nothing).
         wait_until(
-            lambda: {"needs-review"} <= set(sim.state.issue_labels("acme", "widgets", 11))
-            and "coder-ann" not in sim.state.issue_labels("acme", "widgets", 11),
+            lambda: (
+                {"needs-review"} <= set(sim.state.issue_labels("acme", "widgets", 11))
+                and "coder-ann" not in sim.state.issue_labels("acme", "widgets", 11)
+            ),
             20,
             "the completion's label writes",
         )
@@ -448,3 +451,134 @@ def test_health_block_in_a_real_browser_warns_only_when_something_is_wrong(
     sync = browser.js("document.querySelector('table.health td.sync').textContent")
     assert sync.startswith("failing") and "403" in sync
     assert browser.js("window.notReloaded") is True
+
+
+#: Where the browser test's chart screenshots go (with UPDATE_SCREENSHOT=1 only).
+TRENDS_SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard-trends.png"
+
+#: What the page's charts say, read from their marks and attributes.
+CHARTS_JS = """(() => {
+  const fig = id => document.getElementById(id);
+  const marks = (id, s) => [...fig(id).querySelectorAll(`svg [data-series="${s}"]`)];
+  const sum = (id, s) => marks(id, s).reduce((a, e) => a + Number(e.dataset.value), 0);
+  const last = (id, s) => {
+    const m = marks(id, s);
+    return m.length ? Number(m[m.length - 1].dataset.value) : null;
+  };
+  const q = fig('chart-queue');
+  const series = [...new Set([...q.querySelectorAll('svg [data-series]')]
+    .map(e => e.dataset.series))];
+  return {
+    handouts: sum('chart-throughput', 'handouts'),
+    completed: sum('chart-throughput', 'completed'),
+    failed: sum('chart-throughput', 'failed'),
+    handouts_attr: Number(fig('chart-throughput').dataset.handouts),
+    queue_now: series.filter(s => s.startsWith('P'))
+      .reduce((a, s) => a + last('chart-queue', s), 0),
+    queue_points: q.querySelectorAll('svg circle').length,
+    to_claim: Number(fig('chart-waits').dataset.toClaimCount),
+    to_pr: Number(fig('chart-waits').dataset.toPrCount),
+    waits: marks('chart-waits', 'labelled → claimed median').length,
+    agents: Object.fromEntries([...fig('chart-agents').querySelectorAll('svg rect[data-value]')]
+      .map(e => [e.dataset.series, Number(e.dataset.value)])),
+    titled: [...document.querySelectorAll('figure.chart svg')].every(s =>
+      s.querySelector('title') && s.querySelector('desc').textContent.length > 20),
+  };
+})()"""
+
+
+def timeline_counts(redis_url: str) -> tuple[Counter[str], dict[str, tuple[int, int]]]:
+    """Events on the repository's timeline by kind (a development claim as `claim:dev`),
+    and each agent's (completed, failed) lease ends."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        entries = client.xrange(KEYS.timeline)
+    finally:
+        client.close()
+    kinds: Counter[str] = Counter()
+    agents: dict[str, tuple[int, int]] = {}
+    for _, f in entries:
+        kinds[f["kind"]] += 1
+        if f["kind"] == "claim" and f["detail"].startswith("development:"):
+            kinds["claim:dev"] += 1
+        if f["kind"] == "completed" and f["detail"].startswith("development"):
+            kinds["completed:dev"] += 1
+        ok, bad = agents.get(f["agent"], (0, 0))
+        if f["kind"] == "completed":
+            agents[f["agent"]] = (ok + 1, bad)
+        elif f["kind"] in ("failed", "abandoned", "expired"):
+            agents[f["agent"]] = (ok, bad + 1)
+    return kinds, agents
+
+
+def some_work(broker: BrokerProcess) -> tuple[BrokerClient, Task]:
+    """Three hand-outs, a completion and a failure by three agents; designer-bo holds #12
+    (its client and task returned; the caller closes the client)."""
+    ann, cy = agent(broker, "coder-ann"), agent(broker, "tester-cy")
+    bo = agent(broker, "designer-bo")
+    try:
+        first = ann.request_task(roles=["BACKENDCODER"])
+        assert first is not None and first.issue_id == 11
+        ann.release(first, "failed")  # back in the pool; ann cools down on it
+        again = cy.request_task(roles=["BACKENDCODER"])
+        assert again is not None and again.issue_id == 11
+        cy.complete(again)
+        front = bo.request_task(roles=["FRONTENDCODER"])
+        assert front is not None and front.issue_id == 12
+    finally:
+        ann.close()
+        cy.close()
+    return bo, front
+
+
+@pytest.mark.slow
+def test_trend_charts_in_a_real_browser_show_what_the_timeline_counted(
+    stack: tuple[BrokerProcess, Simulator], browser: Browser, tmp_path: Path
+) -> None:
+    broker, _ = stack
+    redis_url = broker.env["GITHUB_BROKER_REDIS__URL"]
+    designer, held = some_work(broker)
+    try:
+        browser.login(broker.url)
+        browser.wait_for("document.getElementById('live-state').textContent === 'live'", "live")
+        seen = browser.js(CHARTS_JS)
+        kinds, agents = timeline_counts(redis_url)
+        assert kinds["claim"] == 3 and kinds["completed"] == 1  # the work above, nothing lost
+        assert seen["handouts"] == seen["handouts_attr"] == kinds["claim"]
+        assert seen["completed"] == kinds["completed"]
+        assert seen["failed"] == kinds["failed"] == 1
+        assert seen["to_claim"] == kinds["claim:dev"] == 3
+        assert seen["to_pr"] == kinds["completed:dev"] == 1
+        assert seen["waits"] == 1
+        client = redis.Redis.from_url(redis_url)
+        try:
+            assert seen["queue_now"] == client.zcard(KEYS.ready) > 0
+        finally:
+            client.close()
+        assert seen["queue_points"] >= 2  # the queue now, and its line of waiting on a person
+        assert seen["agents"] == {a: ok / (ok + bad) for a, (ok, bad) in agents.items() if a}
+        assert seen["titled"] is True
+
+        # Work done while the page is open: the charts follow over the stream, no reload.
+        browser.js("window.notReloaded = true")
+        designer.complete(held)
+    finally:
+        designer.close()
+    browser.wait_for(
+        "document.getElementById('chart-throughput').dataset.completed === '2'",
+        "the new completion in the chart",
+        timeout_s=15,
+    )
+    assert browser.js("window.notReloaded") is True
+    if os.environ.get("UPDATE_SCREENSHOT"):  # refreshes docs/dashboard-trends.png on request
+        browser.js("document.getElementById('trends').scrollIntoView()")
+        shot = tmp_path / "trends.png"
+        browser.screenshot(shot, 1280, 820)
+        shutil.copyfile(shot, TRENDS_SCREENSHOT)
+
+    # The range switch is a link: the 24 h view counts the same work.
+    browser.click("#range-24h")
+    browser.wait_for("location.search === '?range=24h'", "the 24 h view")
+    browser.wait_for("document.readyState === 'complete'", "the page")
+    assert browser.js(CHARTS_JS)["completed"] == 2
+    assert browser.js("document.querySelector('#range-24h.current') !== null") is True

@@ -17,6 +17,7 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from github_broker.clock import now_ms
 from github_broker.errors import BrokerError, Fenced, GitHubError, RateLimited
 from github_broker.gateway import GitHubGateway
 from github_broker.leader.audit_file import AuditFile
@@ -28,6 +29,7 @@ from github_broker.leader.sync import Syncer
 from github_broker.logs import log_fields
 from github_broker.settings import Repository, Settings
 from github_broker.store import RepoStore, Store
+from github_broker.store.history import MINUTE_MS
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ SYNC_CONCURRENCY = 4
 QUARANTINE_MARGIN_S = 5
 #: Seconds between two appends of new audit entries to `audit.file`.
 AUDIT_EXPORT_INTERVAL_S = 5.0
+#: Seconds between two samples of the queues for the history (one per minute).
+HISTORY_SAMPLE_INTERVAL_S = 60.0
 #: Longest pause after repeated failed sync passes.
 MAX_SYNC_BACKOFF_S = 900.0
 
@@ -390,6 +394,21 @@ class Daemon:
                 partial(self.progress.check, repo, webhooks_healthy=healthy),
             )
 
+    async def sample_history(self, at_ms: int | None = None) -> None:
+        """Once a minute: every repository's queue by priority and its work waiting on a
+        person, into its history (the dashboard's queue chart)."""
+        if not self.is_leader:
+            return
+        at_ms = now_ms() if at_ms is None else at_ms
+        try:
+            if not await self.store.samples.claim_minute(at_ms // MINUTE_MS):
+                return
+            for rstore in self.store.repos.values():
+                ready, waiting = await rstore.queue_sample()
+                await rstore.record_sample(at_ms, ready, waiting)
+        except BrokerError as e:
+            logger.warning("history sample not taken: %s", e)
+
     async def export_audit(self) -> None:
         """Append new audit entries to `audit.file` (the leader only)."""
         if not self.is_leader or self.audit_file is None:
@@ -441,6 +460,7 @@ class Daemon:
             (self.reap_all, REAP_INTERVAL_S),
             (self.progress_all, self.settings.progress.check_interval_s),
             (self.export_audit, AUDIT_EXPORT_INTERVAL_S),
+            (self.sample_history, HISTORY_SAMPLE_INTERVAL_S),
         ]
         for func, seconds in jobs:
             # A slow pass is never overlapped by the next one: the job skips a tick while its

@@ -387,11 +387,83 @@ local function record_completion(C, n, agent, task_id, task_type, now)
   end
 end
 
+-- History: every event on the timeline is counted in the minute of its stream entry's id, so
+-- a chart's count is the timeline's count by construction (store/history.py reads them).
+-- Each count goes to three hashes: the minute's (`history:{minute}`, for history_minute_s),
+-- the hour's (`history:h:{hour}`, what a 24 h chart reads, for history_hour_s) and the
+-- running totals (`history:total`, /metrics). Fields: `ev:<kind>`; a hand-out's
+-- `claim:<type>`; a development hand-out's time since its task became claimable
+-- (`wait:<le>` per bucket, `wait:ms`); a completed development task's time from its claim
+-- (`pr:<le>`, `pr:ms`); per agent, lease ends `a:<agent>:ok` | `a:<agent>:fail` and its
+-- completed tasks' time `a:<agent>:ms`. Bucket bounds (s) as the Prometheus histograms'.
+local HISTORY_LE_S = {1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
+local AGENT_END = {completed = 'ok', failed = 'fail', abandoned = 'fail', expired = 'fail'}
+
+local function history_le(ms)
+  for _, le in ipairs(HISTORY_LE_S) do
+    if ms <= le * 1000 then return tostring(le) end
+  end
+  return '+Inf'
+end
+
+-- A duration (ms) as histogram fields of `name`.
+local function history_duration(out, name, ms)
+  if ms < 0 then ms = 0 end
+  out[#out + 1] = name .. ':' .. history_le(ms)
+  out[#out + 1] = 1
+  out[#out + 1] = name .. ':ms'
+  out[#out + 1] = ms
+end
+
+-- The fields (name, increment, ...) an event counts at `at_ms`.
+local function history_fields(C, at_ms, kind, n, agent, detail)
+  local out = {'ev:' .. kind, 1}
+  if kind == 'claim' then
+    local task_type = string.match(detail or '', '^(%a+):')
+    if not task_type then return out end
+    out[#out + 1] = 'claim:' .. task_type
+    out[#out + 1] = 1
+    local raw = task_type == 'development' and redis.call('HGET', C.K.tasks, detail)
+    if raw then
+      local _, _, _, _, since = task_fields(raw)
+      if since then history_duration(out, 'wait', at_ms - since) end
+    end
+  elseif AGENT_END[kind] and agent and agent ~= '' then
+    local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
+    local cand = raw and cjson.decode(raw)
+    out[#out + 1] = 'a:' .. agent .. ':' .. AGENT_END[kind]
+    out[#out + 1] = 1
+    if kind == 'completed' and cand and tonumber(cand.claimed_ms) then
+      local took = tonumber(cand.ended_ms or at_ms) - tonumber(cand.claimed_ms)
+      out[#out + 1] = 'a:' .. agent .. ':ms'
+      out[#out + 1] = math.max(0, took)
+      if cand.task_type == 'development' then history_duration(out, 'pr', took) end
+    end
+  end
+  return out
+end
+
+local function history_count(C, entry_id, kind, n, agent, detail)
+  local at_ms = tonumber(string.match(entry_id, '^(%d+)'))
+  local minute = C.history .. math.floor(at_ms / 60000)
+  local hour = C.history_hour .. math.floor(at_ms / 3600000)
+  local fields = history_fields(C, at_ms, kind, n, agent, detail)
+  for i = 1, #fields, 2 do
+    local by = arg(fields[i + 1])
+    redis.call('HINCRBY', minute, fields[i], by)
+    redis.call('HINCRBY', hour, fields[i], by)
+    redis.call('HINCRBY', C.history_total, fields[i], by)
+  end
+  redis.call('EXPIRE', minute, C.history_minute_s_arg)
+  redis.call('EXPIRE', hour, C.history_hour_s_arg)
+end
+
 -- Append an event to the repository's timeline stream (the dashboard's "recent events").
--- Capped approximately, so a busy repository costs a bounded stream.
+-- Capped approximately, so a busy repository costs a bounded stream. Counted in the history.
 local function timeline(C, kind, n, agent, detail)
-  redis.call('XADD', C.timeline, 'MAXLEN', '~', C.timeline_max_arg, '*', 'kind', kind,
+  local id = redis.call('XADD', C.timeline, 'MAXLEN', '~', C.timeline_max_arg, '*', 'kind', kind,
              'n', tostring(n or ''), 'agent', agent or '', 'detail', detail or '')
+  history_count(C, id, kind, n, agent, detail)
 end
 
 -- `agent` is not handed issue n before `until_ms` (a failure's cool-down, or a person revoked

@@ -11,6 +11,7 @@ from github_broker.keys import RepoKeys
 from github_broker.models import SCORE_GROUP
 from github_broker.settings import Settings
 from github_broker.store.control import ControlStore
+from github_broker.store.history import HISTORY_HOUR_TTL_S, HISTORY_MINUTE_TTL_S, History
 from github_broker.store.leases import LeaseRegistry
 from github_broker.store.mirror import IssueMirror
 from github_broker.store.reviews import ReviewStore
@@ -25,7 +26,14 @@ LEASE_END_TTL_S = 86400
 
 
 class RepoStore(
-    IssueMirror, LeaseRegistry, ReviewStore, WriteQueue, WebhookQueue, Timeline, ControlStore
+    IssueMirror,
+    LeaseRegistry,
+    ReviewStore,
+    WriteQueue,
+    WebhookQueue,
+    Timeline,
+    ControlStore,
+    History,
 ):
     """Redis state of one repository: every part's reads and writes."""
 
@@ -119,12 +127,17 @@ def _key_context(keys: RepoKeys) -> dict[str, Any]:
         "outbox_taken": keys.outbox_taken,
         "sync": keys.sync,
         "sync_pages": keys.sync_pages,
+        "history": keys.history_minute_prefix,
+        "history_hour": keys.history_hour_prefix,
+        "history_total": keys.history_total,
     }
 
 
 def _rule_context(settings: Settings) -> dict[str, Any]:
     return {
         "timeline_max": TIMELINE_MAX,
+        "history_minute_s": HISTORY_MINUTE_TTL_S,
+        "history_hour_s": HISTORY_HOUR_TTL_S,
         "in_progress": settings.labels.in_progress,
         "needs_review": settings.labels.needs_review,
         "lease_ms": settings.leases.lease_ttl_s * 1000,

@@ -29,6 +29,7 @@ from github_broker.store.connection import (
     translate_errors,
 )
 from github_broker.store.control import audit_entries, split_actor, xadd_audit
+from github_broker.store.history import HistorySamples
 from github_broker.store.logins import DashboardLogins
 from github_broker.store.repo import RepoStore
 from github_broker.store.resp import close_pipelined, pipelined_for
@@ -66,6 +67,7 @@ class Store(AgentState):
         self.scripts = Scripts(client)
         self.global_keys = GlobalKeys(settings.redis.key_prefix)
         self.logins = DashboardLogins(client, self.scripts, self.global_keys, self.call_timeout_s)
+        self.samples = HistorySamples(client, self.global_keys, self.call_timeout_s)
         self.repos = {
             r.full_name: RepoStore(
                 client, self.scripts, RepoKeys(settings.redis.key_prefix, r.owner, r.name), settings

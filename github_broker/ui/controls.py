@@ -32,7 +32,7 @@ ACTOR = Actor.admin("dashboard")
 #: URL-encoded.
 FORM_MAX = 16 * 1024
 #: Pages an action may send the browser back to.
-_BACK = re.compile(r"^/ui(/agents/[A-Za-z0-9][A-Za-z0-9._-]{0,49})?$")
+_BACK = re.compile(r"^/ui(/agents/[A-Za-z0-9][A-Za-z0-9._-]{0,49}|\?range=(1h|24h))?$")
 
 
 @dataclass
@@ -329,7 +329,7 @@ _FIELD_DOC = {
     "text": f"The note (at most {MAX_TEXT} characters).",
     "hold": "1: hold the issue for a person instead of returning it to the pool.",
     "confirmed": "1: the maintainer confirmed a destructive action.",
-    "back": "The dashboard page to go back to (/ui or /ui/agents/{agent_id}).",
+    "back": "The dashboard page to go back to (/ui, /ui?range=24h or /ui/agents/{agent_id}).",
 }
 _SCOPE_FIELDS = {
     "issue": ("repository", "issue"),

@@ -8,11 +8,22 @@ from typing import Any
 from github_broker.ui.controls import CONTROLS
 from github_broker.ui.guard import Visitor
 from github_broker.ui.pages import render
+from github_broker.ui.trends import charts
 from github_broker.ui.views import AgentView, DashboardView
 
 
 def dashboard_context(v: DashboardView, who: Visitor) -> dict[str, Any]:
-    return {"v": v, "o": v.o, "csrf": who.csrf, "back": "/ui", "CONTROLS": CONTROLS}
+    range_name = v.trends.range if v.trends else None
+    back = f"/ui?range={range_name}" if range_name else "/ui"
+    return {
+        "v": v,
+        "o": v.o,
+        "csrf": who.csrf,
+        "back": back,
+        "CONTROLS": CONTROLS,
+        "trends_range": range_name,
+        "charts": charts(v.trends) if v.trends else [],
+    }
 
 
 def agent_context(a: AgentView, who: Visitor) -> dict[str, Any]:

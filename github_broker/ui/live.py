@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -189,7 +189,10 @@ def _problem(status: int, detail: str, reason: str, **headers: str) -> JSONRespo
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         401: {"description": "Not logged in.", "content": PROBLEM_JSON},
-        422: {"description": "`agent` is not an agent id.", "content": PROBLEM_JSON},
+        422: {
+            "description": "`agent` is not an agent id, or `range` not 1h or 24h.",
+            "content": PROBLEM_JSON,
+        },
         503: {
             "description": "This process serves as many live pages as it may (Retry-After "
             "says when to try again; the page keeps working by itself), or Redis is "
@@ -205,6 +208,9 @@ async def live(
         str | None,
         Query(pattern=AGENT_ID_PATTERN, description="The agent page's updates, not /ui's."),
     ] = None,
+    range_name: Annotated[
+        Literal["1h", "24h"], Query(alias="range", description="/ui's trend charts' range.")
+    ] = "1h",
 ) -> Response:
     """Live updates of the dashboard (or of one agent's page) while it is open (admin)."""
     try:
@@ -230,11 +236,15 @@ async def live(
     live_feed = feed(request)
 
     async def render() -> str:
+        if agent is None:
+            board = await live_feed.data(
+                f"dashboard:{range_name}",
+                lambda: views.dashboard_view(svc.store, svc.settings, range_name),
+            )
+            return fragments.dashboard(board, who)
         board = await live_feed.data(
             "dashboard", lambda: views.dashboard_view(svc.store, svc.settings)
         )
-        if agent is None:
-            return fragments.dashboard(board, who)
         page = await live_feed.data(
             f"agent:{agent}", lambda: views.agent_view(svc.store, board, agent)
         )

@@ -6,10 +6,10 @@ from __future__ import annotations
 import hmac
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -27,6 +27,10 @@ LOGIN_BODY_MAX = 4096
 
 HTML: dict[str, Any] = {"content": {"text/html": {}}}
 AgentId = Annotated[str, PathParam(pattern=AGENT_ID_PATTERN, description="agent id")]
+#: The trend charts' time range (`?range=`): the last hour or the last 24 hours.
+RangeName = Annotated[
+    Literal["1h", "24h"], Query(alias="range", description="The trend charts' time range.")
+]
 
 
 @router.get("/", include_in_schema=True, status_code=307, response_class=RedirectResponse)
@@ -41,18 +45,19 @@ async def root() -> RedirectResponse:
     responses={
         200: {"description": "The dashboard page.", **HTML},
         303: {"description": "Not logged in: go to /ui/login."},
+        422: {"description": "`range` is not 1h or 24h.", "content": PROBLEM_JSON},
         503: {"description": "Redis unavailable: the page says so.", **HTML},
     },
 )
-async def dashboard(request: Request) -> Response:
-    """Leases, queues, blockers, reviews, agents, the integrations' health, the write queue,
-    recent events and the audit log, with the maintainers' controls (admin)."""
+async def dashboard(request: Request, range_name: RangeName = "1h") -> Response:
+    """Trend charts, leases, queues, blockers, reviews, agents, the integrations' health, the
+    write queue, recent events and the audit log, with the maintainers' controls (admin)."""
     svc = services(request)
     try:
         who = await guard.visitor(request)
         if who is None:
             return RedirectResponse("/ui/login", status_code=303)
-        data = await views.dashboard_view(svc.store, svc.settings)
+        data = await views.dashboard_view(svc.store, svc.settings, range_name)
     except BrokerError as e:
         return unavailable(e)
     context = fragments.dashboard_context(data, who)

@@ -9,6 +9,7 @@ from github_broker.clock import iso_from_ms
 from github_broker.models import AgentPause, AuditEntry, Event
 from github_broker.reports.health import RefusedDelivery
 from github_broker.reports.overview import LeaseRow, Overview, overview
+from github_broker.reports.trends import Trends, trends
 from github_broker.settings import Settings
 from github_broker.store import Store
 
@@ -41,6 +42,8 @@ class DashboardView:
     agents: list[AgentSummary]
     #: The last webhook delivery refused (deployment-wide), if any.
     refused: RefusedDelivery | None
+    #: The trend charts' data (the dashboard page; None for an agent's page).
+    trends: Trends | None = None
 
 
 @dataclass
@@ -69,7 +72,10 @@ def agents_of(o: Overview) -> list[AgentSummary]:
     return sorted(found.values(), key=lambda a: a.agent_id)
 
 
-async def dashboard_view(store: Store, settings: Settings) -> DashboardView:
+async def dashboard_view(
+    store: Store, settings: Settings, range_name: str | None = None
+) -> DashboardView:
+    """The overview; with `range_name` ("1h", "24h") the trends of that range too."""
     data = await overview(store, settings)
     refused = await store.webhook_refused()
     return DashboardView(
@@ -78,6 +84,7 @@ async def dashboard_view(store: Store, settings: Settings) -> DashboardView:
         refused=RefusedDelivery(at=iso_from_ms(refused[0]), reason=refused[1], count=refused[2])
         if refused
         else None,
+        trends=await trends(store, range_name, data.now_ms) if range_name else None,
     )
 
 
