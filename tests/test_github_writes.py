@@ -102,3 +102,35 @@ def test_slow_github_claims_stay_fast_and_writes_survive_crash_and_5xx(
     finally:
         client.close()
         broker.stop()
+
+
+def test_queued_writes_follow_github_back_within_seconds_whatever_the_backoff_grew_to(
+    sim: Simulator, redis_url: str, tmp_path: Path
+) -> None:
+    """GitHub refuses writes (503) long enough for the write queue's backoff to grow past
+    8 s; once GitHub answers again, the queued labels land within 5 s (a probe or any
+    answered call ends the backoff), not when the backoff runs out."""
+    env = broker_env(
+        redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_POLL__OUTBOX_INTERVAL_S="0.2"
+    )
+    broker = BrokerProcess(env, tmp_path, "broker").start()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        wait_until(lambda: client.zcard(KEYS.ready) == 12, 30, "the first sync")
+        rule = sim.faults.add_error(503, method="POST")
+        got = requests.post(f"{broker.url}/request-task", json={"agent_id": "bot-1"}, timeout=10)
+        assert got.status_code == 200
+        n = got.json()["issue_id"]
+
+        def refused_writes() -> int:
+            return int(sim.stats.snapshot()["by_status"].get("503", 0))
+
+        # Three refused drains in a row: the next pause is 8 s (±20 %) or more.
+        wait_until(lambda: refused_writes() >= 3, 30, "three refused write attempts")
+        assert sim.faults.remove(rule.id)
+        back_s = time.monotonic()
+        wait_until(lambda: {"in-progress", "bot-1"} <= labels(sim, n), 10, "the claim's labels")
+        assert time.monotonic() - back_s < 5.0
+    finally:
+        client.close()
+        broker.stop()

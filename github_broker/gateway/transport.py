@@ -64,6 +64,8 @@ class Transport:
 
     def __init__(self, settings: GitHubSettings) -> None:
         self.settings = settings
+        #: When GitHub last answered anything but a 5xx (time.time()): it is reachable.
+        self.last_answer_s = 0.0
         self._github = Github(
             auth=_auth(settings),
             base_url=settings.base_url.rstrip("/"),
@@ -134,6 +136,9 @@ class Transport:
         resp_headers = {k.lower(): v for k, v in raw_headers.items()}
         self._note_quota(resp_headers)
         data = json.loads(output) if output else None
+        if status < 500:
+            # GitHub answered: the write queue's outage backoff ends (leader/outbox.py).
+            self.last_answer_s = time.time()
         if status >= 400:
             self._raise(verb, path, status, resp_headers, data)
         return status, resp_headers, data

@@ -4,6 +4,7 @@ with retries, backoff and fencing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from github_broker.errors import (
+    BrokerError,
     Fenced,
     GitHubError,
     GitHubNotFound,
@@ -37,6 +39,10 @@ HIDE_MS = 60_000
 #: BASE * 2^attempts seconds, capped, with jitter.
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 300.0
+#: Seconds between two looks at whether GitHub is back while writes wait out an outage: a
+#: `GET /rate_limit` (free: it does not count against the quota), unless another call of the
+#: process (a sync read) got an answer meanwhile. Queued writes follow within about this.
+OUTAGE_PROBE_S = 2.0
 #: Attempts after which a job GitHub keeps refusing (4xx) is dropped and logged.
 MAX_REFUSED_ATTEMPTS = 8
 
@@ -121,6 +127,9 @@ class OutboxDrainer:
         self.gateway = gateway
         self.paused_until_s = 0.0
         self._outages = 0  # consecutive drains cut short by an unavailable GitHub
+        #: When the current outage began (time.time()), None when GitHub takes writes.
+        self._outage_at: float | None = None
+        self._probed_s = 0.0
         #: The leader epoch every take and settle carries (0: unfenced); set by the daemon.
         self.epoch = 0
         #: Asked right before each GitHub call: a leader that stalled and was replaced must
@@ -146,7 +155,7 @@ class OutboxDrainer:
         try:
             await self._release_in_hand(repo, epoch)
             while time.monotonic() - started < DRAIN_BUDGET_S:
-                if time.time() < self.paused_until_s:
+                if time.time() < self.paused_until_s and not await self._github_back():
                     report.paused_until_s = self.paused_until_s
                     break
                 taken = await self._drain_batch(repo, report, started + DRAIN_BUDGET_S, epoch)
@@ -157,6 +166,23 @@ class OutboxDrainer:
             self._in_hand.pop(repo.full_name, None)
             raise
         return report
+
+    async def _github_back(self) -> bool:
+        """During an outage: whether GitHub answers again (any call of this process since the
+        outage began, or a probe every OUTAGE_PROBE_S). If so the backoff ends at once, and
+        the writes held by the outage (due already) go out in this drain."""
+        if self._outage_at is None:
+            return False
+        back = self.gateway.last_answer_s > self._outage_at
+        if not back and time.monotonic() - self._probed_s >= OUTAGE_PROBE_S:
+            self._probed_s = time.monotonic()
+            with contextlib.suppress(BrokerError):
+                await asyncio.to_thread(self.gateway.ping)
+            back = self.gateway.last_answer_s > self._outage_at
+        if back:
+            logger.info("GitHub answers again: queued writes resume")
+            self._outages, self.paused_until_s, self._outage_at = 0, 0.0, None
+        return back
 
     async def _release_in_hand(self, repo: Repository, epoch: int) -> None:
         """Jobs a drain cut short by a Redis error left taken: due at once, nothing lost."""
@@ -245,17 +271,24 @@ class OutboxDrainer:
         reordered, and no other job is tried until then."""
         if isinstance(e, RateLimited):
             self.paused_until_s = e.retry_at_s
+            delay_ms = max(0, int((self.paused_until_s - time.time()) * 1000))
         else:
             self._outages += 1
-            self.paused_until_s = time.time() + backoff_ms(self._outages) / 1000
-        delay_ms = max(0, int((self.paused_until_s - time.time()) * 1000))
+            self._outage_at = time.time()
+            self.paused_until_s = self._outage_at + backoff_ms(self._outages) / 1000
+            # Due at once in Redis: this drainer's pause holds them, and ends the moment
+            # GitHub answers again (_github_back); a new leader tries them at once.
+            delay_ms = 0
         # Not the jobs' fault: none of them counts this toward being dropped.
         rest = batch.jobs[index:]
         await self._put_back(batch.rstore, rest, delay_ms, batch.epoch, hand=batch.repo.full_name)
         batch.report.paused_until_s = self.paused_until_s
         batch.report.retried += len(rest)
         logger.warning(
-            "GitHub writes for %s paused %.1fs: %s", batch.repo.full_name, delay_ms / 1000, e
+            "GitHub writes for %s paused up to %.1fs: %s",
+            batch.repo.full_name,
+            self.paused_until_s - time.time(),
+            e,
         )
 
     async def _refused(self, batch: _Batch, index: int, e: GitHubError) -> None:
