@@ -105,6 +105,9 @@ Added by this project (no TTL unless said):
                                  sweep (it pauses them in every repository)
 ``failure_charges``      hash    issue number -> JSON list of the agents whose failures it was
                                  charged with in this round (a convicted agent's is taken back)
+``recovering``           hash    issue number -> agent: a development lease rebuilt from labels
+                                 after a loss that its agent never proved; the leader reads
+                                 GitHub (a PR: completed; none: back to the pool)
 ``revived``              list    issues given up (needs-human) on a convicted agent's charge and
                                  revived: the leader indexes their tasks again
 ``paused_agents``        hash    agent id -> JSON ``{kind: pause|stop|breaker, by, reason,
@@ -256,6 +259,7 @@ class RepoKeys:
         self.trips = self.base + "trips"
         self.failure_charges = self.base + "failure_charges"
         self.revived = self.base + "revived"
+        self.recovering = self.base + "recovering"
         self.paused_agents = self.base + "paused_agents"
         self.control = self.base + "control"
         self.waiting = self.base + "waiting"

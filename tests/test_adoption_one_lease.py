@@ -4,8 +4,9 @@ of its next claim went out), and the rebuild must still give it one lease, never
 
 `sync_upsert.lua` adopts one of them (the issue GitHub changed last) and keeps the other out
 of the pool, waiting in the lease's `contested` list; the agent's next lease call says which
-one it works on (`_lib.lua`: take_contested, release_contested) and the other returns to the
-pool. If the agent never calls, both return when the adopted lease expires.
+one it works on (`_lib.lua`: take_contested, release_contested) and the other waits until the
+leader reads GitHub: no PR for it, and it returns to the pool (a PR: completed). If the agent
+never calls, both wait so once the adopted lease expires.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ async def test_rebuild_adopts_one_lease_per_agent_and_its_heartbeat_keeps_its_ta
 
     await world.tasks.heartbeat(REPO, current.issue_id, "a1", current.lease.token)
     assert await world.live_leases("a1") == [current.issue_id]
+    # a1 moved on from the stale issue: the leader finds no PR for it, so it returns.
+    await world.daemon.progress_all()
     await world.tick()  # the stale labels are removed on GitHub
     assert not world.labels(stale.issue_id) & HELD
     assert world.labels(current.issue_id) >= HELD
@@ -138,6 +141,7 @@ async def test_a_request_before_any_heartbeat_settles_the_adopted_lease_only(
     nxt = await world.ask("a1")
     assert nxt is not None
     assert await world.live_leases("a1") == [nxt.issue_id]
+    await world.daemon.progress_all()  # no PR for the issue a1 moved on from: it returns
     await world.tick()
     assert "needs-review" in world.labels(current.issue_id)
     if nxt.issue_id != stale.issue_id:
@@ -172,6 +176,7 @@ async def test_a_vanished_agents_adopted_and_waiting_issues_return_after_the_lea
     stale, current = await lose_redis_while_a_removal_lags(world, sim, clock, "current")
     time.sleep(1.2)  # nobody heartbeats: lease TTL 1 s
     await world.daemon.reap_all()
+    await world.daemon.progress_all()  # GitHub shows no PR for either: both return
     await world.tick()
     assert not world.labels(stale.issue_id) & HELD
     assert not world.labels(current.issue_id) & HELD

@@ -218,7 +218,7 @@ async def test_dead_agents_lost_lease_keys_are_adopted_then_expire_into_the_pool
     """a1 holds #1 (labels on GitHub) and dies; its lease keys are lost. Nothing else touches
     #1, so no sync re-reads it: before, it stayed in-progress on GitHub and out of the pool for
     good. The full pass adopts it for a1 (as after a FLUSHALL); the lease then expires
-    unrenewed and #1 goes to another agent."""
+    unrenewed, GitHub shows no PR for it, and #1 goes to another agent."""
     issues = [{"number": 1, "title": "One", "body": body(), "labels": ["P1", "BACKENDCODER"]}]
     with simulated(issues) as sim:
         async with running_world(sim, redis_url, make_settings) as world:
@@ -244,6 +244,9 @@ async def test_dead_agents_lost_lease_keys_are_adopted_then_expire_into_the_pool
             await world.store.client.delete(keys.issue_lock(1))
             await world.store.client.zadd(keys.leases, {"1": 0}, xx=True)
             await world.daemon.reap_all()
+            # Never proved: the leader reads GitHub first (no PR for it), then it returns.
+            assert await world.ask("a2") is None
+            await world.daemon.progress_all()
             again = await world.ask("a2")
             assert again is not None and again.issue_id == 1
             await world.tick()

@@ -75,6 +75,7 @@ async def test_readopted_lease_of_a_vanished_agent_expires_and_issue_returns(wor
     assert (await world.ask("a2")).issue_id == 2  # type: ignore[union-attr]
     await asyncio.sleep(1.2)  # nobody heartbeats the adopted lease
     await world.daemon.reap_all()
+    await world.daemon.progress_all()  # GitHub shows no PR for it: back to the pool
     await world.tick()  # labels removed on GitHub
     assert not world.labels(1) & {"in-progress", "a1"}
     await world.tick()  # the sync sees the clean issue

@@ -16,7 +16,8 @@ logger = logging.getLogger(__name__)
 
 class ReadyWaker:
     """One Redis subscription per process, fanned out to every waiting request; it also keeps
-    the process's copy of the index of repositories with work (repo_index.py)."""
+    the process's copy of the index of repositories with work (repo_index.py) and its memory of
+    lease ends (store/ended.py)."""
 
     def __init__(self, recheck_s: float, index: RepoIndex | None = None) -> None:
         # A missed message (Redis reconnecting) costs a waiter at most recheck_s.
@@ -72,7 +73,10 @@ class ReadyWaker:
                     while True:
                         message = await queue.get()
                         if message == RESUBSCRIBED:
+                            store.ended.subscribed()
                             self._reload_now.set()
+                        elif store.ended.heard(message):
+                            continue  # a lease end: no task became claimable by it alone
                         else:
                             self.index.apply(message)
                         self.notify()

@@ -39,7 +39,6 @@ REAP_INTERVAL_S = 5.0
 SYNC_CONCURRENCY = 4
 #: Seconds a repository rebuilt after a loss waits beyond one heartbeat interval before it
 #: hands out work again (agents heartbeat on their own clocks).
-QUARANTINE_MARGIN_S = 5
 #: Seconds between two appends of new audit entries to `audit.file`.
 AUDIT_EXPORT_INTERVAL_S = 5.0
 #: Seconds between two samples of the queues for the history (one per minute).
@@ -90,7 +89,6 @@ class Daemon:
         self._sync_lock = asyncio.Lock()
         #: Repositories whose mirror this process has seen built: only theirs can be lost (a
         #: fresh start's first pass is a build, not a rebuild).
-        self._seen_built: set[str] = set()
         self.scheduler: AsyncIOScheduler | None = None
 
     # --- jobs ---------------------------------------------------------------------------
@@ -158,7 +156,7 @@ class Daemon:
                 if not await self.store.repo(repo.full_name).mirror_rebuilt():
                     lost.append(repo)
                 else:
-                    self._seen_built.add(repo.full_name)
+                    self.syncer.seen_complete.add(repo.full_name)
             except BrokerError:
                 return
         if not lost:
@@ -172,7 +170,7 @@ class Daemon:
                         continue  # the scheduled pass built it while this one waited
                 except BrokerError:
                     return
-                if repo.full_name in self._seen_built:
+                if repo.full_name in self.syncer.seen_complete:
                     logger.warning("the mirror of %s is gone: rebuilding it now", repo.full_name)
                 else:
                     # A first start on empty Redis (or this process's first look at it).
@@ -269,28 +267,17 @@ class Daemon:
                 self._marked_failing.add(name)
 
     async def _sync(self, repo: Repository) -> None:
-        rstore = self.store.repo(repo.full_name)
-        lost = repo.full_name in self._seen_built and not await rstore.mirror_rebuilt()
-        await self.syncer.sync(repo)
-        self._seen_built.add(repo.full_name)
-        if lost and rstore.signer.enabled and await rstore.mirror_rebuilt():
-            await self._quarantine(repo)
+        report = await self.syncer.sync(repo)
+        if report.held_back_s:
+            logger.warning(
+                "%s rebuilt after Redis lost its data: no new hand-outs for %.0fs while agents "
+                "prove their leases with their signed tokens",
+                repo.full_name,
+                report.held_back_s,
+            )
         # When the mirror was last known current: the dashboard's and `status`'s "last sync".
         # Recorded here, not by the syncer, whose unchanged passes write nothing.
         await self.store.repo(repo.full_name).save_sync_state({"synced_at": str(time.time())})
-
-    async def _quarantine(self, repo: Repository) -> None:
-        """The mirror was rebuilt after Redis lost it: leases no label recorded are unknown
-        until their agents heartbeat with their signed tokens, so for one heartbeat interval
-        (plus a margin) nothing new is handed out in the repository."""
-        interval_s = max(1, self.settings.leases.lease_ttl_s // 3) + QUARANTINE_MARGIN_S
-        await self.store.repo(repo.full_name).quarantine(int(interval_s * 1000))
-        logger.warning(
-            "%s rebuilt after Redis lost its data: no new hand-outs for %ds while agents prove "
-            "their leases with their signed tokens",
-            repo.full_name,
-            interval_s,
-        )
 
     async def _sync_due(self, repo: Repository) -> bool:
         """While webhooks are healthy the sync is only the safety net: it runs every

@@ -89,9 +89,7 @@ class ProgressKeeper:
         rstore = self.store.repo(repo.full_name)
         leases = await rstore.leases()
         self._forget_ended(repo.full_name, leases)
-        if not leases:
-            return report
-        if not webhooks_healthy:
+        if leases and not webhooks_healthy:
             await self._read_github(repo, rstore, leases, report)
             leases = await rstore.leases()  # with the progress just recorded
         await self._recover_completions(repo, rstore, leases, report)
@@ -207,7 +205,9 @@ class ProgressKeeper:
         """A development lease rebuilt from GitHub's labels after Redis lost its data, that no
         agent proved within a heartbeat interval, whose branch has a PR: most likely its agent
         completed it and the completion's label write was lost with Redis. It is completed
-        (the issue goes to review) instead of going back to the pool to be done twice."""
+        (the issue goes to review) instead of going back to the pool to be done twice. The
+        same for such a lease that ended unproven (it expired, or its agent proved another
+        task: `recovering`), which returns to the pool only when GitHub shows no PR for it."""
         wait_ms = (max(1, self.settings.leases.lease_ttl_s // 3) + RECOVER_MARGIN_S) * 1000
         now = now_ms()
         orphaned = [
@@ -217,25 +217,41 @@ class ProgressKeeper:
             and lease.task_type == "development"
             and now - lease.claimed_ms >= wait_ms
         ]
-        if not orphaned:
+        recovering = await rstore.recovering()
+        if not orphaned and not recovering:
             return
-        branches = await rstore.task_branches([f"development:{lease.issue}" for lease in orphaned])
+        numbers = [lease.issue for lease in orphaned] + list(recovering)
+        branches = await rstore.task_branches([f"development:{n}" for n in numbers])
         pulls = await asyncio.to_thread(self.gateway.open_pulls, repo.full_name)
         report.github_calls += 1
-        for lease in orphaned:
-            branch = branches.get(f"development:{lease.issue}")
-            pull = next(
+
+        def pull_of(n: int) -> dict[str, Any] | None:
+            branch = branches.get(f"development:{n}")
+            return next(
                 (
                     p
                     for p in pulls
                     if (branch and p["head"]["ref"] == branch)
-                    or any(
-                        int(m.group(1)) == lease.issue
-                        for m in CLOSING_RE.finditer(p.get("body") or "")
-                    )
+                    or any(int(m.group(1)) == n for m in CLOSING_RE.finditer(p.get("body") or ""))
                 ),
                 None,
             )
+
+        for n, agent in recovering.items():
+            pull = pull_of(n)
+            what = f"PR #{pull['number']}" if pull is not None else ""
+            outcome = await rstore.control(
+                "recovered", "broker", str(n), what, agent, "1" if pull else ""
+            )
+            logger.warning(
+                "%s#%d (held by %s before Redis lost it): %s",
+                repo.full_name,
+                n,
+                agent,
+                outcome.outcome,
+            )
+        for lease in orphaned:
+            pull = pull_of(lease.issue)
             if pull is not None and await rstore.lease_upkeep(
                 "recover", lease.issue, ADOPTED, f"PR #{pull['number']}", epoch=self.epoch
             ):

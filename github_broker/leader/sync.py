@@ -34,6 +34,10 @@ FULL_PARAMS = {"state": "open", "sort": "created", "direction": "asc"}
 Progress = Callable[[str, int, int], None]
 
 
+#: Seconds beyond one heartbeat interval that the post-loss hold-back lasts.
+HOLD_BACK_MARGIN_S = 5
+
+
 @dataclass
 class SyncReport:
     repository: str
@@ -49,6 +53,8 @@ class SyncReport:
     revoked: int = 0
     adopted: int = 0
     restored: int = 0
+    #: A rebuild after Redis lost its data holds new hand-outs back this long (s).
+    held_back_s: float = 0.0
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -89,6 +95,9 @@ class Syncer:
         #: The leader epoch every write carries (0: unfenced, a one-off CLI sync); the daemon
         #: sets it whenever it takes or renews leadership.
         self.epoch = 0
+        #: Repositories whose mirror this process saw complete: one found missing later was
+        #: lost (Redis lost its data), not built for the first time.
+        self.seen_complete: set[str] = set()
 
     async def base_branch(self, repo: Repository, rstore: RepoStore, state: dict[str, str]) -> str:
         if repo.base_branch:
@@ -238,12 +247,29 @@ class Syncer:
             # on pages they read early (the incremental passes catch those).
             cursors["since"] = min(pages.newest, pages.started_iso)
         # Every open issue is mirrored now: leases unknown to Redis are re-adopted or gone.
-        await rstore.save_sync_state(
-            cursors, pages=pages.saved, drop_pages=stale, rebuilt=pages.pass_id, epoch=self.epoch
+        held_ms = await rstore.save_sync_state(
+            cursors,
+            pages=pages.saved,
+            drop_pages=stale,
+            rebuilt=pages.pass_id,
+            epoch=self.epoch,
+            hold_back_ms=self._hold_back_ms(rstore),
+            was_complete=repo.full_name in self.seen_complete,
         )
+        report.held_back_s = held_ms / 1000
+        if await rstore.mirror_rebuilt():
+            self.seen_complete.add(repo.full_name)
         if not state.get("since") and pages.newest:
             # Record the incremental cursor's ETag now, so the next pass can be a 304.
             await self._incremental(repo, rstore, {**state, **cursors}, base, report)
+
+    def _hold_back_ms(self, rstore: RepoStore) -> int:
+        """After Redis lost its data, leases that no label recorded are known only once their
+        agents heartbeat with their signed tokens: for one heartbeat interval (plus a margin)
+        the rebuilt repository hands nothing new out. Unsigned tokens prove nothing: none."""
+        if not rstore.signer.enabled:
+            return 0
+        return (max(1, self.settings.leases.lease_ttl_s // 3) + HOLD_BACK_MARGIN_S) * 1000
 
     @staticmethod
     async def _cached_page(rstore: RepoStore, numbers: list[int]) -> list[Issue] | None:

@@ -326,9 +326,10 @@ local function waiting_code(C, n)
   return raw and cjson.decode(raw).code or nil
 end
 
--- Waiting codes under which no task of the issue is handed out: a maintainer held it, or a
--- budget was reached (until a maintainer retries it).
-local PARKED = {held = true, budget = true}
+-- Waiting codes under which no task of the issue is handed out: a maintainer held it, a
+-- budget was reached (until a maintainer retries it), or the broker reads GitHub to learn
+-- whether a task Redis lost was completed (`recovering`, see to_recovering).
+local PARKED = {held = true, budget = true, recovering = true}
 
 -- The circuit breaker's or a maintainer's pause of `agent` in this repository, as JSON, or
 -- nil. Every repository holds a copy (store/control.py writes them all).
@@ -620,6 +621,19 @@ local function set_aside(C, n, agent, detail, now)
   return paused
 end
 
+-- Issue n's lease was rebuilt from GitHub's labels after Redis lost its data and its agent
+-- never proved it (it let it expire, or proved another task since): most likely a task it
+-- completed or gave up, whose label write was lost with Redis. Nothing is decided from timing:
+-- the issue waits (`recovering`, out of the pool, labels left as they are) until the leader
+-- reads GitHub (leader/progress.py): a PR for it means completed (in review), none means the
+-- task returns to the pool. No failure budget is spent either way.
+local function to_recovering(C, n, agent, now)
+  wait_for_person(C, n, 'recovering', 'Redis lost its data: the broker reads GitHub to learn '
+    .. 'whether ' .. agent .. ' completed it (a PR) or it returns to the pool', now)
+  redis.call('HSET', C.recovering, n, agent)
+  timeline(C, 'recovering', n, agent, 'lease rebuilt from labels, never proved')
+end
+
 -- Defined after end_lease, which calls it (and it calls end_lease).
 local release_contested
 
@@ -655,6 +669,14 @@ local function end_lease(C, n, outcome, now, uncounted, h, current, detail)
     local ended = outcome
     if detail and detail ~= '' then ended = outcome .. '|' .. detail end
     redis.call('SET', C.tomb .. token, ended, 'EX', C.tomb_s_arg)
+    -- Every serve process remembers ended leases (claim/events.py): after Redis loses its
+    -- data, a token of an ended lease is refused even though its tombstone is gone.
+    redis.call('PUBLISH', C.events, 'ended\t' .. token .. '\t' .. ended)
+  elseif outcome == 'expired' and task_type == 'development' then
+    -- Rebuilt from labels after a loss and never proved: whether its agent completed it is
+    -- read from GitHub (its PR) before it goes anywhere.
+    to_recovering(C, n, agent, now)
+    return agent
   end
   local add = {}
   if outcome == 'completed' and task_type == 'development' then add = {C.needs_review} end
@@ -992,24 +1014,72 @@ local function server_changed(C)
   return run_id ~= nil and run_id ~= string.match(recorded, '^(%x+)')
 end
 
+-- After Redis lost its data, which grant wins: the latest. A proof is {task_type, claimed_ms,
+-- memory}: what a valid signed token grants, and what the serving process remembers of it
+-- ('live': it has heard of every lease end since before that claim, and not of this one's;
+-- otherwise 'unknown'). Claims made after the loss are newer than any token from before it,
+-- so these rules only ever decide between leases rebuilt after a loss.
+
+-- Whether a proof for issue n displaces the lease `h` ({agent, token, claimed_ms}) another
+-- agent holds there: a lease rebuilt from labels only when the process knows the proof's
+-- lease is live (labels lag a write outage); a lease proven by a token when the proof's claim
+-- is later (the same issue can only have been granted again after the older lease ended).
+local function displaces(h, proof)
+  if h[2] == ADOPTED then return proof[3] == 'live' end
+  return tonumber(proof[2]) > (tonumber(h[3]) or 0)
+end
+
+-- The agent proved issue n, a newer task than its lease on m (rebuilt from labels or proven
+-- earlier): it moved on from m, which its claim of n settled before the loss. m ends; a
+-- development task waits for the leader to read GitHub (to_recovering), any other returns.
+local function moved_on_from(C, m, hm, now, current)
+  end_lease(C, m, 'revoked', now, true, hm, current, 'its agent proved a newer task')
+  if hm[4] == 'development' then
+    unready(C.K.tasks, C.K.ready, C.ready_role, 'development:' .. m)
+    to_recovering(C, m, hm[1], now)
+  end
+end
+
+-- A lease claimed this long before the rebuild after a loss read GitHub's labels
+-- (`labels_read_ms`, sync_save.lua) would show its labels there if it were live; when GitHub
+-- does not label it for the agent and the serving process cannot vouch for it, it ended.
+local LABELS_LAND_MS = 120000
+
 -- Redis lost the lease of issue n (with everything else) and the agent's lease call carries
--- a token the broker signed for exactly this lease (tokens.py checked it: `proof` is
--- {task_type, claimed_ms}): the lease is rebuilt with that token, even though no label
--- reached GitHub, unless the issue is not open here, or someone holds it now, or the agent
--- holds another live lease here. True if so.
+-- a token the broker signed for exactly this lease (tokens.py checked it). The lease is
+-- rebuilt with that token unless: the issue is not open here or has no such task; the agent
+-- holds a newer lease here (refused: superseded); the claim is older than LABELS_LAND_MS
+-- before the rebuild read the labels, GitHub did not label it (it would hold a lease rebuilt
+-- from them), and the serving process cannot vouch for it.
+-- An older lease of the agent's here ends (moved_on_from). Returns true, or false and the
+-- refusal ('' for the caller's own).
 local function adopt_proven(C, n, agent, token, proof, now)
   if not proof or mirror_missing(C) or redis.call('EXISTS', C.lock .. n) == 1 then
-    return false
+    return false, ''
   end
   -- The rules must still allow the task (a lease that ended before the loss, its issue in
   -- review since, proves nothing now).
   if redis.call('SISMEMBER', C.K.open, n) == 0
       or redis.call('HEXISTS', C.K.tasks, proof[1] .. ':' .. n) == 0 then
-    return false
+    return false, ''
+  end
+  local claimed = tonumber(proof[2]) or now
+  local read = tonumber(redis.call('HGET', C.sync, 'labels_read_ms'))
+  if proof[3] ~= 'live' and read and claimed < read - LABELS_LAND_MS then
+    return false, 'expired|its lease ended before Redis lost its data'
   end
   local m = redis.call('GET', C.agent .. agent)
-  if m and m ~= n and redis.call('EXISTS', C.lock .. m) == 1 then return false end
-  start_lease(C, n, agent, token, proof[1], tonumber(proof[2]) or now, now)
+  if m and m ~= n and redis.call('EXISTS', C.lock .. m) == 1 then
+    local hm = lease_fields(C, m)
+    if hm[1] == agent then
+      if hm[2] ~= ADOPTED and (tonumber(hm[5]) or 0) >= claimed then
+        return false, 'revoked|superseded: ' .. agent .. ' holds a newer task, #' .. m
+      end
+      moved_on_from(C, m, hm, now, true)
+    end
+  end
+  start_lease(C, n, agent, token, proof[1], claimed, now)
+  redis.call('HSET', C.lease .. n, 'proven', '1')
   redis.call('SET', C.agent .. agent, n, 'EX', C.agent_s_arg)
   redis.call('HDEL', C.K.skipped, n)
   unready(C.K.tasks, C.K.ready, C.ready_role, proof[1] .. ':' .. n)
@@ -1040,6 +1110,15 @@ lease_refusal_of = function(C, n, agent, token, now, proof)
     local rec = redis.call('GET', C.cand .. n .. ':' .. agent)
     local issued = rec and cjson.decode(rec).token
     if issued and issued ~= token then return 'revoked' end
+    -- An older token while the agent proved a newer task: n is one it moved on from.
+    local m = redis.call('GET', C.agent .. agent)
+    if proof and m and m ~= n and redis.call('EXISTS', C.lock .. m) == 1 then
+      local hm = lease_fields(C, m)
+      if hm[1] == agent and hm[2] ~= ADOPTED and (tonumber(hm[5]) or 0) >= tonumber(proof[2]) then
+        moved_on_from(C, n, lease_fields(C, n), now, nil)
+        return 'revoked|superseded: ' .. agent .. ' holds a newer task, #' .. m
+      end
+    end
     redis.call('HSET', C.lease .. n, 'token', token)
     release_contested(C, n, agent, now)
     return nil
@@ -1053,12 +1132,24 @@ lease_refusal_of = function(C, n, agent, token, now, proof)
     return nil
   end
   if ended then return ended end
-  if h[1] and h[1] ~= agent then return 'not_owner' end
+  if h[1] and h[1] ~= agent then
+    -- A lease rebuilt after a loss gives way to a newer grant of the same issue.
+    local hn = redis.call('HMGET', C.lease .. n, 'agent', 'token', 'claimed_ms')
+    if not proof or not displaces(hn, proof) or redis.call('EXISTS', C.lock .. n) == 0 then
+      return 'not_owner'
+    end
+    end_lease(C, n, 'revoked', now, true, lease_fields(C, n), nil,
+      'a newer grant of the issue was proved after Redis lost its data')
+    h = {}
+  end
   if h[1] == agent then return 'revoked' end
-  if not h[1] and (readopt(C, n, agent, token, now) or take_contested(C, n, agent, token, now)
-      or adopt_proven(C, n, agent, token, proof, now))
-  then
-    return nil
+  if not h[1] then
+    if readopt(C, n, agent, token, now) or take_contested(C, n, agent, token, now) then
+      return nil
+    end
+    local adopted, refused = adopt_proven(C, n, agent, token, proof, now)
+    if adopted then return nil end
+    if refused ~= '' then return refused end
   end
   if mirror_missing(C) then return 'rebuilding' end
   -- No trace of a hand-out of n to this agent: it never held it (or long ago).

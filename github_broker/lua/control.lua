@@ -15,6 +15,9 @@
 --   no_pr      n (the broker's own): a development task completed with no PR; ARGV[6] the
 --              agent that did it, ARGV[7] '1' when its branch has commits (the issue waits
 --              on a person) else '' (needs-review removed, a failed attempt, back in the pool)
+--   recovered  n (the broker's own, leader/progress.py): issue n waited `recovering` (a lease
+--              rebuilt from labels after a loss, never proved); ARGV[6] the agent, ARGV[7] '1'
+--              when GitHub shows a PR for it (completed: in review) else '' (back to the pool)
 -- Agent actions and the broker-wide pause are audited by the caller, once for the deployment
 -- (store/control.py); what they did in this repository (a stopped agent's lease) here.
 -- Returns {outcome in words, agent concerned or '', '1' when the issue must be indexed again
@@ -289,6 +292,22 @@ elseif action == 'no_pr' then
     return done(C.needs_review .. ' removed; attempt counted; labelled ' .. C.needs_human, agent)
   end
   return done(C.needs_review .. ' removed; attempt counted; back in the pool', agent, true)
+
+elseif action == 'recovered' then
+  local agent = ARGV[6]
+  if redis.call('HDEL', C.recovering, n) == 0 then return done('nothing to recover on #' .. n, agent) end
+  end_wait(C, n)
+  if ARGV[7] == '1' then
+    want_labels(C.K.intent, C.K.outbox, n, {C.needs_review}, {C.in_progress, agent}, now)
+    redis.call('SADD', C.K.reviewing, n)
+    record_completion(C, n, agent, 'development:' .. n, 'development', now)
+    timeline(C, 'completed', n, agent, 'development: recovered from GitHub after Redis lost it')
+    ended = 'completed'
+    return done('completed by ' .. agent .. ' (' .. reason .. '); in review', agent)
+  end
+  want_labels(C.K.intent, C.K.outbox, n, {}, {C.in_progress, agent}, now)
+  requeue(n)
+  return done('no PR for it on GitHub: back in the pool', agent)
 
 elseif action == 'pause_agent' or action == 'stop_agent' then
   local agent, scope = target, ARGV[6]

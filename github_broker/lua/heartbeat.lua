@@ -4,7 +4,8 @@
 -- ARGV[5] the agent's progress note ('' none), ARGV[6] tokens and ARGV[7] cost the agent
 -- reports for this attempt so far ('' none; cumulative, so a retried report counts once),
 -- ARGV[8] and ARGV[9] the task type and claim time a valid signed token proves ('' none: see
--- adopt_proven).
+-- adopt_proven), ARGV[10] what the serving process remembers of that lease ('live' or
+-- 'unknown').
 -- A note that differs from the last one is progress (the agent's word, a second source
 -- beside what GitHub shows: see progress.lua). Usage is summed per issue across attempts
 -- (`usage`, counted again from a retry); at budget_tokens or budget_cost (or the issue's own,
@@ -19,7 +20,7 @@ local n, agent, token = ARGV[2], ARGV[3], ARGV[4]
 local note, tokens, cost = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local now = now_ms()
 local proof = nil
-if ARGV[8] and ARGV[8] ~= '' then proof = {ARGV[8], ARGV[9]} end
+if ARGV[8] and ARGV[8] ~= '' then proof = {ARGV[8], ARGV[9], ARGV[10]} end
 local refusal = lease_refusal(C, n, agent, token, now, proof)
 if refusal then return {0, refusal} end
 local lease_key = C.lease .. n

@@ -10,6 +10,7 @@ import redis.exceptions
 from github_broker.errors import NotDurable
 from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
+from github_broker.store.ended import EndedLeases
 from github_broker.store.scripts import Scripts
 from github_broker.store.tokens import Signer
 
@@ -20,6 +21,7 @@ class RepoBase:
     client: Any
     scripts: Scripts
     signer: Signer
+    ended: EndedLeases
     keys: RepoKeys
     settings: Settings
     repository: str

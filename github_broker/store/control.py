@@ -61,8 +61,11 @@ class ControlStore(RepoBase):
     async def control(
         self, action: str, actor: str, target: str, reason: str = "", *extra: str
     ) -> ControlOutcome:
-        """Run one maintainer action (see control.lua), audited with its real outcome."""
-        outcome, agent, reindex = await self._run("control", action, actor, target, reason, *extra)
+        """Run one maintainer action (see control.lua), audited with its real outcome; durable
+        like a claim (`redis.durability`): a lease it ends stays ended."""
+        outcome, agent, reindex = await self._run_durable(
+            "control", action, actor, target, reason, *extra
+        )
         return ControlOutcome(
             outcome=as_text(outcome), agent=as_text(agent), reindex=as_text(reindex) == "1"
         )
@@ -79,6 +82,13 @@ class ControlStore(RepoBase):
     async def paused_agents(self) -> dict[str, AgentPause]:
         raw = await awaited(self.client.hgetall(self.keys.paused_agents))
         return {as_text(k): pause_of(json.loads(v)) for k, v in raw.items()}
+
+    @translate_errors
+    async def recovering(self) -> dict[int, str]:
+        """Issues whose lease Redis lost and whose agent never proved it: issue -> agent; the
+        leader reads GitHub to settle each (control.lua `recovered`)."""
+        raw = await awaited(self.client.hgetall(self.keys.recovering))
+        return {int(k): as_text(v) for k, v in raw.items()}
 
     @translate_errors
     async def repo_pause(self) -> dict[str, Any] | None:

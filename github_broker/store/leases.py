@@ -195,6 +195,9 @@ class LeaseRegistry(RepoBase):
     ) -> tuple[bool, Beat | Refusal]:
         """(True, the Beat) or (False, why) when the lease is not this agent's any more.
         `note`, `tokens`, `cost`: what the agent reports (see heartbeat.lua)."""
+        heard = self.ended.ended(self.signer.nonce(token))
+        if heard is not None:
+            return False, _refusal(heard)
         res = await self._run(
             "heartbeat",
             number,
@@ -215,6 +218,9 @@ class LeaseRegistry(RepoBase):
     ) -> tuple[bool, str]:
         """(True, outcome) or (False, why: a Refusal). `counted=False`: a failure that is
         not the agent's (it never saw the task) spends no failure budget."""
+        heard = self.ended.ended(self.signer.nonce(token))
+        if heard is not None:
+            return False, _refusal(heard)
         ok, value = await self._run_durable(
             "finish",
             number,
@@ -226,9 +232,11 @@ class LeaseRegistry(RepoBase):
         )
         return (True, as_text(value)) if int(ok) else (False, _refusal(value))
 
-    def _proof(self, number: int, agent_id: str, token: str) -> tuple[str, str]:
-        """(task type, claimed ms) when `token` is a valid, unexpired token the broker signed
-        for `agent_id`'s lease on this repository's issue `number`; ("", "") otherwise."""
+    def _proof(self, number: int, agent_id: str, token: str) -> tuple[str, str, str]:
+        """(task type, claimed ms, what this process remembers of the lease: 'live' or
+        'unknown', see EndedLeases.recall) when `token` is a valid, unexpired token the broker
+        signed for `agent_id`'s lease on this repository's issue `number`; ("", "", "")
+        otherwise."""
         grant = self.signer.verify(token)
         if (
             grant is None
@@ -237,8 +245,9 @@ class LeaseRegistry(RepoBase):
             or grant.agent != agent_id
             or grant.until_ms <= now_ms()
         ):
-            return "", ""
-        return grant.task_type, str(grant.claimed_ms)
+            return "", "", ""
+        memory = self.ended.recall(self.signer.nonce(token), grant.claimed_ms)
+        return grant.task_type, str(grant.claimed_ms), memory
 
     async def reap(self, limit: int = 100, *, epoch: int = 0) -> int:
         """Expired leases examined."""

@@ -89,22 +89,29 @@ class IssueMirror(RepoBase):
         drop_pages: list[str] | None = None,
         rebuilt: str | bool = "",
         epoch: int = 0,
-    ) -> None:
+        hold_back_ms: int = 0,
+        was_complete: bool = False,
+    ) -> int:
         """Cursors (small, read every pass) and full-pass page data (read by full passes).
         `rebuilt`: the `full_started` cursor of the full pass that just finished; the mirror
         is marked complete if it is still there (True: mark it regardless, for tests that
-        fill Redis by hand). Fenced by `epoch`."""
+        fill Redis by hand). A rebuild after a loss (`was_complete`, or leases adopted from
+        labels) holds new hand-outs back for `hold_back_ms` in the same step (sync_save.lua).
+        Returns the hold-back set (ms). Fenced by `epoch`."""
         if rebuilt is True:
             rebuilt = "seeded"
             values = {**(values or {}), "full_started": rebuilt}
-        await self._run(
+        held = await self._run(
             "sync_save",
             json.dumps(values or {}),
             json.dumps(pages or {}),
             json.dumps(drop_pages or []),
             rebuilt or "",
             epoch,
+            hold_back_ms,
+            "1" if was_complete else "",
         )
+        return int(held)
 
     @translate_errors
     async def mark_sync_failing(self, reason: str | None, ttl_s: float) -> None:
@@ -128,11 +135,6 @@ class IssueMirror(RepoBase):
         """Why the leader's sync of this repository keeps failing, while it does."""
         raw = await awaited(self.client.get(self.keys.sync_failing))
         return _failing(raw)[0] if raw else None
-
-    @translate_errors
-    async def quarantine(self, duration_ms: int) -> None:
-        """No new hand-outs here for `duration_ms` (claim.lua: quarantine_until)."""
-        await self.client.set(self.keys.quarantine, now_ms() + duration_ms, px=duration_ms)
 
     @translate_errors
     async def mirror_rebuilt(self) -> bool:

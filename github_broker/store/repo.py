@@ -11,6 +11,7 @@ from github_broker.keys import RepoKeys
 from github_broker.models import SCORE_GROUP
 from github_broker.settings import Settings
 from github_broker.store.control import ControlStore
+from github_broker.store.ended import EndedLeases
 from github_broker.store.history import HISTORY_HOUR_TTL_S, HISTORY_MINUTE_TTL_S, History
 from github_broker.store.leases import LeaseRegistry
 from github_broker.store.mirror import IssueMirror
@@ -55,6 +56,8 @@ class RepoStore(
         self.scripts = Scripts(client, self.context)
         #: Signs the lease tokens agents get, and checks them (tokens.py).
         self.signer = Signer.from_settings(settings)
+        #: The lease ends this process heard (the deployment's Store shares one).
+        self.ended = EndedLeases()
         self.durable_wait = durability_command(settings)
 
 
@@ -109,6 +112,7 @@ def _key_context(keys: RepoKeys) -> dict[str, Any]:
         "trips": keys.trips,
         "failure_charges": keys.failure_charges,
         "revived": keys.revived,
+        "recovering": keys.recovering,
         "paused_agents": keys.paused_agents,
         "control": keys.control,
         "waiting": keys.waiting,

@@ -29,6 +29,7 @@ from github_broker.store.connection import (
     translate_errors,
 )
 from github_broker.store.control import audit_entries, split_actor, xadd_audit
+from github_broker.store.ended import EndedLeases
 from github_broker.store.history import HistorySamples
 from github_broker.store.logins import DashboardLogins
 from github_broker.store.repo import RepoStore
@@ -74,6 +75,11 @@ class Store(AgentState):
             )
             for r in settings.repositories
         }
+        #: The lease ends this process heard on the events channel (claim/events.py), shared
+        #: by every repository's store.
+        self.ended = EndedLeases()
+        for rstore in self.repos.values():
+            rstore.ended = self.ended
         #: Each repository's place in the configuration: how ties in the claim order break.
         self.position = {name: i for i, name in enumerate(self.repos)}
 
