@@ -403,7 +403,10 @@ def test_dashboard_in_a_real_browser_revoke_and_live_updates(
     browser.wait_for(f"!document.getElementById('{ROW_12}')", "the lease row to go")
     assert browser.js("window.notReloaded") is True  # changed in place, not reloaded
     flash = browser.js("document.getElementById('flash').textContent")
-    assert flash == "revoke acme/widgets#12: lease of designer-bo revoked; task back in the pool"
+    assert flash == (
+        "revoke acme/widgets#12: lease of designer-bo revoked; designer-bo is not handed #12 "
+        "again until a retry; task back in the pool"
+    )
     audit = browser.js("document.querySelector('table.audit tbody').textContent")
     assert "dashboard" in audit and "revoke" in audit and "duplicate of #11" in audit
 
