@@ -45,7 +45,7 @@ def test_dashboard_shows_leases_queue_blockers_skipped_and_events(client: TestCl
     queue = page.split('<table class="queue">')[1].split("</table>")[0]
     assert re.search(r'class="blocked".*Later.*waits for the bucket', queue, re.S)
     blockers = page.split('<table class="blockers">')[1].split("</table>")[0]
-    assert "development held by agent-7" in blockers and "ready: development:2" in blockers
+    assert "development held by agent-7" in blockers and "ready (development task)" in blockers
     assert "No branch" not in blockers  # skipped issues do not pin the bucket
     skipped = page.split('<table class="skipped">')[1].split("</table>")[0]
     assert "No branch" in skipped

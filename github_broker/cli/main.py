@@ -13,31 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from github_broker import __version__, logs
+from github_broker.cli import target
 from github_broker.errors import BrokerError, ConfigError
-from github_broker.settings import ENV_PREFIX, Settings, default_config_dir, load_settings
+from github_broker.settings import ENV_PREFIX, Settings, default_config_dir
 
 if TYPE_CHECKING:
     from github_broker.gateway import GitHubGateway
     from github_broker.store import Store
 
 logger = logging.getLogger("github_broker")
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    if args.config is not None and not args.config.is_dir():
-        raise ConfigError(
-            f"--config {args.config}: no such directory. Pass the directory that holds "
-            "broker.yaml (and agents.yml), or leave --config out to use the defaults."
-        )
-    return load_settings(args.config)
-
-
-def _require_repositories(settings: Settings) -> None:
-    if not settings.repositories:
-        raise ConfigError(
-            "no repositories configured: set `repositories` in broker.yaml "
-            f"or {ENV_PREFIX}REPOSITORIES=owner/name"
-        )
 
 
 def _require_github_auth(settings: Settings) -> None:
@@ -55,8 +39,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from github_broker.leader.sync import Syncer
     from github_broker.store import Store
 
-    settings = _settings(args)
-    _require_repositories(settings)
+    settings = target.configured(args)
+    target.require_repositories(settings)
     _require_github_auth(settings)
 
     async def run() -> None:
@@ -105,7 +89,7 @@ def cmd_poll(args: argparse.Namespace) -> int:
     """The polling daemon (sync, write queue, lease reaping) until SIGINT/SIGTERM."""
     from github_broker.processes.poller import run_poller
 
-    run_poller(_settings(args), metrics_port=args.metrics_port)
+    run_poller(target.configured(args), metrics_port=args.metrics_port)
     return 0
 
 
@@ -129,35 +113,12 @@ def _print(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _view_settings(args: argparse.Namespace) -> Settings:
-    """What `status` and `explain` look at: the configured deployment, or the running sandbox
-    (`--sandbox`, or when no repository is configured and a sandbox runs)."""
-    from github_broker.sandbox import state as sandbox_state
-
-    settings = None if args.sandbox else _settings(args)
-    if settings is not None and settings.repositories:
-        return settings
-    running = sandbox_state.read()
-    if running is None:
-        if settings is None:
-            raise ConfigError("no sandbox is running (`github-broker sandbox` starts one)")
-        _require_repositories(settings)
-    assert running is not None
-    from github_broker.sandbox.world import sandbox_settings
-
-    print(
-        f"github-broker: showing the sandbox running at {running.url} (pid {running.pid})",
-        file=sys.stderr,
-    )
-    return sandbox_settings(running.github_url, running.redis_url, running.port)
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     """Who holds what until when, what waits, what is skipped and why."""
     from github_broker.reports import status
     from github_broker.store import Store
 
-    settings = _view_settings(args)
+    settings = target.broker_settings(args)
 
     async def run() -> dict[str, Any]:
         store = Store.from_settings(settings)
@@ -192,7 +153,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from github_broker.reports import overview, render
     from github_broker.store import Store
 
-    settings = _view_settings(args)
+    settings = target.broker_settings(args)
     if args.repo and args.repo not in {r.full_name for r in settings.repositories}:
         raise ConfigError(f"--repo {args.repo}: not a configured repository")
 
@@ -256,10 +217,7 @@ def _add_broker_commands(sub: argparse._SubParsersAction) -> None:
         help="API and poller in this one process (debugging, profiling); ignores --workers",
     )
     p.add_argument("--access-log", action="store_true")
-    sandbox_help = (
-        "look at the running `github-broker sandbox` (the default when no repository is "
-        "configured and one runs)"
-    )
+    sandbox_help = target.SANDBOX_HELP
     p = add("status", cmd_status)
     p.add_argument("--json", action="store_true")
     p.add_argument("--sandbox", action="store_true", help=sandbox_help)
