@@ -189,6 +189,22 @@ def test_explain_says_why_each_issue_is_passed_over(client: TestClient) -> None:
     assert verdicts[4]["verdict"] == "skipped" and "no_branch" in verdicts[4]["detail"]
 
 
+def test_explain_refuses_a_query_parameter_it_does_not_take_naming_the_right_one(
+    client: TestClient,
+) -> None:
+    """`?agent=a1` would otherwise explain for a fresh agent, silently: a 422 names
+    `agent_id` (and the route declares that answer)."""
+    client.post("/request-task", json={"agent_id": "a1"})
+    r = client.get("/explain", params={"agent": "a1"})
+    assert r.status_code == 422, r.text
+    assert r.json()["reason"] == "invalid_request"
+    assert "unknown query parameter 'agent'; did you mean 'agent_id'?" in r.json()["detail"]
+    assert "agent_id, repository, roles" in r.json()["detail"]
+    assert client.get("/explain", params={"agent_id": "a1", "roles": "BACKENDCODER"}).is_success
+    declared = client.get("/openapi.json").json()["paths"]["/explain"]["get"]["responses"]
+    assert "`agent` is refused, naming `agent_id`" in declared["422"]["description"]
+
+
 def test_redis_down_gives_503_with_retry_after(
     app_factory: Callable[..., TestClient],
     redis_url: str,

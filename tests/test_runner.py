@@ -135,6 +135,20 @@ def test_unreachable_broker_is_given_up_after_the_limit_with_one_message(tmp_pat
     client.close()
 
 
+def test_give_up_after_counts_seconds_from_the_first_failure_the_clients_retries_included(
+    tmp_path: Path,
+) -> None:
+    """`--give-up-after 2` ends the runner about 2 s after the broker first failed to answer,
+    however many retries the client itself makes (its default: 4, backing off)."""
+    client = BrokerClient(f"http://127.0.0.1:{free_port()}", "agent-a")
+    config = RunnerConfig(command=["true"], workdir=tmp_path, once=True, give_up_s=2)
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match=r"giving up \(limit 2s, --give-up-after\)"):
+        Runner(client, config).run()
+    assert 1.5 <= time.monotonic() - started < 3.5
+    client.close()
+
+
 @pytest.mark.slow
 def test_agent_once_against_a_dead_broker_exits_with_one_clear_message(tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"

@@ -176,10 +176,14 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         default=None,
-        help=f"config directory (default: {default_config_dir()})",
+        help=f"config directory: broker.yaml, agents.yml, prompts/ (default: "
+        f"{default_config_dir()}); give it before the command",
     )
     parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="least severe log lines shown (default %(default)s)",
     )
     parser.add_argument(
         "--log-format",
@@ -194,7 +198,8 @@ def _add_broker_commands(sub: argparse._SubParsersAction) -> None:
     """The broker's own commands: sync, poll, serve, status, explain."""
 
     def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=(func.__doc__ or "").strip().splitlines()[0])
+        doc = (func.__doc__ or "").strip()
+        p = sub.add_parser(name, help=doc.splitlines()[0], description=doc)
         p.set_defaults(func=func)
         return p
 
@@ -208,20 +213,22 @@ def _add_broker_commands(sub: argparse._SubParsersAction) -> None:
         help="serve this process's Prometheus metrics (GitHub calls, write lag) on this port",
     )
     p = add("serve", cmd_serve)
-    p.add_argument("--host")
-    p.add_argument("--port", type=int)
+    p.add_argument("--host", help="address to bind (default: server.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to bind (default: server.port, 8080)")
     p.add_argument("--workers", type=int, default=1, help="API worker processes")
     p.add_argument(
         "--single-process",
         action="store_true",
         help="API and poller in this one process (debugging, profiling); ignores --workers",
     )
-    p.add_argument("--access-log", action="store_true")
+    p.add_argument("--access-log", action="store_true", help="log every HTTP request")
     sandbox_help = target.SANDBOX_HELP
     p = add("status", cmd_status)
-    p.add_argument("--json", action="store_true")
+    p.epilog = target.FINDS_BROKER
+    p.add_argument("--json", action="store_true", help="the /status JSON instead of tables")
     p.add_argument("--sandbox", action="store_true", help=sandbox_help)
     p = add("explain", cmd_explain)
+    p.epilog = target.FINDS_BROKER
     p.add_argument("--agent", help="the agent asking (its cool-downs, pause, reviews of its work)")
     p.add_argument("--sandbox", action="store_true", help=sandbox_help)
     p.add_argument("--role", action="append", help="a role the agent accepts (repeatable)")
