@@ -164,7 +164,6 @@ async def test_cli_explain_and_status_commands(
     assert status.returncode == 0 and "Bucket P0 pinned by 2 issue(s)" in status.stdout
 
 
-
 def columns(text: str) -> int:
     """Terminal columns, measured here independently of render.width."""
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)

@@ -27,8 +27,8 @@ from github_broker.leader.sync import index_item
 from github_broker.models import Claimed, Task
 from github_broker.reports.explain import explain_repo
 from github_broker.reports.overview import repo_overview
-from github_broker.sandbox.watch import BrokerWatcher
 from github_broker.sandbox import state as sandbox_state
+from github_broker.sandbox.watch import BrokerWatcher
 from github_broker.sandbox.world import Options, Sandbox, sandbox_settings
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
