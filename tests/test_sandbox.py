@@ -376,7 +376,7 @@ def test_the_sandbox_says_when_an_issue_it_said_moves_on_by_itself_becomes_a_coo
     asyncio.run(completed())
     watcher.start()
     try:
-        logged(r"nothing to hand out now; it moves on by itself: #1 just completed")
+        logged(r"nothing to hand out now; it moves on by itself: #1 ")
         asyncio.run(no_pr())
         logged(r"#1 for my-agent: in your cool-down")
     finally:
