@@ -160,7 +160,7 @@ def test_reassign_moves_the_lease_keeps_the_branch_and_the_new_task_says_whose_w
     )
     assert (
         r.json()["outcome"]
-        == f"development:{n} reserved for a2 (its next request-task); lease of a1 revoked"
+        == "development task reserved for a2 (its next request-task); lease of a1 revoked"
     )
     beat = lease_call(client, task, "a1", "heartbeat")
     assert beat.status_code == 409 and "reassigned to a2" in beat.json()["detail"]
