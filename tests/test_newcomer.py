@@ -36,9 +36,11 @@ ROOT = Path(__file__).parent.parent
 VERBS = ("revoke", "reassign", "note", "retry", "pause", "resume", "stop", "audit")
 #: demo: leases last 6 s, so a runner heartbeats every 1.6 s and hears a verb at once.
 DEMO_ENV = {"GITHUB_BROKER_LEASES__LEASE_TTL_S": "6"}
-#: alone: FAST, plus a cool-down long enough to be seen and the no-PR check every second.
+#: alone: FAST, plus a review delay and a cool-down long enough to be seen, and the no-PR
+#: check every second.
 ALONE_ENV = {
     **FAST,
+    "GITHUB_BROKER_REVIEW__DELAY_S": "3",
     "GITHUB_BROKER_FAILURES__COOLDOWN_S": "6",
     "GITHUB_BROKER_PROGRESS__BRANCH_CHECK_INTERVAL_S": "1",
 }
@@ -192,8 +194,8 @@ def test_make_sandbox_says_what_runs_and_its_agents_claim_without_a_warning(
     output.index(r"github: #\d+ labels .*\+in-progress", 30)
     before = "\n".join(output.lines[:first])
     assert "WARNING" not in before and "503" not in before, before
-    assert requests.get(f"{url}/ui", timeout=10).ok
-    assert requests.get(f"{url}/favicon.ico", timeout=10).ok
+    for path in ("/ui", "/favicon.ico", "/docs", "/status", "/explain"):
+        assert requests.get(f"{url}{path}", timeout=10).ok, path
 
 
 def held_by_demo_agents(url: str) -> dict[int, str]:
@@ -211,6 +213,8 @@ def test_the_steering_verbs_reach_the_running_sandbox(
         assert time.monotonic() < deadline, output.text
         time.sleep(0.2)
     (noted, noted_agent), (revoked, revoked_agent) = sorted(held.items())[:2]
+    mine = terminal("explain", "--agent", noted_agent, "--role", "BACKENDCODER", capsys=capsys)
+    assert f"held by {noted_agent} (yours)" in mine
     since = len(output.lines)
 
     said = terminal("note", str(noted), "look at the tests first", capsys=capsys)
@@ -331,6 +335,7 @@ def test_an_agent_of_ones_own_hears_why_it_waits_in_words(
                 assert task.task_type.value == "review" and task.issue_id == 6, task
                 client.complete(task)
     output.index(r"#1 completed without a PR: back in the pool at \d\d:\d\d:\d\d ", 1)
+    output.index(r"#6 in review: offered to an agent at \d\d:\d\d:\d\d", 1)
     idle = [line for line in output.lines if re.search(QUIET, line)]
     assert len(idle) >= 2, output.text
     for line in idle:

@@ -28,10 +28,11 @@ from github_broker.models import Claimed, Task
 from github_broker.reports.explain import explain_repo
 from github_broker.reports.overview import repo_overview
 from github_broker.sandbox import state as sandbox_state
+from github_broker.sandbox.maintainer import Maintainer
 from github_broker.sandbox.watch import BrokerWatcher
 from github_broker.sandbox.world import Options, Sandbox, sandbox_settings
 from github_broker.settings import Settings
-from github_broker.simulator import Simulator
+from github_broker.simulator import DEMO_SEED_PATH, Simulator
 from github_broker.store import RepoStore, Store, flush_memory
 from tests.conftest import free_port
 from tests.factories import issue
@@ -199,6 +200,52 @@ def test_sandbox_settings_are_offline_with_short_intervals() -> None:
     assert settings.poll.interval_s <= 2 and settings.leases.lease_ttl_s == 120
     # An agent alone gets its own reviews, and work completed without a PR comes back, soon.
     assert settings.review.author_fallback_s <= 10 and settings.progress.no_pr_grace_s <= 30
+
+
+def test_sandbox_intervals_are_the_ones_the_quickstart_gives() -> None:
+    """docs/quickstart.md: review after 10 s, an agent alone gets the review of its own work
+    10 s later, a task completed without a PR comes back after 30 s, a failed one is offered
+    to the same agent a minute later."""
+    settings = sandbox_settings("http://127.0.0.1:9", "memory://", 8080)
+    text = " ".join((Path(__file__).parent.parent / "docs" / "quickstart.md").read_text().split())
+    assert (
+        "(review after 10 s, an agent alone gets the review of its own work 10 s later, a task "
+        "completed without a PR comes back after 30 s, a failed one is offered to the same "
+        "agent a minute later)" in text
+    )
+    assert settings.review.delay_s == 10 and settings.review.author_fallback_s == 10
+    assert settings.progress.no_pr_grace_s == 30 and settings.failures.cooldown_s == 60
+
+
+@pytest.mark.parametrize(("every", "asked_on"), [(3, [3]), (0, [])])
+def test_the_maintainer_asks_for_changes_on_every_nth_reviewed_pr_and_never_with_0(
+    every: int, asked_on: list[int]
+) -> None:
+    settings = sandbox_settings("http://127.0.0.1:9", "memory://", 8080)
+    with Simulator(DEMO_SEED_PATH) as sim:
+        maintainer = Maintainer(sim, settings, "demo/sandbox", changes_every=every)
+        pulls = []
+        for n in (1, 2, 3, 4):
+            pull = sim.state.create_pull(
+                "demo", "sandbox", title=f"Fix #{n}", head=f"feature/fix-{n}", body=f"Closes #{n}"
+            )
+            pulls.append(pull["number"])
+            maintainer._decide(n, pull["number"])
+        asked = [
+            i + 1
+            for i, pr in enumerate(pulls)
+            if any(
+                r["state"] == "CHANGES_REQUESTED"
+                for r in sim.state.list_reviews("demo", "sandbox", pr)
+            )
+        ]
+        merged = [
+            i + 1
+            for i, pr in enumerate(pulls)
+            if sim.state.get_pull("demo", "sandbox", pr)["merged"]
+        ]
+    assert asked == asked_on
+    assert merged == [n for n in (1, 2, 3, 4) if n not in asked_on]
 
 
 def test_sandbox_short_intervals_yield_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -92,6 +92,21 @@ def test_revoke_tells_the_agent_why_at_its_next_heartbeat_and_the_task_returns(
     assert entries[0]["agent"] == "a1" and entries[0]["reason"] == "wrong approach"
 
 
+def test_the_audit_log_pages_back_newest_first_with_before_ms(client: TestClient) -> None:
+    """GET /admin/audit?limit=…&before_ms=…: newest first, and the next page is what is older
+    than the last entry of this one."""
+    for agent in ("x1", "x2", "x3"):
+        started = time.time() * 1000
+        r = client.post(f"/admin/agents/{agent}/pause", json={"reason": agent})
+        assert r.status_code == 200
+        while time.time() * 1000 < started + 2:  # one action per millisecond at most
+            time.sleep(0.001)
+    first = client.get("/admin/audit", params={"limit": 2}).json()
+    assert [e["agent"] for e in first] == ["x3", "x2"]
+    older = client.get("/admin/audit", params={"limit": 2, "before_ms": first[-1]["at_ms"]})
+    assert [e["agent"] for e in older.json()] == ["x1"]
+
+
 def test_revoke_with_hold_keeps_the_issue_for_a_person_until_a_retry(client: TestClient) -> None:
     task = claim(client, "a1")
     n = task["issue_id"]
