@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from github_broker.agent.client import BrokerClient, LeaseLost
 from github_broker.cli.main import build_parser, main
 from github_broker.models import Task
 from tests.conftest import free_port
+from tests.test_first_run import cli
 from tests.test_sandbox import FAST, LABEL_DUMP, QUIET, TASK_ID, Running
 
 ROOT = Path(__file__).parent.parent
@@ -71,7 +71,7 @@ def start_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
         runtime = tmp_path_factory.mktemp("runtime")
         port = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "github_broker", "sandbox", "--port", str(port), *args],
+            cli("sandbox", "--port", str(port), *args),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -258,14 +258,8 @@ def test_the_steering_verbs_reach_the_running_sandbox(
 def test_the_steering_verbs_find_the_sandbox_from_a_shell(demo: Started, tmp_path: Path) -> None:
     """The real command, from a directory with no config, nothing exported."""
     env = newcomer_env(demo.runtime)
-    done = subprocess.run(
-        [sys.executable, "-m", "github_broker", "audit"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    shell = {"env": env, "capture_output": True, "text": True, "cwd": tmp_path, "timeout": 60}
+    done = subprocess.run(cli("audit"), **shell)
     assert done.returncode == 0, done.stderr
     assert f"showing the sandbox running at {demo.url}" in done.stderr
     assert done.stdout.strip(), "audit printed nothing"
