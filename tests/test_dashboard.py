@@ -422,7 +422,7 @@ def test_the_health_block_warns_with_what_to_do_only_when_something_is_wrong(
     rstore = steer.app.state.services.store.repo("acme/widgets")  # type: ignore[attr-defined]
     # What the poller records after failed passes (the browser test fails a real sync).
     reason = "GitHub answered 404: Not Found"
-    steer.portal.call(rstore.mark_sync_failing, reason, 60, "not_found")  # type: ignore[union-attr]
+    steer.portal.call(rstore.mark_sync_failing, reason, 60, "no_access")  # type: ignore[union-attr]
     page = steer.get("/ui").text
     problems = page.split('id="problems"')[1].split("</section>")[0]
     assert "acme/widgets: its sync keeps failing" in problems

@@ -7,8 +7,14 @@ from collections.abc import Callable
 
 import pytest
 
-from github_broker.errors import MirrorRebuilding
-from github_broker.reports.health import health
+from github_broker.errors import (
+    GitHubError,
+    GitHubNotFound,
+    GitHubUnavailable,
+    MirrorRebuilding,
+    RateLimited,
+)
+from github_broker.reports.health import SYNC_ADVICE, failure_kind, health
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from tests.conftest import free_port
@@ -96,3 +102,19 @@ async def test_a_sync_failing_because_github_is_unreachable_says_so_not_check_th
     assert "GitHub cannot be reached from the broker" in problem and dead in problem
     assert "check that the repository exists" not in problem
     assert found.repositories[0].sync_advice is not None
+
+
+def test_each_kind_of_sync_failure_gets_its_own_advice() -> None:
+    """What the dashboard and `status` tell a maintainer to do, by what GitHub answered."""
+    cases = {
+        GitHubUnavailable("GET /repos/acme/widgets: GitHub cannot be reached"): "unreachable",
+        RateLimited("rate limit", retry_at_s=0): "rate_limited",
+        GitHubError("401 Bad credentials", status=401): "credentials",
+        GitHubError("403 Resource not accessible", status=403): "no_access",
+        GitHubNotFound("404 Not Found", status=404): "no_access",
+        GitHubError("451 Unavailable For Legal Reasons", status=451): "github",
+    }
+    for error, kind in cases.items():
+        assert failure_kind(error) == kind, error
+    advice = set(SYNC_ADVICE.values())
+    assert len(advice) == len(SYNC_ADVICE)  # each kind says something of its own

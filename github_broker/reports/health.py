@@ -26,7 +26,7 @@ SYNC_ADVICE = {
     "rate_limited": "GitHub's rate limit: the sync resumes by itself when it resets",
     "credentials": "GitHub refuses the broker's credentials: check the token (GITHUB_TOKEN) "
     "or the GitHub App's key and installation",
-    "not_found": "check that the repository exists under this name and that the token or "
+    "no_access": "check that the repository exists under this name and that the token or "
     "GitHub App can read it",
     "github": "check the error: GitHub refuses what the broker asks for this repository "
     "(the token's or App's permissions, the repository's settings)",
@@ -40,9 +40,11 @@ def failure_kind(error: BaseException) -> str:
     if isinstance(error, RateLimited):
         return "rate_limited"
     if isinstance(error, GitHubNotFound):
-        return "not_found"
+        return "no_access"
     if isinstance(error, GitHubError):
-        return "credentials" if error.status == 401 else "github"
+        # GitHub answers 403 (or 404 for a private repository) to a token that may not read.
+        kinds = {401: "credentials", 403: "no_access", 404: "no_access"}
+        return kinds.get(error.status or 0, "github")
     return ""
 
 
