@@ -10,6 +10,7 @@ user's agent works by itself on fast intervals."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import shutil
@@ -110,11 +111,14 @@ def alone(start_sandbox: Callable[..., Started], redis_server: str) -> Started:
 
 
 @pytest.fixture
-def terminal(demo: Started, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
-    """`github-broker ARGS` from another terminal (in this process): its stdout."""
+def terminal(demo: Started, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., str]]:
+    """`github-broker ARGS` from another terminal (in this process): its stdout. The logging
+    the command sets up is undone afterwards."""
     for name in [k for k in os.environ if k.startswith("GITHUB_BROKER_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(demo.runtime))
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
 
     def run(*args: str, capsys: pytest.CaptureFixture[str]) -> str:
         assert main(list(args)) == 0
@@ -123,7 +127,9 @@ def terminal(demo: Started, monkeypatch: pytest.MonkeyPatch) -> Callable[..., st
         assert not TASK_ID.search(out) and not LABEL_DUMP.search(out), out
         return out
 
-    return run
+    yield run
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 # --- --help ----------------------------------------------------------------------------

@@ -107,6 +107,20 @@ def test_the_audit_log_pages_back_newest_first_with_before_ms(client: TestClient
     assert [e["agent"] for e in older.json()] == ["x1"]
 
 
+def test_admin_agents_lists_who_holds_a_task_has_a_streak_or_is_paused(
+    client: TestClient,
+) -> None:
+    held = claim(client, "a1")
+    failed = claim(client, "a2")
+    assert lease_call(client, failed, "a2", "release").status_code == 200  # abandoned
+    client.post("/admin/agents/a3/pause", json={"reason": "rota"})
+    rows = {r["agent_id"]: r for r in client.get("/admin/agents").json()}
+    assert set(rows) == {"a1", "a2", "a3"}
+    assert rows["a1"]["holds"] == [f"{REPO}#{held['issue_id']}"]
+    assert rows["a2"]["streaks"] == {REPO: 1} and rows["a2"]["holds"] == []
+    assert rows["a3"]["paused"]["reason"] == "rota" and rows["a3"]["paused"]["by"] == "admin"
+
+
 def test_revoke_with_hold_keeps_the_issue_for_a_person_until_a_retry(client: TestClient) -> None:
     task = claim(client, "a1")
     n = task["issue_id"]
