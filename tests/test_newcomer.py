@@ -84,8 +84,9 @@ def start_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
         return running
 
     yield start
-    for running in started:
+    for running in started:  # Ctrl-C to all first: they stop side by side
         running.proc.send_signal(signal.SIGINT)
+    for running in started:
         try:
             running.proc.wait(timeout=40)
         finally:

@@ -434,13 +434,13 @@ def test_the_sandbox_says_when_an_issue_it_said_moves_on_by_itself_becomes_a_coo
 
 
 def test_the_sandbox_says_where_it_is_only_once_its_first_sync_built_the_mirror() -> None:
-    """The first sync is slow (GitHub takes a second to list the backlog): start() returns,
+    """The first sync is slow (GitHub takes half a second to list the backlog): start() returns,
     and the banner and the state file say where the API is, only once the mirror is built,
     so the first request-task (a demo agent's, the user's) never meets a 503 "the mirror is
     being rebuilt" (one start in six logged one)."""
     flush_memory()
     sandbox = Sandbox(Options(port=free_port(), agents=0, maintainer=False))
-    sandbox.sim.faults.add_latency(1000, method="GET", path=r"/repos/demo/sandbox/issues$")
+    sandbox.sim.faults.add_latency(500, method="GET", path=r"/repos/demo/sandbox/issues$")
     try:
         sandbox.start()
         assert sandbox_state.read() is not None
