@@ -84,9 +84,10 @@ Added by this project (no TTL unless said):
                                  Another server (a restart that loaded a persistence file, a
                                  failover) and not the leader's last mark: the data may be
                                  older than GitHub, and the leader rebuilds it from GitHub
-``sync:failing``         string  why the leader's sync of this repository keeps failing (404,
-                                 403, ...); set while it fails, gone after a successful pass or
-                                 the TTL. With several repositories, one whose mirror is not
+``sync:failing``         string  JSON {reason, since_ms, kind}: why the leader's sync of this
+                                 repository keeps failing (404, 403, unreachable, ...) and
+                                 since when; set while it fails, gone after a successful pass
+                                 or the TTL. With several repositories, one whose mirror is not
                                  rebuilt and that is marked so is left out of claims
 ``orphans``              hash    issue -> first time (ms) a sync saw it ``in-progress`` with no
                                  single agent label and no lease; cleaned after the lease TTL

@@ -14,6 +14,7 @@ from github_broker.api.app import create_app
 from github_broker.errors import ConfigError
 from github_broker.gateway import GitHubGateway
 from github_broker.leader.sync import Syncer
+from github_broker.reports import status as status_view
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.store import Store
@@ -187,6 +188,40 @@ def test_explain_says_why_each_issue_is_passed_over(client: TestClient) -> None:
     assert verdicts[2]["verdict"] == "next"
     assert verdicts[3]["verdict"] == "outside_bucket"
     assert verdicts[4]["verdict"] == "skipped" and "no_branch" in verdicts[4]["detail"]
+
+
+def test_explain_refuses_a_query_parameter_it_does_not_take_naming_the_right_one(
+    client: TestClient,
+) -> None:
+    """`?agent=a1` would otherwise explain for a fresh agent, silently: a 422 names
+    `agent_id` (and the route declares that answer)."""
+    client.post("/request-task", json={"agent_id": "a1"})
+    r = client.get("/explain", params={"agent": "a1"})
+    assert r.status_code == 422, r.text
+    assert r.json()["reason"] == "invalid_request"
+    assert "unknown query parameter 'agent'; did you mean 'agent_id'?" in r.json()["detail"]
+    assert "agent_id, repository, roles" in r.json()["detail"]
+    assert client.get("/explain", params={"agent_id": "a1", "roles": "BACKENDCODER"}).is_success
+    declared = client.get("/openapi.json").json()["paths"]["/explain"]["get"]["responses"]
+    assert "`agent` is refused, naming `agent_id`" in declared["422"]["description"]
+
+
+def test_an_unexpected_error_is_a_500_without_a_traceback_and_is_logged(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*_: object) -> None:
+        raise RuntimeError("boom: the details stay in the log")
+
+    monkeypatch.setattr(status_view, "status", broken)
+    plain = TestClient(client.app, raise_server_exceptions=False)
+    r = plain.get("/status")
+    assert r.status_code == 500
+    assert r.json() == {
+        "detail": "internal error; the broker logged the details",
+        "reason": "internal",
+    }
+    assert "boom" not in r.text and "Traceback" not in r.text
+    assert "boom: the details stay in the log" in caplog.text
 
 
 def test_redis_down_gives_503_with_retry_after(

@@ -335,6 +335,7 @@ EXTRA_STATUSES: dict[tuple[str, str], set[int]] = {
     ("GET", "/explain"): {401, 403, 404, 413, 422, 503},
     ("POST", "/github/webhook"): {401, 404, 413, 422, 503},
     ("GET", "/"): {413},
+    ("GET", "/favicon.ico"): {413},
     ("GET", "/ui"): {303, 413, 503},
     ("GET", "/ui/login"): {413},
     ("POST", "/ui/login"): {303, 401, 413, 415, 429, 503},

@@ -45,7 +45,7 @@ def test_dashboard_shows_leases_queue_blockers_skipped_and_events(client: TestCl
     queue = page.split('<table class="queue">')[1].split("</table>")[0]
     assert re.search(r'class="blocked".*Later.*waits for the bucket', queue, re.S)
     blockers = page.split('<table class="blockers">')[1].split("</table>")[0]
-    assert "development held by agent-7" in blockers and "ready: development:2" in blockers
+    assert "development held by agent-7" in blockers and "ready (development task)" in blockers
     assert "No branch" not in blockers  # skipped issues do not pin the bucket
     skipped = page.split('<table class="skipped">')[1].split("</table>")[0]
     assert "No branch" in skipped
@@ -427,7 +427,7 @@ def test_the_health_block_warns_with_what_to_do_only_when_something_is_wrong(
     rstore = steer.app.state.services.store.repo("acme/widgets")  # type: ignore[attr-defined]
     # What the poller records after failed passes (the browser test fails a real sync).
     reason = "GitHub answered 404: Not Found"
-    steer.portal.call(rstore.mark_sync_failing, reason, 60)  # type: ignore[union-attr]
+    steer.portal.call(rstore.mark_sync_failing, reason, 60, "no_access")  # type: ignore[union-attr]
     page = steer.get("/ui").text
     problems = page.split('id="problems"')[1].split("</section>")[0]
     assert "acme/widgets: its sync keeps failing" in problems
@@ -520,3 +520,14 @@ def test_a_live_stream_ends_when_its_session_logs_out(
     later.join()
     assert [kind for kind, _ in events_of(r.text)][-1] == "logout"
     assert time.monotonic() - started < 1.9
+
+
+def test_the_dashboard_has_an_icon_where_browsers_look_for_it(client: TestClient) -> None:
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.content.startswith(b"<svg")
+    page = client.get("/ui").text
+    assert '<link rel="icon" href="/ui/static/favicon.svg"' in page
+    assert client.get("/ui/static/favicon.svg").content == icon.content
+    declared = client.get("/openapi.json").json()["paths"]["/favicon.ico"]["get"]["responses"]
+    assert "image/svg+xml" in declared["200"]["content"]

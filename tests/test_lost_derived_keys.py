@@ -317,3 +317,37 @@ async def test_an_orphan_in_progress_label_is_cleared_by_a_later_unchanged_full_
             await world.tick()
             got = {(await world.ask(a)).issue_id for a in ("a1", "a2")}  # type: ignore[union-attr]
             assert got == {1, 2}
+
+
+async def test_an_in_progress_label_for_an_agent_that_is_not_configured_is_named_and_cleared(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """With agent tokens configured, #2 carries in-progress and `ghost-agent`, no configured
+    agent: the skip reason names that label (not "no single agent label"), and once the lease
+    TTL passes both labels come off, so a real claim later leaves no stray agent label."""
+    issues = [
+        {
+            "number": 2,
+            "title": "Two",
+            "body": body(),
+            "labels": ["P1", "BACKENDCODER", "in-progress", "ghost-agent"],
+        },
+    ]
+    server = {"agent_tokens": {"tok-1": "claude-1"}, "admin_token": "boss"}
+    with simulated(issues) as sim:
+        async with running_world(
+            sim, redis_url, make_settings, leases={"lease_ttl_s": 1}, server=server
+        ) as world:
+            await world.tick()
+            skip = (await world.rstore.skipped())[2]
+            assert "'ghost-agent'" in skip.reason and "not a configured agent" in skip.reason
+            assert "no single agent label" not in skip.reason
+            await asyncio.sleep(1.1)
+            await world.full_sync()
+            await world.tick()
+            assert world.labels(2) == {"P1", "BACKENDCODER"}
+            await world.tick()
+            task = await world.ask("claude-1")
+            assert task is not None and task.issue_id == 2
+            await world.tick()
+            assert world.labels(2) == {"P1", "BACKENDCODER", "in-progress", "claude-1"}

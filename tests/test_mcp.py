@@ -519,8 +519,14 @@ async def test_bad_tool_input_is_a_tool_error_before_any_broker_call(
     async with mcp_over_stdio(broker.url, tmp_path, Heard()) as mcp:
         bad = await mcp.call_tool("request_task", {"wait_seconds": 600})
         assert bad.is_error and "wait_seconds" in text(bad)
-        bad = await mcp.call_tool("release", {"outcome": "done", "reason": "x"})
+        # One line a model can act on: what is wrong, what was given, what the tool takes.
+        assert "\n" not in text(bad) and "For further information" not in text(bad), text(bad)
+        assert "less than or equal to 60 (got 600)" in text(bad)
+        bad = await mcp.call_tool("release", {"outcome": "done", "reason": "x", "why": "y"})
         assert bad.is_error and "outcome" in text(bad)
+        assert "\n" not in text(bad) and "errors.pydantic.dev" not in text(bad), text(bad)
+        assert "why: not an argument of this tool" in text(bad)
+        assert "It takes: outcome, reason." in text(bad)
         # Nothing was claimed by the refused calls.
         claimed = await mcp.call_tool("request_task", {"wait_seconds": 5})
         assert "You now hold acme/widgets#1" in text(claimed)

@@ -7,10 +7,18 @@ from collections.abc import Callable
 
 import pytest
 
-from github_broker.errors import MirrorRebuilding
+from github_broker.errors import (
+    GitHubError,
+    GitHubNotFound,
+    GitHubUnavailable,
+    MirrorRebuilding,
+    RateLimited,
+)
+from github_broker.reports.health import SYNC_ADVICE, failure_kind, health
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
-from tests.world import running_world, two_repositories
+from tests.conftest import free_port
+from tests.world import World, running_world, two_repositories
 
 #: acme/renamed does not exist on the simulator: every sync of it is a 404.
 REPOS = ["acme/widgets", "acme/renamed"]
@@ -74,3 +82,39 @@ async def test_a_broken_repository_does_not_make_the_others_sync_every_drain(
             for _ in range(5):
                 await w.daemon.drain_all()
             assert list_calls(sim) == before
+
+
+@pytest.mark.anyio
+async def test_a_sync_failing_because_github_is_unreachable_says_so_not_check_the_repository(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """GitHub refuses the connection: the problem `status` and the dashboard show says GitHub
+    cannot be reached (and where), not that the repository may not exist."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    settings = make_settings(redis={"url": redis_url}, github={"base_url": dead})
+    async with World.running(settings, Simulator({"repositories": []})) as w:
+        await w.daemon.hold_leadership()
+        for _ in range(2):  # an unreachable GitHub is marked after two failed passes
+            w.daemon._not_before.clear()  # no waiting out the backoff between them
+            await w.daemon.sync_all()
+        found = await health(w.store, settings)
+    problem = next(p for p in found.problems if "its sync keeps failing" in p)
+    assert "GitHub cannot be reached from the broker" in problem and dead in problem
+    assert "check that the repository exists" not in problem
+    assert found.repositories[0].sync_advice is not None
+
+
+def test_each_kind_of_sync_failure_gets_its_own_advice() -> None:
+    """What the dashboard and `status` tell a maintainer to do, by what GitHub answered."""
+    cases = {
+        GitHubUnavailable("GET /repos/acme/widgets: GitHub cannot be reached"): "unreachable",
+        RateLimited("rate limit", retry_at_s=0): "rate_limited",
+        GitHubError("401 Bad credentials", status=401): "credentials",
+        GitHubError("403 Resource not accessible", status=403): "no_access",
+        GitHubNotFound("404 Not Found", status=404): "no_access",
+        GitHubError("451 Unavailable For Legal Reasons", status=451): "github",
+    }
+    for error, kind in cases.items():
+        assert failure_kind(error) == kind, error
+    advice = set(SYNC_ADVICE.values())
+    assert len(advice) == len(SYNC_ADVICE)  # each kind says something of its own

@@ -128,7 +128,11 @@ def end_every_way(stack: Stack, client: redis.Redis, lease_ttl_s: int) -> tuple[
     # open; its agent then takes another task (whose labels cannot land either).
     done = stack.claim("done")
     stack.sim.state.create_pull(
-        "acme", "widgets", title="x", head=done.task["branch_name"], body=f"Closes #{done.n}",
+        "acme",
+        "widgets",
+        title="x",
+        head=done.task["branch_name"],
+        body=f"Closes #{done.n}",
         user="bot",
     )
     rule = stack.sim.faults.add_error(503, method="POST")
@@ -149,11 +153,17 @@ def replay_and_watch(stack: Stack, ended: dict, live: dict, seconds: float) -> L
     while time.monotonic() < deadline:
         i += 1
         for agent, old in ended.items():
-            ledger.replays.setdefault(agent, []).append(stack.lease_call(old, "heartbeat", i).status_code)
+            ledger.replays.setdefault(agent, []).append(
+                stack.lease_call(old, "heartbeat", i).status_code
+            )
         for agent, cur in live.items():
             r = stack.lease_call(cur, "heartbeat", i + 1)
-            ledger.holders.setdefault(agent, []).append((r.status_code, r.json().get("reason") or ""))
-        got = requests.post(f"{stack.url(i)}/request-task", json={"agent_id": "newcomer"}, timeout=10)
+            ledger.holders.setdefault(agent, []).append(
+                (r.status_code, r.json().get("reason") or "")
+            )
+        got = requests.post(
+            f"{stack.url(i)}/request-task", json={"agent_id": "newcomer"}, timeout=10
+        )
         if got.status_code == 200:
             ledger.handouts.append((time.monotonic(), int(got.json()["issue_id"])))
             # Done with it at once: the newcomer keeps asking.
@@ -168,14 +178,19 @@ def replay_and_watch(stack: Stack, ended: dict, live: dict, seconds: float) -> L
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    seed = {"repositories": [{"owner": "acme", "name": "widgets",
-                              "issues": generate_issues(14, priorities=("P1",))}]}
+    seed = {
+        "repositories": [
+            {"owner": "acme", "name": "widgets", "issues": generate_issues(14, priorities=("P1",))}
+        ]
+    }
     with Simulator(seed) as s:
         yield s
 
 
 @pytest.mark.parametrize(
-    ("lease_ttl_s", "loss"), [(12, "flushall"), (600, "restart-empty")], ids=["ttl12-flushall", "ttl600-kill9"]
+    ("lease_ttl_s", "loss"),
+    [(12, "flushall"), (600, "restart-empty")],
+    ids=["ttl12-flushall", "ttl600-kill9"],
 )
 def test_after_redis_loses_its_data_ended_leases_stay_ended_and_the_latest_grant_wins(
     sim: Simulator, tmp_path: Path, lease_ttl_s: int, loss: str
@@ -219,8 +234,10 @@ def test_after_redis_loses_its_data_ended_leases_stay_ended_and_the_latest_grant
         # The completion made during the outage is recovered from its PR: in review.
         done_n = ended["done"].n
         wait_until(
-            lambda: {"needs-review"} <= stack.labels(done_n)
-            and not {"in-progress", "done"} & stack.labels(done_n),
+            lambda: (
+                {"needs-review"} <= stack.labels(done_n)
+                and not {"in-progress", "done"} & stack.labels(done_n)
+            ),
             20,
             "the completed task in review on GitHub",
         )

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+import unicodedata
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -161,3 +162,26 @@ async def test_cli_explain_and_status_commands(
     assert wrong.returncode == 2 and "not a configured repository" in wrong.stderr
     status = cli("status")
     assert status.returncode == 0 and "Bucket P0 pinned by 2 issue(s)" in status.stdout
+
+
+def columns(text: str) -> int:
+    """Terminal columns, measured here independently of render.width."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def test_tables_line_up_by_display_width_with_wide_titles() -> None:
+    """A CJK character takes two terminal columns: every cell after a Japanese title starts
+    in the column of its header."""
+    titles = ["ログイン API にレート制限を追加する", "Add pagination", "タスク一覧画面の E2E"]
+    rows = [[f"#{n}", t, "development"] for n, t in enumerate(titles, 1)]
+    lines = render.table(["ISSUE", "TITLE", "TASK"], rows)
+    column = columns(lines[0][: lines[0].index("TASK")])
+    for line in lines[1:]:
+        assert columns(line[: line.index("development")]) == column, lines
+
+
+def test_long_wide_titles_are_cut_to_the_title_width_in_columns() -> None:
+    title = "タスク一覧画面の E2E テストを追加する" * 3
+    cut = render.clip(title)
+    assert cut.endswith("…") and columns(cut) <= render.TITLE_WIDTH
+    assert columns(cut) >= render.TITLE_WIDTH - 1  # cut no shorter than it must be

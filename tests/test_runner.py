@@ -20,6 +20,7 @@ from github_broker.agent.client import BrokerClient, BrokerUnavailable
 from github_broker.agent.runner import Runner, RunnerConfig, RunnerError
 from github_broker.agent.runner.cli import command_from_argv
 from github_broker.agent.runner.task_files import MAX_ENV_JSON_BYTES, task_env
+from github_broker.agent.runner.task_run import Ending
 from github_broker.models import Task
 from tests.conftest import free_port
 from tests.processes import LiveStack
@@ -132,6 +133,46 @@ def test_unreachable_broker_is_given_up_after_the_limit_with_one_message(tmp_pat
     with pytest.raises(BrokerUnavailable, match=r"unreachable for .*giving up"):
         Runner(client, config).run()
     assert time.monotonic() - started < 10
+    client.close()
+
+
+def test_give_up_after_counts_seconds_from_the_first_failure_the_clients_retries_included(
+    tmp_path: Path,
+) -> None:
+    """`--give-up-after 1` ends the runner about 1 s after the broker first failed to answer,
+    however many retries the client itself makes (its default: 4, backing off 4 to 8 s in
+    all, after which the runner used to start counting)."""
+    client = BrokerClient(f"http://127.0.0.1:{free_port()}", "agent-a")
+    config = RunnerConfig(command=["true"], workdir=tmp_path, once=True, give_up_s=1)
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match=r"giving up \(limit 1s, --give-up-after\)"):
+        Runner(client, config).run()
+    assert 0.8 <= time.monotonic() - started < 2.5
+    client.close()
+
+
+class Waits(threading.Event):
+    """A stop event that records the pauses asked of it and returns at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pauses: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.pauses.append(timeout or 0.0)
+        return False
+
+
+def test_after_a_failure_the_runner_pauses_2_s_doubling_up_to_2_min(tmp_path: Path) -> None:
+    """docs/quickstart.md: "After a failure it pauses (2 s, doubling up to 2 min while failures
+    continue)"; a completion starts over, a lost lease or a stop does not pause."""
+    stop = Waits()
+    client = BrokerClient(f"http://127.0.0.1:{free_port()}", "agent-a")
+    runner = Runner(client, RunnerConfig(command=["true"], workdir=tmp_path), stop)
+    endings = [Ending.FAILED] * 3 + [Ending.TIMED_OUT] * 5 + [Ending.COMPLETED, Ending.FAILED]
+    for ending in [*endings, Ending.LEASE_LOST, Ending.STOPPED]:
+        runner._pause_after(ending)
+    assert stop.pauses == [2, 4, 8, 16, 32, 64, 120, 120, 2]
     client.close()
 
 

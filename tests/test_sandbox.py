@@ -25,10 +25,15 @@ from github_broker.errors import ConfigError
 from github_broker.gateway.label_set import cmd_labels_init
 from github_broker.leader.sync import index_item
 from github_broker.models import Claimed, Task
+from github_broker.reports.explain import explain_repo
+from github_broker.reports.overview import repo_overview
+from github_broker.sandbox import state as sandbox_state
+from github_broker.sandbox.maintainer import Maintainer
 from github_broker.sandbox.watch import BrokerWatcher
-from github_broker.sandbox.world import sandbox_settings
-from github_broker.simulator import Simulator
-from github_broker.store import Store, flush_memory
+from github_broker.sandbox.world import Options, Sandbox, sandbox_settings
+from github_broker.settings import Settings
+from github_broker.simulator import DEMO_SEED_PATH, Simulator
+from github_broker.store import RepoStore, Store, flush_memory
 from tests.conftest import free_port
 from tests.factories import issue
 
@@ -197,6 +202,52 @@ def test_sandbox_settings_are_offline_with_short_intervals() -> None:
     assert settings.review.author_fallback_s <= 10 and settings.progress.no_pr_grace_s <= 30
 
 
+def test_sandbox_intervals_are_the_ones_the_quickstart_gives() -> None:
+    """docs/quickstart.md: review after 10 s, an agent alone gets the review of its own work
+    10 s later, a task completed without a PR comes back after 30 s, a failed one is offered
+    to the same agent a minute later."""
+    settings = sandbox_settings("http://127.0.0.1:9", "memory://", 8080)
+    text = " ".join((Path(__file__).parent.parent / "docs" / "quickstart.md").read_text().split())
+    assert (
+        "(review after 10 s, an agent alone gets the review of its own work 10 s later, a task "
+        "completed without a PR comes back after 30 s, a failed one is offered to the same "
+        "agent a minute later)" in text
+    )
+    assert settings.review.delay_s == 10 and settings.review.author_fallback_s == 10
+    assert settings.progress.no_pr_grace_s == 30 and settings.failures.cooldown_s == 60
+
+
+@pytest.mark.parametrize(("every", "asked_on"), [(3, [3]), (0, [])])
+def test_the_maintainer_asks_for_changes_on_every_nth_reviewed_pr_and_never_with_0(
+    every: int, asked_on: list[int]
+) -> None:
+    settings = sandbox_settings("http://127.0.0.1:9", "memory://", 8080)
+    with Simulator(DEMO_SEED_PATH) as sim:
+        maintainer = Maintainer(sim, settings, "demo/sandbox", changes_every=every)
+        pulls = []
+        for n in (1, 2, 3, 4):
+            pull = sim.state.create_pull(
+                "demo", "sandbox", title=f"Fix #{n}", head=f"feature/fix-{n}", body=f"Closes #{n}"
+            )
+            pulls.append(pull["number"])
+            maintainer._decide(n, pull["number"])
+        asked = [
+            i + 1
+            for i, pr in enumerate(pulls)
+            if any(
+                r["state"] == "CHANGES_REQUESTED"
+                for r in sim.state.list_reviews("demo", "sandbox", pr)
+            )
+        ]
+        merged = [
+            i + 1
+            for i, pr in enumerate(pulls)
+            if sim.state.get_pull("demo", "sandbox", pr)["merged"]
+        ]
+    assert asked == asked_on
+    assert merged == [n for n in (1, 2, 3, 4) if n not in asked_on]
+
+
 def test_sandbox_short_intervals_yield_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GITHUB_BROKER_REVIEW__DELAY_S", "1")
     settings = sandbox_settings("http://127.0.0.1:9", "memory://", 8080)
@@ -285,6 +336,120 @@ def test_broker_watcher_logs_other_agents_and_says_what_each_waiting_issue_needs
     assert "#3 Task 3: labelled needs-human: look at it, then retry it" in text
     assert "#2 Task 2: body has no deliverables section" in text
     assert hints[0] in text
+
+
+#: A list of labels in parentheses, as the idle lines once dumped: "(BACKENDCODER, P0, a, b)".
+LABEL_DUMP = re.compile(r"\((?:[\w.-]+, ){2,}[\w.-]+\)")
+#: A task id as the indexes name it: "development:6".
+TASK_ID = re.compile(r"\b(?:development|review|fix):\d+\b")
+
+
+async def seed_one_claimed(settings: Settings, *numbers: int) -> tuple[Store, RepoStore, Claimed]:
+    """The sandbox's store with P0 issues `numbers` mirrored, the first claimed by my-agent."""
+    store = Store.from_settings(settings)
+    rstore = store.repo("demo/sandbox")
+    rules = Rules(settings)
+    items = [index_item(rules, issue(n, "P0", "BACKENDCODER"), "main") for n in numbers]
+    await rstore.upsert_issues(items)
+    await rstore.save_sync_state({}, rebuilt=True)  # the mirror is complete
+    got = await rstore.claim(
+        "my-agent", previous="completed", mode="strict", base_branch="main", roles=None
+    )
+    assert isinstance(got, Claimed) and got.issue.number == numbers[0]
+    return store, rstore, got
+
+
+def test_an_issue_just_completed_is_explained_in_words_not_as_labels_or_task_ids() -> None:
+    """#1 completed, its labels not yet on GitHub: explain's verdict, the sandbox's idle line
+    and the bucket row say what happens next, with no list of its labels; the ready #2 is a
+    development task, not `development:2`."""
+    settings = sandbox_settings("http://127.0.0.1:9", "memory://", 8080)
+    flush_memory()
+
+    async def judged() -> tuple[str, str, list[str]]:
+        store, rstore, got = await seed_one_claimed(settings, 1, 2)
+        assert (await rstore.finish(1, "my-agent", got.token, "completed"))[0]
+        verdict = next(v for v in await explain_repo(rstore, settings, None) if v.issue == 1)
+        bucket = (await repo_overview(rstore, settings)).blockers
+        await store.close()
+        return verdict.verdict, verdict.detail, [b.state for b in bucket]
+
+    try:
+        verdict, detail, blockers = asyncio.run(judged())
+    finally:
+        flush_memory()
+    assert verdict == "waiting" and "just completed" in detail
+    assert blockers == [detail, "ready (development task)"]
+    for text in (detail, *blockers):
+        assert not LABEL_DUMP.search(text) and not TASK_ID.search(text), text
+        assert "BACKENDCODER" not in text and "my-agent" not in text, text
+
+
+def test_the_sandbox_says_when_an_issue_it_said_moves_on_by_itself_becomes_a_cool_down(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing is claimed in between: #1, completed without a PR, goes back to the pool in
+    my-agent's cool-down. The line the quickstart promises (`#1 for my-agent: in your
+    cool-down …`) is logged though the event log already said that the backlog moves on by
+    itself; before, nothing was said until the next claim (a minute of 204s)."""
+    settings = sandbox_settings("http://127.0.0.1:9", "memory://", 8080)
+    flush_memory()
+    caplog.set_level(logging.INFO, logger="github_broker.sandbox.watch")
+    watcher = BrokerWatcher(settings, "demo/sandbox", ["my-agent"], interval_s=0.05)
+
+    def logged(pattern: str) -> None:
+        deadline = time.monotonic() + 10
+        while not re.search(pattern, caplog.text):
+            assert time.monotonic() < deadline, f"no {pattern!r} in:\n{caplog.text}"
+            time.sleep(0.05)
+
+    async def completed() -> None:
+        store, rstore, got = await seed_one_claimed(settings, 1)
+        assert (await rstore.finish(1, "my-agent", got.token, "completed"))[0]
+        await store.close()
+
+    async def no_pr() -> None:
+        store = Store.from_settings(settings)
+        rstore = store.repo("demo/sandbox")
+        rules = Rules(settings)
+        labelled = issue(1, "P0", "BACKENDCODER", "needs-review")
+        await rstore.upsert_issues([index_item(rules, labelled, "main")])  # the sync saw it
+        reason = "no PR and no commit on feature/issue-1"
+        done = await rstore.control("no_pr", "broker", "1", reason, "my-agent", "")
+        assert done.reindex, done
+        await rstore.upsert_issues([index_item(rules, issue(1, "P0", "BACKENDCODER"), "main")])
+        await store.close()
+
+    asyncio.run(completed())
+    watcher.start()
+    try:
+        logged(r"nothing to hand out now; it moves on by itself: #1 ")
+        asyncio.run(no_pr())
+        logged(r"#1 for my-agent: in your cool-down")
+    finally:
+        watcher.stop()
+        flush_memory()
+    for line in caplog.messages:
+        assert not LABEL_DUMP.search(line) and not TASK_ID.search(line), line
+
+
+def test_the_sandbox_says_where_it_is_only_once_its_first_sync_built_the_mirror() -> None:
+    """The first sync is slow (GitHub takes half a second to list the backlog): start() returns,
+    and the banner and the state file say where the API is, only once the mirror is built,
+    so the first request-task (a demo agent's, the user's) never meets a 503 "the mirror is
+    being rebuilt" (one start in six logged one)."""
+    flush_memory()
+    sandbox = Sandbox(Options(port=free_port(), agents=0, maintainer=False))
+    sandbox.sim.faults.add_latency(500, method="GET", path=r"/repos/demo/sandbox/issues$")
+    try:
+        sandbox.start()
+        assert sandbox_state.read() is not None
+        with BrokerClient(sandbox.url, "first-agent", retries=0) as client:
+            task = client.request_task(wait_seconds=0)
+        assert task is not None and task.repository == "demo/sandbox"
+    finally:
+        sandbox.close()
+        flush_memory()
 
 
 class OutsideAgent:

@@ -97,6 +97,35 @@ def test_revoke_tells_the_agent_why_at_its_next_heartbeat_and_the_task_returns_t
     assert entries[0]["agent"] == "a1" and entries[0]["reason"] == "wrong approach"
 
 
+def test_the_audit_log_pages_back_newest_first_with_before_ms(client: TestClient) -> None:
+    """GET /admin/audit?limit=…&before_ms=…: newest first, and the next page is what is older
+    than the last entry of this one."""
+    for agent in ("x1", "x2", "x3"):
+        started = time.time() * 1000
+        r = client.post(f"/admin/agents/{agent}/pause", json={"reason": agent})
+        assert r.status_code == 200
+        while time.time() * 1000 < started + 2:  # one action per millisecond at most
+            time.sleep(0.001)
+    first = client.get("/admin/audit", params={"limit": 2}).json()
+    assert [e["agent"] for e in first] == ["x3", "x2"]
+    older = client.get("/admin/audit", params={"limit": 2, "before_ms": first[-1]["at_ms"]})
+    assert [e["agent"] for e in older.json()] == ["x1"]
+
+
+def test_admin_agents_lists_who_holds_a_task_has_a_streak_or_is_paused(
+    client: TestClient,
+) -> None:
+    held = claim(client, "a1")
+    failed = claim(client, "a2")
+    assert lease_call(client, failed, "a2", "release").status_code == 200  # abandoned
+    client.post("/admin/agents/a3/pause", json={"reason": "rota"})
+    rows = {r["agent_id"]: r for r in client.get("/admin/agents").json()}
+    assert set(rows) == {"a1", "a2", "a3"}
+    assert rows["a1"]["holds"] == [f"{REPO}#{held['issue_id']}"]
+    assert rows["a2"]["streaks"] == {REPO: 1} and rows["a2"]["holds"] == []
+    assert rows["a3"]["paused"]["reason"] == "rota" and rows["a3"]["paused"]["by"] == "admin"
+
+
 def test_revoke_with_hold_keeps_the_issue_for_a_person_until_a_retry(client: TestClient) -> None:
     task = claim(client, "a1")
     n = task["issue_id"]
@@ -165,7 +194,7 @@ def test_reassign_moves_the_lease_keeps_the_branch_and_the_new_task_says_whose_w
     )
     assert (
         r.json()["outcome"]
-        == f"development:{n} reserved for a2 (its next request-task); lease of a1 revoked"
+        == "development task reserved for a2 (its next request-task); lease of a1 revoked"
     )
     beat = lease_call(client, task, "a1", "heartbeat")
     assert beat.status_code == 409 and "reassigned to a2" in beat.json()["detail"]

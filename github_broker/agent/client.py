@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -15,6 +17,7 @@ from urllib.parse import quote
 import requests
 from pydantic import BaseModel, Field, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+from tenacity.stop import stop_base
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from github_broker import __version__
@@ -201,6 +204,23 @@ class BrokerClient:
         """Give the task back (`failed` or `abandoned`); it returns to the pool at once."""
         self._finish(task, "release", {"reason": reason}, reason)
 
+    @contextlib.contextmanager
+    def retrying_within(self, budget: RetryBudget) -> Iterator[None]:
+        """Calls this thread makes inside the block retry only while `budget` lasts (from
+        the first failure it saw): the runner's --give-up-after."""
+        before = self.retry_budget
+        self._local.retry_budget = budget
+        try:
+            yield
+        finally:
+            self._local.retry_budget = before
+
+    @property
+    def retry_budget(self) -> RetryBudget | None:
+        """The budget `retrying_within` set for this thread's calls, if any."""
+        budget: RetryBudget | None = getattr(self._local, "retry_budget", None)
+        return budget
+
     # --- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
@@ -325,12 +345,44 @@ def retry_policy(
         )
 
     return {
-        "stop": stop_after_attempt(client.retries + 1),
+        "stop": stop_after_attempt(client.retries + 1) | _StopWhenSpent(client),
         "wait": wait,
         "retry": retry_if_exception(retryable),
         "before_sleep": log,
         "reraise": True,
     }
+
+
+@dataclass
+class RetryBudget:
+    """How long calls may go on failing: `limit_s` seconds from the first failure seen."""
+
+    limit_s: float
+    #: time.monotonic() of the first failure, None while none was seen.
+    since: float | None = None
+
+    def failed(self) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+
+    def left_s(self, after_s: float = 0.0) -> float:
+        """Seconds left `after_s` seconds from now."""
+        start = time.monotonic() if self.since is None else self.since
+        return start + self.limit_s - time.monotonic() - after_s
+
+
+class _StopWhenSpent(stop_base):
+    """No attempt once the client's retry budget (BrokerClient.retrying_within) is spent."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        budget: RetryBudget | None = getattr(self.client, "retry_budget", None)
+        if budget is None:
+            return False
+        budget.failed()
+        return budget.left_s(retry_state.upcoming_sleep or 0.0) < 0
 
 
 def _retryable(e: BaseException) -> bool:

@@ -174,7 +174,13 @@ def _add_default_options(p: argparse.ArgumentParser) -> None:
 
 def _add_transport_options(p: argparse.ArgumentParser) -> None:
     """stdio, or streamable HTTP and who may reach it."""
-    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio (the MCP client starts this command) or http (a server at --host/--port); "
+        "default %(default)s",
+    )
     p.add_argument(
         "--host",
         default="127.0.0.1",

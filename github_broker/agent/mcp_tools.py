@@ -13,7 +13,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.server.session import ServerSession
 from mcp.types import LoggingLevel
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from github_broker.agent.aio import AsyncBrokerClient
 from github_broker.agent.client import (
@@ -110,11 +110,45 @@ class _StrictMetadata(FuncMetadata):
         return data
 
 
+def argument_problems(error: ValidationError) -> str:
+    """What is wrong with a tool call's arguments, in one line a model can act on (pydantic's
+    own text spans lines and ends each with a link to its documentation)."""
+    parts = []
+    for e in error.errors(include_url=False):
+        name = ".".join(str(p) for p in e["loc"]) or "arguments"
+        if e["type"] in ("extra_forbidden", "missing"):
+            problem = "required" if e["type"] == "missing" else "not an argument of this tool"
+            parts.append(f"{name}: {problem}")
+            continue
+        given = repr(e.get("input"))
+        given = given if len(given) <= 40 else given[:39] + "…"
+        parts.append(f"{name}: {e['msg'][0].lower()}{e['msg'][1:]} (got {given})")
+    return "; ".join(parts)
+
+
+class StrictTool(Tool):
+    """A tool whose refused arguments are answered in one line."""
+
+    async def run(
+        self, arguments: dict[str, Any], context: Any, convert_result: bool = False
+    ) -> Any:
+        try:
+            return await super().run(arguments, context, convert_result)
+        except ToolError as e:
+            if not isinstance(e.__cause__, ValidationError):
+                raise
+            takes = ", ".join(self.parameters.get("properties", {})) or "no arguments"
+            raise ToolError(
+                f"{self.name} refused its arguments: {argument_problems(e.__cause__)}. "
+                f"It takes: {takes}."
+            ) from e.__cause__
+
+
 def strict_tool(fn: Callable[..., Any]) -> Tool:
     """`fn` as a tool that refuses what the broker would: unknown arguments, `"5"` for a
     number, `true` for a string (the published inputSchema says `additionalProperties:
-    false`, and the same model validates every call)."""
-    tool = Tool.from_function(fn)
+    false`, and the same model validates every call), each refusal in one line."""
+    tool = StrictTool.from_function(fn)
     loose = tool.fn_metadata.arg_model
 
     class Arguments(loose):  # type: ignore[valid-type, misc]

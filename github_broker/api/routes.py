@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from github_broker.api.query import refuse_unknown, unknown_parameters_response
 from github_broker.api.schemas import (
     AGENT_ID_PATTERN,
     MAX_LIST_ITEMS,
@@ -289,7 +290,14 @@ async def status(request: Request, svc: Services) -> dict[str, Any]:
     return await status_view.status(svc.store, svc.settings)
 
 
-@router.get("/explain", responses=READ_ERRORS)
+#: The query parameters of GET /explain.
+EXPLAIN_PARAMETERS = ("agent_id", "repository", "roles")
+
+
+@router.get(
+    "/explain",
+    responses={**READ_ERRORS, **unknown_parameters_response("/explain", EXPLAIN_PARAMETERS)},
+)
 async def explain(
     request: Request,
     svc: Services,
@@ -306,6 +314,7 @@ async def explain(
     """What the next request-task of this agent would hand out (the one `next`), and why each
     other issue waits: the claim's own judgement, run without side effects (admin)."""
     svc.auth.admin(request)
+    refuse_unknown(request, EXPLAIN_PARAMETERS)
     # Bounded (by the query's declaration) and known, as in POST /request-task: a 422 before
     # any Redis work.
     roles = svc.tasks.check_roles(roles)

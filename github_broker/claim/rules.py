@@ -100,16 +100,52 @@ class Rules:
         """The agent an `in-progress` issue's labels name, when exactly one label can be it."""
         if self.in_progress not in labels:
             return None
-        rest = [
+        rest = self._agent_like(labels)
+        if self.known_agents:
+            rest = [lab for lab in rest if lab in self.known_agents]
+        return rest[0] if len(rest) == 1 else None
+
+    def _agent_like(self, labels: list[str]) -> list[str]:
+        return [
             lab
             for lab in labels
             if lab not in self.known_labels
             and not self.priority_re.match(lab)
             and _AGENT_LABEL.match(lab)
         ]
-        if self.known_agents:
-            rest = [lab for lab in rest if lab in self.known_agents]
-        return rest[0] if len(rest) == 1 else None
+
+    def orphan(self, labels: list[str]) -> tuple[str, list[str]]:
+        """For an issue in-progress on GitHub with no live lease: why it is not handed out, and
+        the label that names an agent which is not a configured one (removed with in-progress
+        once the lease TTL passed), when exactly one label can be that agent; ("", []) for an
+        issue not in-progress."""
+        if self.in_progress not in labels:
+            return "", []
+        holder = self.holder(labels)
+        if holder is not None:
+            return (
+                f"labelled {self.in_progress} for {holder!r} on GitHub with no live lease: its "
+                "lease is rebuilt once the broker's own label writes on it are on GitHub",
+                [],
+            )
+        candidates = self._agent_like(labels)
+        after = f"{self.in_progress} comes off once it stayed so for the lease TTL"
+        if len(candidates) == 1 and self.known_agents:
+            name = candidates[0]
+            return (
+                f"labelled {self.in_progress} for {name!r}, which is not a configured agent "
+                f"(server.agent_tokens), with no live lease: both labels come off once it "
+                "stayed so for the lease TTL",
+                candidates,
+            )
+        if candidates:
+            names = ", ".join(repr(lab) for lab in candidates)
+            return (
+                f"labelled {self.in_progress} with no live lease and several labels that may "
+                f"name its agent ({names}): {after}",
+                [],
+            )
+        return f"labelled {self.in_progress} with no agent label and no live lease: {after}", []
 
     def analyse(self, issue: Issue, base_branch: str | None) -> Analysis:
         priority = self.priority(issue.labels)

@@ -13,31 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from github_broker import __version__, logs
+from github_broker.cli import target
 from github_broker.errors import BrokerError, ConfigError
-from github_broker.settings import ENV_PREFIX, Settings, default_config_dir, load_settings
+from github_broker.settings import ENV_PREFIX, Settings, default_config_dir
 
 if TYPE_CHECKING:
     from github_broker.gateway import GitHubGateway
     from github_broker.store import Store
 
 logger = logging.getLogger("github_broker")
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    if args.config is not None and not args.config.is_dir():
-        raise ConfigError(
-            f"--config {args.config}: no such directory. Pass the directory that holds "
-            "broker.yaml (and agents.yml), or leave --config out to use the defaults."
-        )
-    return load_settings(args.config)
-
-
-def _require_repositories(settings: Settings) -> None:
-    if not settings.repositories:
-        raise ConfigError(
-            "no repositories configured: set `repositories` in broker.yaml "
-            f"or {ENV_PREFIX}REPOSITORIES=owner/name"
-        )
 
 
 def _require_github_auth(settings: Settings) -> None:
@@ -55,8 +39,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from github_broker.leader.sync import Syncer
     from github_broker.store import Store
 
-    settings = _settings(args)
-    _require_repositories(settings)
+    settings = target.configured(args)
+    target.require_repositories(settings)
     _require_github_auth(settings)
 
     async def run() -> None:
@@ -105,7 +89,7 @@ def cmd_poll(args: argparse.Namespace) -> int:
     """The polling daemon (sync, write queue, lease reaping) until SIGINT/SIGTERM."""
     from github_broker.processes.poller import run_poller
 
-    run_poller(_settings(args), metrics_port=args.metrics_port)
+    run_poller(target.configured(args), metrics_port=args.metrics_port)
     return 0
 
 
@@ -129,35 +113,12 @@ def _print(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _view_settings(args: argparse.Namespace) -> Settings:
-    """What `status` and `explain` look at: the configured deployment, or the running sandbox
-    (`--sandbox`, or when no repository is configured and a sandbox runs)."""
-    from github_broker.sandbox import state as sandbox_state
-
-    settings = None if args.sandbox else _settings(args)
-    if settings is not None and settings.repositories:
-        return settings
-    running = sandbox_state.read()
-    if running is None:
-        if settings is None:
-            raise ConfigError("no sandbox is running (`github-broker sandbox` starts one)")
-        _require_repositories(settings)
-    assert running is not None
-    from github_broker.sandbox.world import sandbox_settings
-
-    print(
-        f"github-broker: showing the sandbox running at {running.url} (pid {running.pid})",
-        file=sys.stderr,
-    )
-    return sandbox_settings(running.github_url, running.redis_url, running.port)
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     """Who holds what until when, what waits, what is skipped and why."""
     from github_broker.reports import status
     from github_broker.store import Store
 
-    settings = _view_settings(args)
+    settings = target.broker_settings(args)
 
     async def run() -> dict[str, Any]:
         store = Store.from_settings(settings)
@@ -192,7 +153,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from github_broker.reports import overview, render
     from github_broker.store import Store
 
-    settings = _view_settings(args)
+    settings = target.broker_settings(args)
     if args.repo and args.repo not in {r.full_name for r in settings.repositories}:
         raise ConfigError(f"--repo {args.repo}: not a configured repository")
 
@@ -215,10 +176,14 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         default=None,
-        help=f"config directory (default: {default_config_dir()})",
+        help=f"config directory: broker.yaml, agents.yml, prompts/ (default: "
+        f"{default_config_dir()}); give it before the command",
     )
     parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="least severe log lines shown (default %(default)s)",
     )
     parser.add_argument(
         "--log-format",
@@ -233,7 +198,8 @@ def _add_broker_commands(sub: argparse._SubParsersAction) -> None:
     """The broker's own commands: sync, poll, serve, status, explain."""
 
     def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=(func.__doc__ or "").strip().splitlines()[0])
+        doc = (func.__doc__ or "").strip()
+        p = sub.add_parser(name, help=doc.splitlines()[0], description=doc)
         p.set_defaults(func=func)
         return p
 
@@ -247,23 +213,22 @@ def _add_broker_commands(sub: argparse._SubParsersAction) -> None:
         help="serve this process's Prometheus metrics (GitHub calls, write lag) on this port",
     )
     p = add("serve", cmd_serve)
-    p.add_argument("--host")
-    p.add_argument("--port", type=int)
+    p.add_argument("--host", help="address to bind (default: server.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to bind (default: server.port, 8080)")
     p.add_argument("--workers", type=int, default=1, help="API worker processes")
     p.add_argument(
         "--single-process",
         action="store_true",
         help="API and poller in this one process (debugging, profiling); ignores --workers",
     )
-    p.add_argument("--access-log", action="store_true")
-    sandbox_help = (
-        "look at the running `github-broker sandbox` (the default when no repository is "
-        "configured and one runs)"
-    )
+    p.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    sandbox_help = target.SANDBOX_HELP
     p = add("status", cmd_status)
-    p.add_argument("--json", action="store_true")
+    p.epilog = target.FINDS_BROKER
+    p.add_argument("--json", action="store_true", help="the /status JSON instead of tables")
     p.add_argument("--sandbox", action="store_true", help=sandbox_help)
     p = add("explain", cmd_explain)
+    p.epilog = target.FINDS_BROKER
     p.add_argument("--agent", help="the agent asking (its cool-downs, pause, reviews of its work)")
     p.add_argument("--sandbox", action="store_true", help=sandbox_help)
     p.add_argument("--role", action="append", help="a role the agent accepts (repeatable)")

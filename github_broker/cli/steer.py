@@ -1,6 +1,7 @@
 """`github-broker` verbs of maintainers steering running work: revoke, reassign, note, retry,
-pause, stop, resume, audit. Short functions over `steering.Steering`, talking to Redis as
-`status` does; each action is recorded in the audit log as `cli:<user>`."""
+pause, stop, resume, audit. Short functions over `steering.Steering`, talking to the Redis of
+the broker `status` looks at (cli/target.py: the configured one, or the running sandbox); each
+action is recorded in the audit log as `cli:<user>`."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from github_broker.cli.target import FINDS_BROKER, SANDBOX_HELP, broker_settings
 from github_broker.errors import ConfigError
 from github_broker.models import Actor
-from github_broker.settings import Settings, load_settings
+from github_broker.settings import Settings
 from github_broker.steering.actions import ActionResult, Steering
 
 #: `owner/name#12`, or `12` when one repository is configured.
@@ -39,9 +41,14 @@ def issue_ref(text: str, settings: Settings) -> tuple[str, int]:
         raise ConfigError(f"{text!r}: name the issue as owner/name#12 (or 12 with one repository)")
     repo = m.group("repo")
     if repo is None:
-        if len(settings.repositories) != 1:
-            raise ConfigError(f"{text!r}: several repositories are configured; use owner/name#N")
-        repo = settings.repositories[0].full_name
+        names = [r.full_name for r in settings.repositories]
+        if len(names) != 1:
+            listed = f" ({', '.join(names[:5])}{', …' if len(names) > 5 else ''})" if names else ""
+            raise ConfigError(
+                f"{text!r}: {len(names)} repositories are served{listed}; name the issue as "
+                "owner/name#N"
+            )
+        repo = names[0]
     return repo, int(m.group("n"))
 
 
@@ -50,7 +57,7 @@ def _run(args: argparse.Namespace, act: Callable[[Steering, Settings], Awaitable
     from github_broker.leader.sync import Syncer
     from github_broker.store import Store
 
-    settings = load_settings(args.config)
+    settings = broker_settings(args)
 
     async def run() -> Any:
         store = Store.from_settings(settings)
@@ -69,7 +76,10 @@ def _run(args: argparse.Namespace, act: Callable[[Steering, Settings], Awaitable
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
-    """End a task's lease now (its agent hears the reason at its next heartbeat)."""
+    """End a task's lease now (its agent hears the reason at its next heartbeat).
+
+    The task goes back to the pool, or with --hold the issue waits for a person until
+    `github-broker retry`."""
     return _run(
         args,
         lambda st, s: st.revoke(*issue_ref(args.issue, s), actor(), args.reason, hold=args.hold),
@@ -77,19 +87,27 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_reassign(args: argparse.Namespace) -> int:
-    """Give a task to another agent; the branch and PR stay."""
+    """Give a task to another agent; the branch and PR stay.
+
+    The current holder's lease is revoked; the named agent's next task request gets the
+    task, with the holder's last progress note."""
     return _run(
         args, lambda st, s: st.reassign(*issue_ref(args.issue, s), args.agent, actor(), args.reason)
     )
 
 
 def cmd_note(args: argparse.Namespace) -> int:
-    """Send a note to the agent holding a task (delivered with its next heartbeat)."""
+    """Send a note to the agent holding a task (delivered with its next heartbeat).
+
+    Delivered once; the runner appends it to .broker-notes.md where the agent works."""
     return _run(args, lambda st, s: st.note(*issue_ref(args.issue, s), actor(), args.text))
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    """Another round for an issue the broker gave up on (needs-human, budgets, a hold)."""
+    """Another round for an issue the broker gave up on (needs-human, budgets, a hold).
+
+    Failures, usage, fix rounds and a hold are cleared, needs-human is removed, and the
+    issue's tasks go back to the pool."""
     return _run(args, lambda st, s: st.retry(*issue_ref(args.issue, s), actor(), args.reason))
 
 
@@ -106,26 +124,38 @@ def _agent_or_scope(args: argparse.Namespace, st: Steering, *, resume: bool) -> 
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    """Pause an agent (its task may finish, no new one), a repository or the whole broker."""
+    """Pause an agent (its task may finish, no new one), a repository or the whole broker.
+
+    A paused agent's task requests are refused (409 agent_paused) until `github-broker
+    resume`; a paused repository (--repo) or broker (--all) hands out nothing new while
+    running leases go on."""
     return _run(args, lambda st, _s: _agent_or_scope(args, st, resume=False))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    """Resume a paused agent (also after the circuit breaker), a repository or the broker."""
+    """Resume a paused agent (also after the circuit breaker), a repository or the broker.
+
+    The agent's failure streak starts again; its next task request gets work."""
     return _run(args, lambda st, _s: _agent_or_scope(args, st, resume=True))
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    """Stop an agent: its lease is revoked now and it gets no new task."""
+    """Stop an agent: its lease is revoked now and it gets no new task.
+
+    As pause, and the task it holds goes back to the pool at once; `github-broker resume`
+    lifts it."""
     return _run(args, lambda st, _s: st.pause_agent(args.agent, actor(), args.reason, stop=True))
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    """The audit log, newest first: actions by maintainers and by the broker."""
+    """The audit log, newest first: actions by maintainers and by the broker.
+
+    Each line: when, who (cli:<user>, dashboard, github:<login>, broker), the action, its
+    target, the reason and the outcome that really happened."""
     from github_broker.clock import iso_from_ms
     from github_broker.store import Store
 
-    settings = load_settings(args.config)
+    settings = broker_settings(args)
 
     async def run() -> list[Any]:
         store = Store.from_settings(settings)
@@ -138,6 +168,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([e.model_dump() for e in entries], indent=2, ensure_ascii=False))
         return 0
+    if not entries:
+        print("the audit log is empty: no maintainer or broker action yet")
     for e in entries:
         where = f"{e.repository}#{e.issue}" if e.issue else (e.repository or "broker")
         who = f" {e.agent}" if e.agent else ""
@@ -148,40 +180,58 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+#: `--reason` of each verb: where the reason goes.
+REASON_HELP = {
+    "revoke": "why; the agent hears it at its next heartbeat, and the audit log keeps it",
+    "reassign": "why; the agent losing the task hears it, the one taking it over reads it "
+    "with the task, and the audit log keeps it",
+    "retry": "why (kept in the audit log)",
+    "pause": "why; a paused agent hears it with its next heartbeat or task request, "
+    "status shows it, and the audit log keeps it",
+    "stop": "why; the agent hears it at its next heartbeat, and the audit log keeps it",
+    "resume": "why (kept in the audit log)",
+}
+ISSUE_HELP = "the issue: owner/name#N (or N when the broker serves one repository)"
+
+
 def add_steer_commands(sub: Any) -> None:
     def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        doc = (func.__doc__ or "").strip()
         p: argparse.ArgumentParser = sub.add_parser(
-            name, help=(func.__doc__ or "").strip().splitlines()[0]
+            name, help=doc.splitlines()[0], description=doc, epilog=FINDS_BROKER
         )
         p.set_defaults(func=func)
+        p.add_argument("--sandbox", action="store_true", help=SANDBOX_HELP)
+        if name in REASON_HELP:
+            p.add_argument("--reason", default="", help=REASON_HELP[name])
         return p
 
-    def reason(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--reason", default="", help="why (audit log; a revoke tells the agent)")
-
     p = add("revoke", cmd_revoke)
-    p.add_argument("issue", help="owner/name#N (or N with one repository)")
-    p.add_argument("--hold", action="store_true", help="hold the issue for a person")
-    reason(p)
+    p.add_argument("issue", help=ISSUE_HELP)
+    p.add_argument(
+        "--hold",
+        action="store_true",
+        help="the issue then waits for a person (not handed out) until `github-broker retry`",
+    )
     p = add("reassign", cmd_reassign)
-    p.add_argument("issue")
-    p.add_argument("agent", help="the agent that continues the task")
-    reason(p)
+    p.add_argument("issue", help=ISSUE_HELP)
+    p.add_argument("agent", help="the agent that continues the task (its next request gets it)")
     p = add("note", cmd_note)
-    p.add_argument("issue")
-    p.add_argument("text")
+    p.add_argument("issue", help=ISSUE_HELP)
+    p.add_argument("text", help="the message (quote it); delivered with the holder's heartbeat")
     p = add("retry", cmd_retry)
-    p.add_argument("issue")
-    reason(p)
+    p.add_argument("issue", help=ISSUE_HELP)
     for name, func in (("pause", cmd_pause), ("resume", cmd_resume)):
         p = add(name, func)
-        p.add_argument("agent", nargs="?", help="agent id")
-        p.add_argument("--repo", help="a repository (maintenance) instead of an agent")
+        p.add_argument("agent", nargs="?", help="the agent id (or give --repo or --all instead)")
+        p.add_argument(
+            "--repo", metavar="OWNER/NAME", help="a repository (maintenance) instead of an agent"
+        )
         p.add_argument("--all", action="store_true", help="the whole broker (maintenance)")
-        reason(p)
     p = add("stop", cmd_stop)
-    p.add_argument("agent")
-    reason(p)
+    p.add_argument("agent", help="the agent id")
     p = add("audit", cmd_audit)
-    p.add_argument("--limit", type=int, default=AUDIT_SHOWN)
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--limit", type=int, default=AUDIT_SHOWN, help="entries shown (default %(default)s)"
+    )
+    p.add_argument("--json", action="store_true", help="the entries as JSON")

@@ -82,7 +82,12 @@ def _repo_name(value: str) -> str:
 
 def add_labels_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `labels init` on a parser's subcommands."""
-    p = subparsers.add_parser("labels", help="manage the labels the broker uses on GitHub")
+    p = subparsers.add_parser(
+        "labels",
+        help="manage the labels the broker uses on GitHub",
+        description="Manage the labels the broker reads and writes on GitHub (`labels init` "
+        "creates them).",
+    )
     sub = p.add_subparsers(dest="labels_command", required=True)
     init = sub.add_parser(
         "init",

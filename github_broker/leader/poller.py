@@ -27,6 +27,7 @@ from github_broker.leader.progress import ProgressKeeper
 from github_broker.leader.reviews import ReviewKeeper
 from github_broker.leader.sync import Syncer
 from github_broker.logs import log_fields
+from github_broker.reports.health import failure_kind
 from github_broker.settings import Repository, Settings
 from github_broker.store import RepoStore, Store
 from github_broker.store.history import MINUTE_MS
@@ -263,7 +264,9 @@ class Daemon:
             elif error is not None and (failures >= 2 or isinstance(error, GitHubError)):
                 # Kept past the backoff, so it does not lapse between two failed passes.
                 ttl = self._not_before.get(name, time.time()) - time.time()
-                await rstore.mark_sync_failing(str(error), ttl + 2 * self.settings.poll.interval_s)
+                await rstore.mark_sync_failing(
+                    str(error), ttl + 2 * self.settings.poll.interval_s, failure_kind(error)
+                )
                 self._marked_failing.add(name)
 
     async def _sync(self, repo: Repository) -> None:

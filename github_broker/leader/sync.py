@@ -452,6 +452,7 @@ def index_item(rules: Rules, issue: Issue, base: str) -> dict[str, Any]:
     """The sync_upsert.lua entry for one issue: its JSON and what the rules conclude."""
     analysis = rules.analyse(issue, base)
     assignable = analysis.assignable
+    orphan, stray = rules.orphan(issue.labels)
     score = task_score(analysis.priority or 0, TaskType.DEVELOPMENT, issue.created_at)
     return {
         "n": issue.number,
@@ -473,4 +474,7 @@ def index_item(rules: Rules, issue: Issue, base: str) -> dict[str, Any]:
             and not rules.priority_re.match(lab)
         ],
         "removed_by": "",
+        # In-progress with no live lease: why it waits, and an unconfigured agent's label.
+        "orphan": orphan,
+        "stray": stray,
     }

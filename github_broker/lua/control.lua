@@ -200,7 +200,8 @@ elseif action == 'reassign' then
   unready_all(n)
   -- A long-polling `to` wakes up and claims it.
   redis.call('PUBLISH', C.events, 'ready')
-  local outcome = task_id .. ' reserved for ' .. to .. ' (its next request-task)'
+  local outcome = string.match(task_id, '^[^:]+') .. ' task reserved for ' .. to
+    .. ' (its next request-task)'
   if from ~= '' then outcome = outcome .. '; lease of ' .. from .. ' revoked' end
   return done(outcome, to)
 

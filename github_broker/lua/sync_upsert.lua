@@ -5,7 +5,9 @@
 --   named by the issue's labels, or ''), pin (false: left out of the strict bucket),
 --   removed_by ('' unknown, 'person' or 'broker': who removed the lease's labels, when an
 --   earlier call reported the issue as a suspect), others (labels that are neither
---   priority, role nor the broker's own: maybe agent ids)}.
+--   priority, role nor the broker's own: maybe agent ids), orphan (why it is skipped while
+--   in-progress with no live lease), stray (a label naming an agent that is not configured:
+--   removed with an orphan's in-progress)}.
 -- ARGV[3]: now as ISO 8601 UTC. ARGV[4]: the caller's leader epoch (error FENCED when
 --   another process leads now: a stalled ex-leader's page never lands).
 -- An issue GitHub shows in-progress without a live lease is re-adopted for its holder: the
@@ -29,7 +31,8 @@
 -- A label naming an agent that held the issue before (its task_candidate record exists) and
 -- holds no live lease on it now is removed: a deposed leader's late write put it back.
 -- An issue in-progress with no single agent label and no lease (an orphan) gets its
--- in-progress label removed once it stayed so for the lease TTL: it returns to the pool.
+-- in-progress label (and `stray`) removed once it stayed so for the lease TTL: it
+-- returns to the pool.
 -- Returns {issues written, tasks made ready, leases revoked, leases adopted,
 --   JSON list of suspects {n, missing labels}, labels re-applied, JSON list of the agents
 --   adopted (the caller points each at this repository: see agent_repos)}.
@@ -286,7 +289,9 @@ for _, it in ipairs(items) do
     if not first then
       redis.call('HSET', C.orphans, n, now)
     elseif now - first >= C.lease_ms then
-      want_labels(C.K.intent, C.K.outbox, n, {}, {C.in_progress}, now)
+      local gone = {C.in_progress}
+      for _, l in ipairs(it.stray or {}) do gone[#gone + 1] = l end
+      want_labels(C.K.intent, C.K.outbox, n, {}, gone, now)
       redis.call('HDEL', C.orphans, n)
     end
   else
@@ -365,9 +370,9 @@ for _, it in ipairs(items) do
   elseif contested then
     redis.call('HSET', C.K.skipped, n, waiting_reason(it.holder, contested))
   elseif it.task ~= '' and labels[C.in_progress] and not held then
-    redis.call('HSET', C.K.skipped, n, cjson.encode({
-      code = 'held_on_github',
-      reason = 'labelled in-progress on GitHub, no live lease and no single agent label'}))
+    local why = it.orphan
+    if not why or why == '' then why = 'labelled in-progress on GitHub with no live lease' end
+    redis.call('HSET', C.K.skipped, n, cjson.encode({code = 'held_on_github', reason = why}))
   else
     redis.call('HDEL', C.K.skipped, n)
   end

@@ -154,8 +154,7 @@ async def _verdicts(
     rest = [n for n in sorted(work) if n not in listed]
     issues: list[Issue] = await rstore.get_issues(rest)
     for issue in issues:
-        labels = ", ".join(issue.labels)
-        detail = f"no claimable task for it now ({labels})"
+        detail = await no_task_detail(rstore, settings, issue)
         verdicts.append(_v(issue.number, work.get(issue.number), "waiting", detail))
     urls = {i.number: i.html_url for i in await rstore.get_issues(sorted(listed | set(rest)))}
     for verdict in verdicts:
@@ -163,6 +162,29 @@ async def _verdicts(
         for blocker in verdict.blocking:
             blocker.url = blocker.url or urls.get(blocker.issue, "")
     return verdicts
+
+
+async def no_task_detail(rstore: RepoStore, settings: Settings, issue: Issue) -> str:
+    """Why an open work issue has no task, no lease and no wait of its own: the broker's own
+    label writes GitHub does not show yet (a lease just ended), or in-progress on GitHub with
+    no live lease; in words, and when it moves on."""
+    intent = await rstore.intent(issue.number)
+    adds = set(intent["add"]) | set(intent["on"]) if intent else set()
+    removes = set(intent["remove"]) if intent else set()
+    labels = settings.labels
+    if labels.needs_review in adds - removes:
+        return "just completed: its PR goes to review once GitHub shows needs-review (next pass)"
+    if labels.in_progress in removes:
+        return "its lease just ended: back in the pool once GitHub drops in-progress (next pass)"
+    if intent and (intent["add"] or intent["remove"]):
+        return "the broker is writing its labels to GitHub; the next pass moves it on"
+    if labels.in_progress in issue.labels:
+        ttl = span(int(settings.leases.lease_ttl_s))
+        return (
+            "labelled in-progress on GitHub with no live lease: back in the pool within "
+            f"{ttl} unless its agent's heartbeat adopts it again"
+        )
+    return "no task for it now: the broker's next sync pass reads it again"
 
 
 def _claimable(

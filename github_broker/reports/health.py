@@ -9,6 +9,7 @@ import time
 from pydantic import BaseModel
 
 from github_broker.clock import iso_from_ms, now_ms, span
+from github_broker.errors import GitHubError, GitHubNotFound, GitHubUnavailable, RateLimited
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
 
@@ -16,6 +17,35 @@ from github_broker.store import RepoStore, Store
 WRITE_LAG_WARN_S = 300.0
 #: Remaining GitHub calls below which the dashboard warns.
 QUOTA_WARN = 200
+
+
+#: What to do about a failing sync, by kind of failure (failure_kind); {url}: GitHub's API.
+SYNC_ADVICE = {
+    "unreachable": "GitHub cannot be reached from the broker: check the network, a proxy or "
+    "firewall, github.base_url ({url}) and GitHub's status",
+    "rate_limited": "GitHub's rate limit: the sync resumes by itself when it resets",
+    "credentials": "GitHub refuses the broker's credentials: check the token (GITHUB_TOKEN) "
+    "or the GitHub App's key and installation",
+    "no_access": "check that the repository exists under this name and that the token or "
+    "GitHub App can read it",
+    "github": "check the error: GitHub refuses what the broker asks for this repository "
+    "(the token's or App's permissions, the repository's settings)",
+}
+
+
+def failure_kind(error: BaseException) -> str:
+    """The kind of a sync failure, the key of SYNC_ADVICE ("" for none of them)."""
+    if isinstance(error, GitHubUnavailable):
+        return "unreachable"
+    if isinstance(error, RateLimited):
+        return "rate_limited"
+    if isinstance(error, GitHubNotFound):
+        return "no_access"
+    if isinstance(error, GitHubError):
+        # GitHub answers 403 (or 404 for a private repository) to a token that may not read.
+        kinds = {401: "credentials", 403: "no_access", 404: "no_access"}
+        return kinds.get(error.status or 0, "github")
+    return ""
 
 
 class WebhookHealth(BaseModel):
@@ -35,6 +65,8 @@ class RepoHealth(BaseModel):
     #: ok | failing
     sync: str
     sync_reason: str | None = None
+    #: What to do about the failing sync (by the kind of failure).
+    sync_advice: str | None = None
     sync_failing_since: str | None = None
     last_sync: str | None = None
     #: The mirror is being rebuilt from GitHub (first sync, or after Redis lost its data).
@@ -86,6 +118,7 @@ async def repo_health(rstore: RepoStore, settings: Settings) -> RepoHealth:
         repository=name,
         sync="failing" if failing else "ok",
         sync_reason=failing,
+        sync_advice=_advice(await rstore.sync_failing_kind(), settings) if failing else None,
         sync_failing_since=iso_from_ms(since) if since else None,
         last_sync=iso_from_ms(int(float(synced) * 1000)) if synced else None,
         mirror_rebuilding=rebuilding,
@@ -97,13 +130,18 @@ async def repo_health(rstore: RepoStore, settings: Settings) -> RepoHealth:
     return health
 
 
+def _advice(kind: str, settings: Settings) -> str:
+    if kind in SYNC_ADVICE:
+        return SYNC_ADVICE[kind].format(url=settings.github.base_url)
+    return "check the error, GitHub's status and the broker's access to the repository"
+
+
 def _problems(h: RepoHealth, settings: Settings) -> list[str]:
     out = []
     if h.sync == "failing":
         when = f" since {h.sync_failing_since}" if h.sync_failing_since else ""
         out.append(
-            f"{h.repository}: its sync keeps failing{when} ({h.sync_reason}); check that the "
-            "repository exists under this name and that the token or GitHub App can read it"
+            f"{h.repository}: its sync keeps failing{when} ({h.sync_reason}); {h.sync_advice}"
         )
     if h.mirror_rebuilding:
         out.append(

@@ -17,7 +17,7 @@ from github_broker.models import (
     SkipReason,
     priority_of_score,
 )
-from github_broker.reports.explain import Verdict, explain
+from github_broker.reports.explain import Verdict, explain, no_task_detail
 from github_broker.reports.health import RepoHealth, health, repo_health
 from github_broker.reports.status import waiting_reviews
 from github_broker.settings import Settings
@@ -187,7 +187,8 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
         blockers=[
             Blocker(
                 _ref(rstore, issues, n),
-                _blocker_state(n, held, ready_ids, skipped, set(reviewing), issues),
+                _blocker_state(n, held, ready_ids, skipped, set(reviewing))
+                or await _no_task(rstore, settings, issues.get(n)),
             )
             for n in pinning
         ],
@@ -263,19 +264,24 @@ def _blocker_state(
     ready_ids: set[str],
     skipped: dict[int, SkipReason],
     reviewing: set[int],
-    issues: dict[int, Issue],
 ) -> str:
+    """What a bucket blocker is doing; "" when it has no task, lease, review or skip."""
     if n in held:
         return f"{held[n].task_type} held by {held[n].agent_id}"
-    queued = [t for t in ready_ids if t.endswith(f":{n}")]
-    if queued:
-        return f"ready: {', '.join(sorted(queued))}"
+    kinds = sorted(t.split(":")[0] for t in ready_ids if t.endswith(f":{n}"))
+    if kinds:
+        return f"ready ({' and '.join(kinds)} task{'s' if len(kinds) > 1 else ''})"
     if n in reviewing:
         return "waiting for review"
     if n in skipped:
         return f"skipped: {skipped[n].code}"
-    labels = ", ".join(issues[n].labels) if n in issues else "not mirrored"
-    return f"open, not claimable ({labels})"
+    return ""
+
+
+async def _no_task(rstore: RepoStore, settings: Settings, issue: Issue | None) -> str:
+    if issue is None:
+        return "not mirrored yet: the broker's next sync pass reads it"
+    return await no_task_detail(rstore, settings, issue)
 
 
 async def _reviews(

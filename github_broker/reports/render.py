@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
 
 from github_broker.clock import age
 from github_broker.reports.explain import Verdict
 from github_broker.reports.overview import Explained, IssueRef, Overview, RepoOverview
 
-#: Longest title shown in a table cell (characters).
+#: Widest title shown in a table cell (terminal columns).
 TITLE_WIDTH = 48
 #: Rows shown per table or verdict group unless asked for all.
 ROWS_SHOWN = 15
@@ -30,20 +31,41 @@ VERDICT_ORDER = [
 ]
 
 
+def width(text: str) -> int:
+    """Terminal columns `text` takes: wide and full-width characters (CJK) take two,
+    combining marks none."""
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )
+
+
+def clip(text: str, columns: int = TITLE_WIDTH) -> str:
+    """`text` cut to at most `columns` terminal columns, with "…" when cut."""
+    if width(text) <= columns:
+        return text
+    out, used = [], 1  # the ellipsis
+    for c in text:
+        used += width(c)
+        if used > columns:
+            break
+        out.append(c)
+    return "".join(out) + "…"
+
+
 def table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
-    """Columns padded to their widest cell; the last column is not padded."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    """Columns padded to their widest cell in terminal columns; the last is not padded."""
+    widths = [max(width(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: list[str]) -> str:
-        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths[:-1], strict=True)]
+        padded = [c + " " * (w - width(c)) for c, w in zip(cells[:-1], widths[:-1], strict=True)]
         return (indent + "  ".join([*padded, cells[-1]])).rstrip()
 
     return [line(headers), *(line(r) for r in rows)]
 
 
 def _title(ref: IssueRef) -> str:
-    t = ref.title
-    return t if len(t) <= TITLE_WIDTH else t[: TITLE_WIDTH - 1] + "…"
+    return clip(ref.title)
 
 
 def _more(shown: int, total: int, what: str) -> list[str]:
@@ -306,7 +328,7 @@ def _explain_repo(e: Explained, verdicts: list[Verdict], rows: int | None) -> li
                 [
                     f"#{v.issue}",
                     "-" if v.priority is None else f"P{v.priority}",
-                    _short(e.titles.get(v.issue, "")),
+                    clip(e.titles.get(v.issue, "")),
                     _why(e, v),
                 ]
                 for v in shown
@@ -315,10 +337,6 @@ def _explain_repo(e: Explained, verdicts: list[Verdict], rows: int | None) -> li
         if len(shown) < len(group):
             out.append(f"  … and {len(group) - len(shown)} more (--all lists them)")
     return out
-
-
-def _short(title: str) -> str:
-    return title if len(title) <= TITLE_WIDTH else title[: TITLE_WIDTH - 1] + "…"
 
 
 def _why(e: Explained, v: Verdict) -> str:

@@ -1,4 +1,5 @@
-"""Where a running sandbox says how to reach it, so `status` and `explain` can look at it.
+"""Where a running sandbox says how to reach it, so `status`, `explain` and the steering
+verbs can reach it.
 
 The sandbox keeps its Redis in its own process (fakeredis); it serves that store on a
 loopback port and writes this file, and the CLI builds the sandbox's settings from it.

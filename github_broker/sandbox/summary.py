@@ -156,7 +156,7 @@ class _Reader:
     async def _in_review(self, n: int, v: Verdict) -> tuple[str, str]:
         review = self.reviews.get(n)
         if review is None:  # just completed or released, its labels not yet synced
-            return "no_task", f"the broker's next pass moves it on: {v.detail}"
+            return "no_task", v.detail
         if review.step == "waiting_delay" and review.due_at:
             due = clock(ms_from_iso(review.due_at))
             return review.step, f"in review: offered to an agent at {due}"

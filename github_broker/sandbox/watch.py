@@ -18,10 +18,9 @@ from github_broker.store import RepoStore, Store
 
 logger = logging.getLogger(__name__)
 
-#: What the event log said last while the agents had nothing to take: MOVING (one line: the
-#: backlog moves on by itself), or the Backlog.key of the summary; None: they had something.
-Said = tuple[tuple[int, str, str], ...] | str | None
-MOVING = "moving"
+#: What the event log said last while the agents had nothing to take: the Backlog.key of its
+#: line (the backlog moves on by itself) or of its summary; None: they had something.
+Said = tuple[tuple[int, str, str], ...] | None
 
 #: Seconds between two looks at the simulated GitHub and the broker's timeline.
 WATCH_INTERVAL_S = 0.25
@@ -223,19 +222,20 @@ class BrokerWatcher(StoreLoop):
             self.said = await self._left(rstore, self.said)
 
     async def _left(self, rstore: RepoStore, said: Said) -> Said:
-        """Log what is left when the agents have nothing to take: one line as that starts
-        while the backlog moves on by itself, the summary whenever what only people can move
-        changes. Returns what was said."""
+        """Log what is left when the agents have nothing to take, each time what holds each
+        issue changes: one line while the backlog moves on by itself (a review delay, a
+        grace, a cool-down ending), the summary once only people can move it. Returns what
+        was said."""
         agents = sorted(self.agents)
         backlog = await backlog_left(rstore, self.settings, agents, self.maintainer)
         if backlog is None:
             return None
-        if backlog.moving:
-            if said is None:
-                logger.info("%s", moving_line(backlog))
-            return said or MOVING
         key = backlog.key()
-        if key != said:
+        if key == said:
+            return said
+        if backlog.moving:
+            logger.info("%s", moving_line(backlog))
+        else:
             for line in summary_lines(backlog, self.done, self.hints):
                 logger.info("%s", line)
         return key

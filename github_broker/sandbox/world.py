@@ -3,11 +3,13 @@ store) on offline settings, the demo agents, the simulated maintainer and the ev
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,11 @@ from github_broker.agent.runner import Runner, RunnerConfig, RunnerError
 from github_broker.errors import ConfigError
 from github_broker.sandbox import state as sandbox_state
 from github_broker.sandbox.maintainer import Maintainer
-from github_broker.sandbox.servers import ApiServer, SharedStore
+from github_broker.sandbox.servers import START_TIMEOUT_S, ApiServer, SandboxError, SharedStore
 from github_broker.sandbox.watch import BrokerWatcher, GitHubWatcher
 from github_broker.settings import DEFAULTS_DIR, ENV_PREFIX, Settings, load_settings
 from github_broker.simulator import DEMO_SEED_PATH, Simulator
-from github_broker.store import MEMORY_URL
+from github_broker.store import MEMORY_URL, Store
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +33,8 @@ SANDBOX_REPO = f"{SANDBOX_OWNER}/{SANDBOX_NAME}"
 AGENT_WAIT_S = 5.0
 #: Seconds a demo agent's task may run before the runner stops it.
 AGENT_TIMEOUT_S = 60.0
+#: Seconds between two looks at whether the first sync has built the mirror.
+MIRROR_POLL_S = 0.05
 #: Seconds each runner thread gets to release its task and return on Ctrl-C.
 AGENT_STOP_TIMEOUT_S = 30.0
 #: Short intervals so a demo shows a whole task cycle in seconds (the defaults are minutes);
@@ -132,6 +136,27 @@ def person_hints(api_url: str, github_url: str) -> list[str]:
     ]
 
 
+def wait_for_mirror(settings: Settings, repository: str, api: ApiServer) -> None:
+    """Until the poller's first sync pass has built the mirror of `repository` (SandboxError
+    after START_TIMEOUT_S, or when the API thread died)."""
+
+    async def built() -> None:
+        store = Store.from_settings(settings)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        try:
+            while not await store.repo(repository).mirror_rebuilt():
+                if time.monotonic() > deadline or not api.thread.is_alive():
+                    raise SandboxError(
+                        "the broker's first sync of the demo backlog did not finish; its log "
+                        "lines above say why"
+                    )
+                await asyncio.sleep(MIRROR_POLL_S)
+        finally:
+            await store.close()
+
+    asyncio.run(built())
+
+
 class Sandbox:
     """The simulator, the broker API with its poller, the event log, the demo agents and the
     simulated maintainer."""
@@ -156,6 +181,9 @@ class Sandbox:
         self.settings = settings
         self.api = ApiServer(settings, "127.0.0.1", self.options.port)
         self.api.start()
+        # Until the poller's first pass has built the mirror, every request-task answers 503:
+        # nobody (the demo agents, the user's own) is told where the API is before that.
+        wait_for_mirror(settings, SANDBOX_REPO, self.api)
         hints = [] if self.options.maintainer else person_hints(self.url, self.sim.base_url)
         self.loops = [
             GitHubWatcher(self.sim, SANDBOX_REPO),

@@ -3,6 +3,7 @@ index and bucket, skipped issues, sync cursors)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,14 +115,15 @@ class IssueMirror(RepoBase):
         return int(held)
 
     @translate_errors
-    async def mark_sync_failing(self, reason: str | None, ttl_s: float) -> None:
-        """The leader's sync of this repository failed (reason) or passed again (None); the
-        first failure's time is kept while it keeps failing."""
+    async def mark_sync_failing(self, reason: str | None, ttl_s: float, kind: str = "") -> None:
+        """The leader's sync of this repository failed (reason; `kind` of failure, for what to
+        do about it) or passed again (None); the first failure's time is kept while it keeps
+        failing."""
         if reason is None:
             await self.client.delete(self.keys.sync_failing)
             return
         since = (await self.sync_failing_since()) or now_ms()
-        value = json.dumps({"reason": reason[:500], "since_ms": since})
+        value = json.dumps({"reason": reason[:500], "since_ms": since, "kind": kind})
         await self.client.set(self.keys.sync_failing, value, ex=max(1, int(ttl_s)))
 
     @translate_errors
@@ -135,6 +137,16 @@ class IssueMirror(RepoBase):
         """Why the leader's sync of this repository keeps failing, while it does."""
         raw = await awaited(self.client.get(self.keys.sync_failing))
         return _failing(raw)[0] if raw else None
+
+    @translate_errors
+    async def sync_failing_kind(self) -> str:
+        """The kind of failure (health.failure_kind) while the sync fails; "" unknown."""
+        raw = await awaited(self.client.get(self.keys.sync_failing))
+        if not raw:
+            return ""
+        with contextlib.suppress(ValueError, AttributeError):
+            return str(json.loads(as_text(raw)).get("kind") or "")
+        return ""
 
     @translate_errors
     async def mirror_rebuilt(self) -> bool:

@@ -22,6 +22,8 @@ from github_broker.ui.pages import render
 
 router = APIRouter(tags=["dashboard"], responses=BODY_LIMIT_RESPONSE)
 STATIC_DIR = Path(__file__).parent / "static"
+#: The dashboard's icon, also served at /favicon.ico.
+FAVICON = (STATIC_DIR / "favicon.svg").read_bytes()
 #: Longest login form body read (bytes): a token, not an upload.
 LOGIN_BODY_MAX = 4096
 
@@ -37,6 +39,16 @@ RangeName = Annotated[
 async def root() -> RedirectResponse:
     """The dashboard lives at /ui."""
     return RedirectResponse("/ui", status_code=307)
+
+
+@router.get(
+    "/favicon.ico",
+    response_class=Response,
+    responses={200: {"description": "The dashboard's icon.", "content": {"image/svg+xml": {}}}},
+)
+async def favicon() -> Response:
+    """The dashboard's icon (SVG), where browsers look for it."""
+    return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
 
 @router.get(

@@ -232,7 +232,8 @@ def _add_limit_options(p: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_GIVE_UP_S,
         metavar="SECONDS",
-        help="stop when the broker stays unreachable this long (default %(default)s)",
+        help="stop when the broker has been unreachable for this many seconds, counted from "
+        "the first failed request, its retries included (default %(default)s)",
     )
 
 

@@ -14,6 +14,7 @@ from github_broker.agent.client import (
     BrokerUnavailable,
     LeaseLost,
     Previous,
+    RetryBudget,
     new_request_id,
 )
 from github_broker.agent.runner.config import RunnerConfig, RunnerError
@@ -79,23 +80,25 @@ class Runner:
 
     def next_task(self) -> Task | None:
         """One long-poll for a task. While the broker is unreachable, pause and ask again (the
-        same request id: a repeat that got through returns its hand-out), for at most
-        `give_up_s` seconds; while this agent is paused, ask again less and less often until
-        a maintainer resumes it (with `once`: return None)."""
+        same request id: a repeat that got through returns its hand-out) until `give_up_s`
+        seconds have passed since its first failure (the client's own retries count); while
+        this agent is paused, ask again less and less often until a maintainer resumes it
+        (with `once`: return None)."""
         pause = UNREACHABLE_PAUSE_S
         request_id = new_request_id()
-        unreachable_since: float | None = None
+        budget = RetryBudget(self.config.give_up_s)
         while not self.stop.is_set():
             try:
-                task = self._ask(request_id)
+                with self.client.retrying_within(budget):
+                    task = self._ask(request_id)
             except BrokerUnavailable as e:
-                now = time.monotonic()
-                unreachable_since = unreachable_since if unreachable_since is not None else now
-                self._check_give_up(e, now - unreachable_since, pause)
+                budget.failed()
+                self._check_give_up(e, budget)
+                wait = min(pause, budget.left_s())
                 logger.warning(
-                    "%s: broker unreachable, asking again in %.0fs: %s", self.agent, pause, e
+                    "%s: broker unreachable, asking again in %.0fs: %s", self.agent, wait, e
                 )
-                self.stop.wait(pause)
+                self.stop.wait(wait)
                 pause = min(pause * 2, MAX_UNREACHABLE_PAUSE_S)
                 continue
             except AgentPaused as e:
@@ -141,11 +144,12 @@ class Runner:
             request_id=request_id,
         )
 
-    def _check_give_up(self, e: BrokerUnavailable, waited_s: float, pause_s: float) -> None:
-        if waited_s + pause_s > self.config.give_up_s:
+    def _check_give_up(self, e: BrokerUnavailable, budget: RetryBudget) -> None:
+        if budget.left_s() <= 0:
+            waited_s = budget.limit_s - budget.left_s()
             raise BrokerUnavailable(
                 f"broker {self.client.base_url} unreachable for {waited_s:.0f}s; giving "
-                f"up (limit {self.config.give_up_s:.0f}s, --give-up-after): {e}",
+                f"up (limit {self.config.give_up_s:g}s, --give-up-after): {e}",
                 status=e.status,
                 reason=e.reason,
             ) from e
