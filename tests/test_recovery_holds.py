@@ -104,12 +104,12 @@ def end_every_way(stack: Stack, client: redis.Redis, lease_ttl_s: int) -> tuple[
     live: dict[str, Held] = {}
     revoked, held, released = stack.claim("revoked"), stack.claim("held", 1), stack.claim("rel")
     reassigned = stack.claim("from", 1)
-    stack.admin(f"/tasks/{REPO}/{revoked.n}/revoke", {"reason": "wrong approach"})
-    stack.admin(f"/tasks/{REPO}/{held.n}/revoke", {"reason": "wait for me", "hold": True}, 1)
     assert stack.lease_call(released, "release").status_code == 200
-    # Someone else takes the released issue: its holder is the current one.
+    # Someone else takes the released issue (the head of the pool): the current holder.
     taker = stack.claim("taker", 1)
     assert taker.n == released.n
+    stack.admin(f"/tasks/{REPO}/{revoked.n}/revoke", {"reason": "wrong approach"})
+    stack.admin(f"/tasks/{REPO}/{held.n}/revoke", {"reason": "wait for me", "hold": True}, 1)
     stack.admin(f"/tasks/{REPO}/{reassigned.n}/reassign", {"agent_id": "to"})
     to = stack.claim("to")
     assert to.n == reassigned.n
@@ -117,10 +117,17 @@ def end_every_way(stack: Stack, client: redis.Redis, lease_ttl_s: int) -> tuple[
     live.update(taker=taker, to=to)
     if lease_ttl_s <= 15:
         expired = stack.claim("expired")
+        tomb = KEYS.lease_end_prefix + expired.task["lease"]["token"].split(".")[0]
+
+        def expired_while_the_others_beat() -> bool:
+            for cur in live.values():
+                assert stack.lease_call(cur, "heartbeat").status_code == 200
+            return bool(client.get(tomb))
+
         wait_until(
-            lambda: stack.lease_call(expired, "heartbeat").status_code == 409,
-            lease_ttl_s + 10,
-            "the unrenewed lease to expire",
+            expired_while_the_others_beat,
+            lease_ttl_s + 15,
+            "the unrenewed lease to expire (reaped: its tombstone written)",
             every_s=0.5,
         )
         ended["expired"] = expired

@@ -14,6 +14,7 @@ from github_broker.claim.rules import Rules, task_score
 from github_broker.clock import iso_from_ms, now_ms
 from github_broker.errors import GitHubError
 from github_broker.gateway import GitHubGateway, Page
+from github_broker.leader.reviews import linked_pulls
 from github_broker.logs import log_fields
 from github_broker.models import Issue, TaskType
 from github_broker.settings import Repository, Settings
@@ -55,6 +56,8 @@ class SyncReport:
     restored: int = 0
     #: A rebuild after Redis lost its data holds new hand-outs back this long (s).
     held_back_s: float = 0.0
+    #: Claimable issues a rebuild after a loss found an open PR for: completed, in review.
+    recovered: int = 0
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -247,6 +250,7 @@ class Syncer:
             # on pages they read early (the incremental passes catch those).
             cursors["since"] = min(pages.newest, pages.started_iso)
         # Every open issue is mirrored now: leases unknown to Redis are re-adopted or gone.
+        had_mirror = await rstore.mirror_rebuilt()
         held_ms = await rstore.save_sync_state(
             cursors,
             pages=pages.saved,
@@ -258,10 +262,35 @@ class Syncer:
         )
         report.held_back_s = held_ms / 1000
         if await rstore.mirror_rebuilt():
+            lost = held_ms > 0 or repo.full_name in self.seen_complete
             self.seen_complete.add(repo.full_name)
+            if lost and not had_mirror:
+                report.recovered = await self._recover_linked(repo, rstore)
         if not state.get("since") and pages.newest:
             # Record the incremental cursor's ETag now, so the next pass can be a 304.
             await self._incremental(repo, rstore, {**state, **cursors}, base, report)
+
+    async def _recover_linked(self, repo: Repository, rstore: RepoStore) -> int:
+        """Right after a rebuild after a loss (inside the hold-back): a development task that
+        looks claimable but has an open PR from its branch (or one that closes it) was done
+        by an agent whose claim and completion never reached GitHub's labels (a write outage
+        lost with Redis). It goes to review instead of to a second agent. One listing."""
+        tasks = await rstore.task_index()
+        pulls = await asyncio.to_thread(self.gateway.open_pulls, repo.full_name)
+        by_head, by_issue = linked_pulls(pulls)
+        recovered = 0
+        for task_id, (_, _, branch) in tasks.items():
+            kind, _, number = task_id.partition(":")
+            pull = by_head.get(branch) or by_issue.get(int(number))
+            if kind != "development" or pull is None:
+                continue
+            done = await rstore.control(
+                "recovered", "broker", number, f"PR #{pull['number']}", "", "1", "linked"
+            )
+            if done.outcome.startswith("completed"):
+                recovered += 1
+                logger.warning("%s#%s: %s", repo.full_name, number, done.outcome)
+        return recovered
 
     def _hold_back_ms(self, rstore: RepoStore) -> int:
         """After Redis lost its data, leases that no label recorded are known only once their

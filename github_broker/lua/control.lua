@@ -15,9 +15,11 @@
 --   no_pr      n (the broker's own): a development task completed with no PR; ARGV[6] the
 --              agent that did it, ARGV[7] '1' when its branch has commits (the issue waits
 --              on a person) else '' (needs-review removed, a failed attempt, back in the pool)
---   recovered  n (the broker's own, leader/progress.py): issue n waited `recovering` (a lease
---              rebuilt from labels after a loss, never proved); ARGV[6] the agent, ARGV[7] '1'
---              when GitHub shows a PR for it (completed: in review) else '' (back to the pool)
+--   recovered  n (the broker's own, leader/): issue n waited `recovering` (a lease rebuilt
+--              from labels after a loss, never proved), or ARGV[8] 'linked': a rebuild after a
+--              loss found an open PR for its development task (its claim's labels never
+--              reached GitHub); ARGV[6] the agent ('' unknown), ARGV[7] '1' when GitHub shows a
+--              PR for it (completed: in review) else '' (back to the pool)
 -- Agent actions and the broker-wide pause are audited by the caller, once for the deployment
 -- (store/control.py); what they did in this repository (a stopped agent's lease) here.
 -- Returns {outcome in words, agent concerned or '', '1' when the issue must be indexed again
@@ -296,17 +298,25 @@ elseif action == 'no_pr' then
 
 elseif action == 'recovered' then
   local agent = ARGV[6]
-  if redis.call('HDEL', C.recovering, n) == 0 then return done('nothing to recover on #' .. n, agent) end
-  end_wait(C, n)
+  local waited = redis.call('HDEL', C.recovering, n) == 1
+  if not waited and (ARGV[8] ~= 'linked' or redis.call('EXISTS', C.lock .. n) == 1
+      or redis.call('HEXISTS', C.K.tasks, 'development:' .. n) == 0) then
+    return done('nothing to recover on #' .. n, agent)
+  end
+  if waited then end_wait(C, n) end
+  local held = {C.in_progress}
+  if agent ~= '' then held[2] = agent end
   if ARGV[7] == '1' then
-    want_labels(C.K.intent, C.K.outbox, n, {C.needs_review}, {C.in_progress, agent}, now)
+    want_labels(C.K.intent, C.K.outbox, n, {C.needs_review}, held, now)
     redis.call('SADD', C.K.reviewing, n)
+    unready(C.K.tasks, C.K.ready, C.ready_role, 'development:' .. n)
     record_completion(C, n, agent, 'development:' .. n, 'development', now)
     timeline(C, 'completed', n, agent, 'development: recovered from GitHub after Redis lost it')
     ended = 'completed'
-    return done('completed by ' .. agent .. ' (' .. reason .. '); in review', agent)
+    return done('completed' .. (agent ~= '' and (' by ' .. agent) or '') .. ' (' .. reason
+      .. '); in review', agent)
   end
-  want_labels(C.K.intent, C.K.outbox, n, {}, {C.in_progress, agent}, now)
+  want_labels(C.K.intent, C.K.outbox, n, {}, held, now)
   requeue(n)
   return done('no PR for it on GitHub: back in the pool', agent)
 
