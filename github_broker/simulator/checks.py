@@ -10,8 +10,8 @@ Actions runs waiting for approval, in the simulated GitHub (CheckStore).
   `blocked` until each has passed on its head (the newest check run of that name, or the
   newest status of that context), and its merge is refused until then.
 - Mergeability is worked out as GitHub does, in the background: after a push to either end
-  of a pull request it reads `null` (`unknown`) until someone has asked for it once
-  (`pull_read`); a conflict is a file both sides changed differently since their merge base.
+  of a pull request it reads `null` (`unknown`) for `merge_compute_s`; a conflict is a file
+  both sides changed differently since their merge base.
 - A workflow run of a first-time contributor waits for a maintainer's approval: its suite
   concludes `action_required` until `POST .../actions/runs/{id}/approve`, which runs it.
 
@@ -22,6 +22,7 @@ Deliveries: `check_run` (created, completed), `check_suite` (completed), `status
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,8 @@ SUITE_ORDER = (
 )
 #: Annotations one create or update may carry (GitHub's limit).
 MAX_ANNOTATIONS = 50
+#: Seconds GitHub's background job takes to work out mergeability after a push.
+MERGE_COMPUTE_S = 0.2
 #: The App the fake CI and Actions runs belong to.
 ACTIONS_APP = "github-actions"
 
@@ -90,6 +93,8 @@ class CheckStore(RefStore):
         self.event_observer: Callable[..., None] | None = None
         #: The fake CI (fake_ci.py), when one runs on pushes.
         self.ci: Any = None
+        #: Seconds a pull request's mergeability reads `null` after a push to either end.
+        self.merge_compute_s = MERGE_COMPUTE_S
 
     def checks_of(self, repo: Repo) -> RepoChecks:
         return self._checks.setdefault(repo.id, RepoChecks())
@@ -617,15 +622,16 @@ class CheckStore(RefStore):
         return True, "clean"
 
     def pull_read(self, repo: Repo, rec: Record, answer: dict[str, Any]) -> None:
-        """A read of one pull request: it shows what the background job has worked out so
-        far (`null` after a push, until it has been asked once), and starts the job."""
+        """A read of one pull request: mergeability is `null` while GitHub's background job
+        works it out (`merge_compute_s` after a push to either end), then known."""
         pr = rec["pull"]
-        key = [pr["head_sha"], repo.refs.get(f"refs/heads/{pr['base']}", pr["base_sha"])]
-        known = pr.get("merge_key") == key
+        moved = pr.get("merge_moved_s")
+        if moved is not None and time.monotonic() - moved < self.merge_compute_s:
+            answer.update(mergeable=None, mergeable_state="unknown")
+            return
+        pr.pop("merge_moved_s", None)
         view = self.merge_view(repo, rec)
-        if known:
-            answer.update(mergeable=view[0], mergeable_state=view[1])
-        pr["merge_key"] = key
+        answer.update(mergeable=view[0], mergeable_state=view[1])
         pr["merge_cache"] = (view[0], view[1], view[0])
 
     def ref_moved(self, repo: Repo, ref: str, push: Record) -> None:
@@ -633,7 +639,7 @@ class CheckStore(RefStore):
         for n in repo.pulls:
             rec = repo.issues.get(n)
             if rec is not None and branch in (rec["pull"]["head"], rec["pull"]["base"]):
-                rec["pull"].pop("merge_key", None)
+                rec["pull"]["merge_moved_s"] = time.monotonic()
                 rec["pull"].pop("merge_cache", None)
         if self.ci is not None and ref.startswith("refs/heads/") and not push["deleted"]:
             self.ci.pushed(self, repo, branch, push)

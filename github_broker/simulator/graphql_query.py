@@ -4,8 +4,8 @@ documents here).
 Implemented: `query` documents (named or not, with variables) whose root selects
 `repository(owner:, name:)` and `rateLimit`; inside a repository `pullRequest(number:)`,
 `pullRequests(states:, headRefName:, baseRefName:, first:|last:)` and `ref(qualifiedName:)`;
-a pull request's head and base, `mergeable` and `mergeStateStatus` (null/UNKNOWN until asked
-once after a push, as the REST answer), its files, its last commit's `statusCheckRollup`
+a pull request's head and base, `mergeable` and `mergeStateStatus` (UNKNOWN for a moment
+after a push, as the REST answer's null), its files, its last commit's `statusCheckRollup`
 (check runs with annotations and `isRequired`, status contexts) and `checkSuites` (with
 the workflow run of an Actions suite). Aliases, inline fragments (`... on CheckRun`) and
 `__typename` work as on GitHub; connections need `first` or `last` (at most 100). A field
@@ -275,7 +275,7 @@ def _pull_state(rec: Record) -> str:
 def _pull(state: SimState, repo: Repo, rec: Record) -> Obj:
     pr = rec["pull"]
     seen: dict[str, Any] = {}
-    state.pull_read(repo, rec, seen)  # a read: starts the mergeability job, as REST's does
+    state.pull_read(repo, rec, seen)
     mergeable = seen.get("mergeable")
     merge_state = MERGE_STATES[seen.get("mergeable_state", "unknown")]
     files = state.pull_files(repo, rec)
