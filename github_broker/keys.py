@@ -130,6 +130,11 @@ Added by this project (no TTL unless said):
 ``permission:{login}``   string  the repository permission GitHub reported for that login
                                  (lower case): ``admin``, ``write``, ``read``, ``none``;
                                  TTL ``commands.permission_cache_s``
+``checks``               hash    issue number -> JSON: what the broker last read of the CI and
+                                 mergeability of the issue's PR (head, base, checks with their
+                                 state, mergeable, files) and its verdict (running, failed,
+                                 conflict, green, ...); entries of PRs no longer tracked
+                                 are dropped by the leader's next pass (docs/checks.md)
 =======================  ======  ==============================================================
 
 Deployment-wide keys: ``{key_prefix}:events`` (pub/sub: ``ready`` whenever a task becomes
@@ -248,6 +253,8 @@ class RepoKeys:
         self.comments = self.base + "comments"
         self.comment_prefix = self.base + "comment:"
         self.permission_prefix = self.base + "permission:"
+        #: CI and mergeability of the tracked PRs (leader/checks.py).
+        self.checks = self.base + "checks"
 
     def issue(self, number: int) -> str:
         return f"{self.issue_prefix}{number}"
