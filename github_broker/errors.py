@@ -94,6 +94,7 @@ class InvalidRequest(BrokerError):
 class AuthError(BrokerError):
     """Missing or wrong credentials, or a token used for another agent's id."""
 
+
 #: What `Problem.reason` says, per status; the OpenAPI carries it as the field's description.
 REASON_DOC = (
     "Why, for programs: 401 `unauthorized` (no or an unknown token, or a webhook signature "

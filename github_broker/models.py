@@ -42,7 +42,6 @@ def priority_of_score(score: float) -> int:
     return int(score // (4 * SCORE_GROUP))
 
 
-
 class Outcome(StrEnum):
     """How an agent ends a task it holds."""
 

@@ -302,6 +302,8 @@ class CheckKeeper:
         report: ChecksReport,
     ) -> None:
         n = issue.number
+        if await rstore.existing_tasks([f"{TaskType.FIX}:{n}"]):
+            return  # a fix is queued or under way: what it pushes decides
         _, state = (await rstore.review_states([n]))[n]
         if f"{source}:{rec['head']}" in json.loads(state.get("handled") or "[]"):
             return  # fixed for this head already: the new push's checks decide

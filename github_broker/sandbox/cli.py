@@ -197,4 +197,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if isinstance(e, ConfigError) else 1
     except KeyboardInterrupt:
         return 130
-
