@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,13 +20,20 @@ from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.webhooks.receiver import WebhookReceiver
 from tests.factories import body
-from tests.test_webhooks import SECRET, Capture, capture, hooked  # noqa: F401 (fixture)
+from tests.test_webhooks import SECRET, Capture, hooked
 from tests.world import REPO, World, running_world, simulated
 
 pytestmark = pytest.mark.anyio
 OWNER, NAME = "acme", "widgets"
 REVIEW = {"delay_s": 0, "timeout_s": 3600, "fix_debounce_s": 0}
 CHECKS = {"author_first_s": 60}
+
+
+@pytest.fixture
+def capture() -> Iterator[Capture]:
+    c = Capture()
+    yield c
+    c.close()
 
 
 def issues(*numbers: int) -> list[dict[str, Any]]:
