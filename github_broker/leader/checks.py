@@ -427,9 +427,11 @@ class CheckKeeper:
             return await self._base_moved(repo, rstore, records, payload)
         changed = [n for n, rec in records.items() if self._apply(event, payload, rec)]
         if not changed:
-            if set(await self._tracked(rstore)) - set(records):
-                self._read_soon(repo)  # a PR new in review: its first read
-            return "checks: no tracked PR"
+            if not set(await self._tracked(rstore)) - set(records):
+                return "checks: no tracked PR"
+            # A PR new in review: its first read, now (its review waits for it).
+            report = await self.run(repo, webhooks_healthy=True)
+            return f"checks: {report.read} PR(s) read"
         tracked = await self._tracked(rstore)
         report = ChecksReport()
         await self._act_all(
