@@ -335,7 +335,9 @@ class Waiting(BaseModel):
     """Work that waits on a person: why, since when."""
 
     issue: int
-    code: str  # awaiting_feedback | needs_human | budget | held
+    #: awaiting_feedback | needs_human | budget | held | checks_failed | checks_stale |
+    #: checks_approval
+    code: str
     since_ms: int
     detail: str = ""
     priority: int | None = None

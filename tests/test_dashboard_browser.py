@@ -88,7 +88,6 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
         time.sleep(0.1)
 
 
-
 #: Who may log in, and the agents' tokens (the stack is not open: the page needs a login).
 ADMIN_TOKEN = "boss-token"
 AGENTS = {"coder-ann": "t-ann", "designer-bo": "t-bo", "tester-cy": "t-cy"}
@@ -347,8 +346,10 @@ def test_dashboard_in_a_real_browser_revoke_and_live_updates(
         # (a claim's label wish can be cancelled before it is sent, so "the agent's label
         # is gone" alone proves nothing).
         wait_until(
-            lambda: {"needs-review"} <= set(sim.state.issue_labels("acme", "widgets", 11))
-            and "coder-ann" not in sim.state.issue_labels("acme", "widgets", 11),
+            lambda: (
+                {"needs-review"} <= set(sim.state.issue_labels("acme", "widgets", 11))
+                and "coder-ann" not in sim.state.issue_labels("acme", "widgets", 11)
+            ),
             20,
             "the completion's label writes",
         )

@@ -5,8 +5,8 @@
 --             and not taken yet is moot; it leaves the pool, its round is given back, and a
 --             reviewed issue waits on a person again (awaiting_feedback)
 --   wait      ARGV[4] code (checks_failed | checks_stale | checks_approval), ARGV[5] detail:
---             the issue waits on a person; never over a maintainer's hold, a budget or
---             needs-human
+--             the issue waits on a person (timeline `wait_<code>`); never over a
+--             maintainer's hold, a budget or needs-human
 --   unwait    ARGV[4] codes (comma-separated) whose wait ends now; also ends an
 --             awaiting_feedback wait of an issue not reviewed yet (a fix completed before its
 --             review: the review is agent work still to come)
@@ -56,7 +56,7 @@ elseif action == 'wait' then
   end
   wait_for_person(C, n, code, detail, now)
   if not was or was.code ~= code then
-    timeline(C, code, n, '', detail)
+    timeline(C, 'wait_' .. code, n, '', detail)
     audit(C, 'broker', code, n, '', detail, 'waits on a person')
   end
   publish_index(C)

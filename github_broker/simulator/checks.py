@@ -597,9 +597,8 @@ class CheckStore(RefStore):
         pr = rec["pull"]
         base_tip = repo.refs.get(f"refs/heads/{pr['base']}", pr["base_sha"])
         shared = commits.merge_base(repo, base_tip, pr["head_sha"])
-        below = commits.ancestry(repo, shared) if shared else set()
-        theirs = commits.changes(repo, base_tip, below)
-        ours = commits.changes(repo, pr["head_sha"], below)
+        theirs = commits.diff(repo, shared, base_tip)
+        ours = commits.diff(repo, shared, pr["head_sha"])
         return any(path in theirs and theirs[path] != content for path, content in ours.items())
 
     def merge_view(self, repo: Repo, rec: Record) -> tuple[bool | None, str]:
@@ -657,10 +656,9 @@ class CheckStore(RefStore):
         pr = rec["pull"]
         base_tip = repo.refs.get(f"refs/heads/{pr['base']}", pr["base_sha"])
         shared = commits.merge_base(repo, base_tip, pr["head_sha"])
-        below = commits.ancestry(repo, shared) if shared else set()
         before = commits.tree(repo, shared) if shared else {}
         out = []
-        for path, content in sorted(commits.changes(repo, pr["head_sha"], below).items()):
+        for path, content in sorted(commits.diff(repo, shared, pr["head_sha"]).items()):
             old = before.get(path)
             if content is None:
                 out.append((path, 0, len((old or "").splitlines()) or 1, "DELETED"))

@@ -108,6 +108,14 @@ def changes(repo: Repo, head: str, excluded: set[str]) -> dict[str, str | None]:
     return out
 
 
+def diff(repo: Repo, base: str | None, head: str) -> dict[str, str | None]:
+    """What `head` changes since `base` (a merge base, None: nothing): path -> content
+    (None: deleted), leaving out files it changed back as they were (added and deleted)."""
+    below = ancestry(repo, base) if base else set()
+    before = tree(repo, base) if base else {}
+    return {p: c for p, c in changes(repo, head, below).items() if before.get(p) != c}
+
+
 def tree(repo: Repo, sha: str) -> dict[str, str]:
     """The files at commit `sha`: path -> content."""
     return {p: c for p, c in changes(repo, sha, set()).items() if c is not None}

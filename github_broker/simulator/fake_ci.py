@@ -1,5 +1,6 @@
 """A tiny fake CI for the simulated GitHub: one check run on every push to a branch, which
-fails while a marker file is in the branch and passes once it is gone.
+fails while a marker file (`marker`, or any file under `marker/`) is in the branch and passes
+once it is gone.
 
 Set on a state (`state.ci = FakeCI(...)`, or a seed's `ci:` section): a push starts the check
 (`in_progress`, App `github-actions`) and it completes `delay_s` later from the pushed
@@ -78,21 +79,23 @@ class FakeCI:
 
     def verdict(self, files: dict[str, str]) -> dict[str, Any]:
         """The check's outcome for a commit with these files."""
-        if self.marker not in files:
+        found = sorted(p for p in files if p == self.marker or p.startswith(self.marker + "/"))
+        if not found:
             return {
                 "conclusion": "success",
                 "output": {"title": "All tests passed", "summary": "No test failed."},
             }
-        reason = files[self.marker].strip() or "the marker file is in the branch"
+        path = found[0]
+        reason = files[path].strip() or "the marker file is in the branch"
         return {
             "conclusion": "failure",
             "output": {
                 "title": "1 test failed",
-                "summary": f"`{self.marker}` is in the branch: {reason}",
-                "text": f"Remove `{self.marker}` to make the check pass.",
+                "summary": f"`{path}` is in the branch: {reason}",
+                "text": f"Remove `{path}` to make the check pass.",
                 "annotations": [
                     {
-                        "path": self.marker,
+                        "path": path,
                         "start_line": 1,
                         "end_line": 1,
                         "annotation_level": "failure",
