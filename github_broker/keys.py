@@ -28,7 +28,8 @@ Added by this project (no TTL unless said):
                                  (maintainers' notes not delivered yet), used_tokens + used_cost
                                  (this attempt's reported usage), continues (JSON: the
                                  reassignment it continues), budget_since_ms (a retry
-                                 restarts the wall-clock budget);
+                                 restarts the wall-clock budget), checks_note (the overlap
+                                 the agent was last told of, checks_upkeep.lua);
                                  ``contested`` (JSON ``[{n, t}]``) on a lease adopted after a
                                  loss: other issues GitHub labels for the same agent, waiting
                                  for its next lease call; deleted when the lease ends
@@ -57,7 +58,9 @@ Added by this project (no TTL unless said):
 ``reviewing``            set     issues whose labels (with pending writes) say needs-review
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
                                  review_done, needs_human, link (JSON: linked PR or null,
-                                 due time); deleted with the needs-review label
+                                 due time), ci_rounds + ci_history (fix and rebase rounds
+                                 from checks, leader/checks.py); deleted with the
+                                 needs-review label
 ``quarantine``           string  until when (ms) nothing new is handed out after the mirror was
                                  rebuilt from a loss: agents prove their leases with their signed
                                  tokens meanwhile (one heartbeat interval)

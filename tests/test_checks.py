@@ -165,7 +165,7 @@ async def test_a_new_push_before_the_fix_task_is_claimed_withdraws_it(
             assert record["verdict"]["status"] == "running"  # the new head's checks
 
 
-async def test_past_the_round_cap_the_issue_waits_for_a_person_with_the_history(
+async def test_past_the_round_cap_the_issue_waits_for_a_person_until_a_retry(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
     checks = {"max_rounds": 2, "author_first_s": 0}
@@ -195,6 +195,12 @@ async def test_past_the_round_cap_the_issue_waits_for_a_person_with_the_history(
             assert f"round 2 (checks {shas[1][:7]}: ci/test)" in waiting[1].detail
             verdict = (await verdicts(world))[1]
             assert verdict.verdict == "waiting_on_person" and "checks_failed" in verdict.detail
+            # A maintainer's retry ends the wait: the rounds start again.
+            await world.rstore.control("retry", "alice", "1", "CI fixed by hand")
+            await world.tick()
+            assert "fix:1" in await ready_ids(world)
+            state = (await world.rstore.review_states([1]))[1][1]
+            assert state["ci_rounds"] == "1"
 
 
 async def test_a_conflict_offers_a_rebase_task_naming_the_base_and_the_head(
