@@ -474,7 +474,7 @@ class CheckStore(RefStore):
             "context": rec["context"],
             "description": rec["description"],
             "state": rec["state"],
-            "commit": commits.rest_commit(ctx, repo, commits.get(repo, sha)),
+            "commit": _hook_commit(commits.rest_commit(ctx, repo, commits.get(repo, sha))),
             "branches": branches,
             "created_at": rec["created_at"],
             "updated_at": rec["updated_at"],
@@ -553,11 +553,13 @@ class CheckStore(RefStore):
     def get_branch(
         self, owner: str, repo: str, branch: str, *, base_url: str | None = None
     ) -> dict[str, Any]:
-        """A branch with its protection summary (what read access shows of it)."""
+        """A branch with its head commit and protection summary (what read access shows)."""
         with self.lock:
             answer = super().get_branch(owner, repo, branch, base_url=base_url)
             r = self.repo(owner, repo)
             rule = self.checks_of(r).protection.get(branch)
+            sha = answer["commit"]["sha"]
+            answer["commit"] = commits.rest_commit(self.ctx(base_url), r, commits.get(r, sha))
             answer["protected"] = rule is not None
             answer["protection"] = shapes.branch_protection_summary(
                 self.ctx(base_url), r, branch, rule
@@ -760,5 +762,14 @@ class CheckStore(RefStore):
     def _workflow_event(self, repo: Repo, run: Record, action: str) -> None:
         ctx = self.ctx(None)
         shaped = self._shaped_workflow_run(repo, run, None)
+        lite = shapes.repository_lite(ctx, repo)
+        shaped.update(repository=lite, head_repository=lite)
         fields = {"workflow_run": shaped, "workflow": shapes.workflow(ctx, repo, run)}
         self._event(repo, "workflow_run", action, fields, run["actor"])
+
+
+def _hook_commit(rest: dict[str, Any]) -> dict[str, Any]:
+    """A commit as a `status` delivery carries it: the REST shape without what the
+    published webhook schema does not have (`verified_at`, newer than it)."""
+    verification = {k: v for k, v in rest["commit"]["verification"].items() if k != "verified_at"}
+    return {**rest, "commit": {**rest["commit"], "verification": verification}}

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from . import commits, render
+from .webhooks import _hook_repository
 from .model import Record, Repo
 from .render import Ctx
 
@@ -27,7 +28,6 @@ def app(ctx: Ctx, slug: str, app_id: int) -> dict[str, Any]:
         "id": app_id,
         "slug": name,
         "node_id": f"A_{app_id}",
-        "client_id": f"Iv1.{app_id:016x}",
         "owner": ctx.user(name, "Organization"),
         "name": name,
         "description": None,
@@ -277,6 +277,23 @@ def workflow_run(
         "repository": render.repository(ctx, repo),
         "head_repository": render.repository(ctx, repo),
     }
+
+
+#: The fields of a webhook's `repository-lite` (a workflow run's repositories).
+LITE_FIELDS = (
+    "archive_url assignees_url blobs_url branches_url collaborators_url comments_url "
+    "commits_url compare_url contents_url contributors_url deployments_url description "
+    "downloads_url events_url fork forks_url full_name git_commits_url git_refs_url "
+    "git_tags_url hooks_url html_url id issue_comment_url issue_events_url issues_url "
+    "keys_url labels_url languages_url merges_url milestones_url name node_id "
+    "notifications_url owner private pulls_url releases_url stargazers_url statuses_url "
+    "subscribers_url subscription_url tags_url teams_url trees_url url"
+).split()
+
+
+def repository_lite(ctx: Ctx, repo: Repo) -> dict[str, Any]:
+    full = _hook_repository(render.repository(ctx, repo))
+    return {k: full[k] for k in LITE_FIELDS}
 
 
 def workflow(ctx: Ctx, repo: Repo, run: Record) -> dict[str, Any]:
