@@ -214,16 +214,17 @@ def test_graphql_reads_pull_requests_their_rollup_and_refuses_unknown_fields(
     sim.state.create_check_run(
         OWNER, NAME, {"name": "ci/test", "head_sha": sha, "conclusion": "failure"}, app="ci"
     )
-    query = """query($o: String!, $n: String!, $b: String!) { repository(owner: $o, name: $n) {
-      a: pullRequest(number: %d) { number mergeable mergeStateStatus files(first: 10) {
+    query = """query($o: String!, $n: String!, $b: String!, $pr: Int!) {
+      repository(owner: $o, name: $n) {
+      a: pullRequest(number: $pr) { number mergeable mergeStateStatus files(first: 10) {
         totalCount nodes { path } } commits(last: 1) { nodes { commit { oid statusCheckRollup {
         state contexts(first: 10) { nodes { __typename ... on CheckRun { name conclusion
-        isRequired(pullRequestNumber: %d) } } } } } } } }
+        isRequired(pullRequestNumber: $pr) } } } } } } } }
       b: pullRequests(headRefName: $b, states: OPEN, first: 1) { nodes { number } }
-      c: pullRequest(number: 999) { number } } }""" % (pr, pr)
+      c: pullRequest(number: 999) { number } } }"""
     answer = http.post(
         f"{sim.base_url}/graphql",
-        json={"query": query, "variables": {"o": OWNER, "n": NAME, "b": "feature/x"}},
+        json={"query": query, "variables": {"o": OWNER, "n": NAME, "b": "feature/x", "pr": pr}},
     ).json()
     repo = answer["data"]["repository"]
     assert repo["a"]["mergeStateStatus"] == "BLOCKED" and repo["a"]["files"]["totalCount"] == 2

@@ -8,9 +8,9 @@ import logging
 from typing import Any
 
 from . import commits, render
-from .webhooks import _hook_repository
 from .model import Record, Repo
 from .render import Ctx
+from .webhooks import _hook_repository
 
 logger = logging.getLogger(__name__)
 
@@ -281,14 +281,53 @@ def workflow_run(
 
 #: The fields of a webhook's `repository-lite` (a workflow run's repositories).
 LITE_FIELDS = (
-    "archive_url assignees_url blobs_url branches_url collaborators_url comments_url "
-    "commits_url compare_url contents_url contributors_url deployments_url description "
-    "downloads_url events_url fork forks_url full_name git_commits_url git_refs_url "
-    "git_tags_url hooks_url html_url id issue_comment_url issue_events_url issues_url "
-    "keys_url labels_url languages_url merges_url milestones_url name node_id "
-    "notifications_url owner private pulls_url releases_url stargazers_url statuses_url "
-    "subscribers_url subscription_url tags_url teams_url trees_url url"
-).split()
+    "archive_url",
+    "assignees_url",
+    "blobs_url",
+    "branches_url",
+    "collaborators_url",
+    "comments_url",
+    "commits_url",
+    "compare_url",
+    "contents_url",
+    "contributors_url",
+    "deployments_url",
+    "description",
+    "downloads_url",
+    "events_url",
+    "fork",
+    "forks_url",
+    "full_name",
+    "git_commits_url",
+    "git_refs_url",
+    "git_tags_url",
+    "hooks_url",
+    "html_url",
+    "id",
+    "issue_comment_url",
+    "issue_events_url",
+    "issues_url",
+    "keys_url",
+    "labels_url",
+    "languages_url",
+    "merges_url",
+    "milestones_url",
+    "name",
+    "node_id",
+    "notifications_url",
+    "owner",
+    "private",
+    "pulls_url",
+    "releases_url",
+    "stargazers_url",
+    "statuses_url",
+    "subscribers_url",
+    "subscription_url",
+    "tags_url",
+    "teams_url",
+    "trees_url",
+    "url",
+)
 
 
 def repository_lite(ctx: Ctx, repo: Repo) -> dict[str, Any]:
