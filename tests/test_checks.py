@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -100,6 +101,31 @@ async def opened(
     return int(pull["number"])
 
 
+@asynccontextmanager
+async def in_review(
+    redis_url: str,
+    make_settings: Callable[..., Settings],
+    numbers: list[int],
+    *,
+    protect: bool,
+    **overrides: Any,
+) -> AsyncIterator[tuple[Simulator, World]]:
+    """A world on the simulator holding issues `numbers` (`protect`: main requires ci/test)."""
+    with simulated(issues(*numbers)) as sim:
+        if protect:
+            sim.state.protect(OWNER, NAME, "main", ["ci/test"])
+        async with running_world(sim, redis_url, make_settings, review=REVIEW, **overrides) as w:
+            yield sim, w
+
+
+async def ci_rounds(world: World, n: int) -> str:
+    return (await world.rstore.review_states([n]))[n][1].get("ci_rounds", "0")
+
+
+async def kinds(world: World) -> list[str]:
+    return [e.kind for e in await world.rstore.timeline(50)]
+
+
 async def ready_ids(world: World) -> set[str]:
     return {task_id for task_id, _ in await world.rstore.ready_tasks()}
 
@@ -111,238 +137,230 @@ async def verdicts(world: World) -> dict[int, Any]:
 async def test_a_failing_required_check_offers_one_fix_task_to_the_prs_author_with_the_failure(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    with simulated(issues(1)) as sim:
-        sim.state.protect(OWNER, NAME, "main", ["ci/test"])
-        async with running_world(
-            sim, redis_url, make_settings, review=REVIEW, checks=CHECKS
-        ) as world:
-            pr = await developed(world, 1, "dev-1")
-            sha = head(sim, 1)
-            fail(sim, sha)
-            await world.tick()  # without webhooks: one poll
-            assert await ready_ids(world) == {"fix:1"}
-            assert await world.ask("dev-2") is None  # the author's alone for author_first_s
-            fix = await world.ask("dev-1")
-            assert isinstance(fix, Task) and fix.task_type == TaskType.FIX and fix.issue_id == 1
-            assert fix.pr_url and fix.pr_url.endswith(f"/pull/{pr}")
-            [comment] = fix.review_comments
-            assert comment.author == "ci/test" and comment.kind == "check"
-            assert "test_export failed: boom" in comment.body
-            assert "src/export.py:7: boom" in comment.body
-            assert sha in fix.prompt and "Checks failed" in fix.prompt
-            payload = await world.rstore.fix_task(pr)
-            assert payload is not None and payload["head_sha"] == sha
-            assert payload["source"] == "checks" and payload["round"] == 1
-            assert payload["checks"][0]["annotations"][0]["line"] == 7
-            await world.tick()  # the same failure again: no second task
-            state = (await world.rstore.review_states([1]))[1][1]
-            assert state["ci_rounds"] == "1"
-            kinds = [e.kind for e in await world.rstore.timeline(50)]
-            assert "checks_fix" in kinds and "checks_failed" in kinds
+    async with in_review(redis_url, make_settings, [1], protect=True, checks=CHECKS) as (
+        sim,
+        world,
+    ):
+        pr = await developed(world, 1, "dev-1")
+        sha = head(sim, 1)
+        fail(sim, sha)
+        await world.tick()  # without webhooks: one poll
+        assert await ready_ids(world) == {"fix:1"}
+        assert await world.ask("dev-2") is None  # the author's alone for author_first_s
+        fix = await world.ask("dev-1")
+        assert isinstance(fix, Task) and fix.task_type == TaskType.FIX and fix.issue_id == 1
+        assert fix.pr_url and fix.pr_url.endswith(f"/pull/{pr}")
+        [comment] = fix.review_comments
+        assert comment.author == "ci/test" and comment.kind == "check"
+        assert "test_export failed: boom" in comment.body
+        assert "src/export.py:7: boom" in comment.body
+        assert sha in fix.prompt and "Checks failed" in fix.prompt
+        payload = await world.rstore.fix_task(pr)
+        assert payload is not None and payload["head_sha"] == sha
+        assert payload["source"] == "checks" and payload["round"] == 1
+        assert payload["checks"][0]["annotations"][0]["line"] == 7
+        await world.tick()  # the same failure again: no second task
+        state = (await world.rstore.review_states([1]))[1][1]
+        assert state["ci_rounds"] == "1"
+        kinds = [e.kind for e in await world.rstore.timeline(50)]
+        assert "checks_fix" in kinds and "checks_failed" in kinds
 
 
 async def test_a_new_push_before_the_fix_task_is_claimed_withdraws_it(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    with simulated(issues(1)) as sim:
-        sim.state.protect(OWNER, NAME, "main", ["ci/test"])
-        async with running_world(
-            sim, redis_url, make_settings, review=REVIEW, checks=CHECKS
-        ) as world:
-            await developed(world, 1, "dev-1")
-            fail(sim, head(sim, 1))
-            await world.tick()
-            assert "fix:1" in await ready_ids(world)
-            sim.state.push(OWNER, NAME, "feature/issue-1", files={"src/f1.py": "y\n"})
-            await world.tick()
-            assert "fix:1" not in await ready_ids(world)
-            assert await world.ask("dev-1") is None
-            state = (await world.rstore.review_states([1]))[1][1]
-            assert state["ci_rounds"] == "0"  # a withdrawn round is given back
-            kinds = [e.kind for e in await world.rstore.timeline(50)]
-            assert "fix_withdrawn" in kinds
-            record = (await world.rstore.checks_records([1]))[1]
-            assert record["verdict"]["status"] == "running"  # the new head's checks
+    async with in_review(redis_url, make_settings, [1], protect=True, checks=CHECKS) as (
+        sim,
+        world,
+    ):
+        await developed(world, 1, "dev-1")
+        fail(sim, head(sim, 1))
+        await world.tick()
+        assert "fix:1" in await ready_ids(world)
+        sim.state.push(OWNER, NAME, "feature/issue-1", files={"src/f1.py": "y\n"})
+        await world.tick()
+        assert "fix:1" not in await ready_ids(world)
+        assert await world.ask("dev-1") is None
+        state = (await world.rstore.review_states([1]))[1][1]
+        assert state["ci_rounds"] == "0"  # a withdrawn round is given back
+        kinds = [e.kind for e in await world.rstore.timeline(50)]
+        assert "fix_withdrawn" in kinds
+        record = (await world.rstore.checks_records([1]))[1]
+        assert record["verdict"]["status"] == "running"  # the new head's checks
 
 
 async def test_past_the_round_cap_the_issue_waits_for_a_person_until_a_retry(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
     checks = {"max_rounds": 2, "author_first_s": 0}
-    with simulated(issues(1)) as sim:
-        sim.state.protect(OWNER, NAME, "main", ["ci/test"])
-        async with running_world(
-            sim, redis_url, make_settings, review=REVIEW, checks=checks
-        ) as world:
-            await developed(world, 1, "dev-1")
-            shas = []
-            for attempt in range(2):
-                shas.append(head(sim, 1))
-                fail(sim, shas[-1], note=f"attempt {attempt}")
-                await world.tick()
-                fix = await world.ask("fixer")
-                assert fix is not None and fix.task_type == TaskType.FIX, attempt
-                sim.state.push(OWNER, NAME, "feature/issue-1", files={"src/f1.py": f"{attempt}"})
-                await world.tasks.finish(REPO, 1, "fixer", fix.lease.token, Outcome.COMPLETED)
-                await world.tick()
-            fail(sim, head(sim, 1), note="still")
+    async with in_review(redis_url, make_settings, [1], protect=True, checks=checks) as (
+        sim,
+        world,
+    ):
+        await developed(world, 1, "dev-1")
+        shas = []
+        for attempt in range(2):
+            shas.append(head(sim, 1))
+            fail(sim, shas[-1], note=f"attempt {attempt}")
             await world.tick()
-            assert "fix:1" not in await ready_ids(world)
-            waiting = await world.rstore.waiting()
-            assert waiting[1].code == "checks_failed"
-            assert "2 of 2 fix rounds used" in waiting[1].detail
-            assert f"round 1 (checks {shas[0][:7]}: ci/test)" in waiting[1].detail
-            assert f"round 2 (checks {shas[1][:7]}: ci/test)" in waiting[1].detail
-            verdict = (await verdicts(world))[1]
-            assert verdict.verdict == "waiting_on_person" and "checks_failed" in verdict.detail
-            # A maintainer's retry ends the wait: the rounds start again.
-            await world.rstore.control("retry", "alice", "1", "CI fixed by hand")
+            fix = await world.ask("fixer")
+            assert fix is not None and fix.task_type == TaskType.FIX, attempt
+            sim.state.push(OWNER, NAME, "feature/issue-1", files={"src/f1.py": f"{attempt}"})
+            await world.tasks.finish(REPO, 1, "fixer", fix.lease.token, Outcome.COMPLETED)
             await world.tick()
-            assert "fix:1" in await ready_ids(world)
-            state = (await world.rstore.review_states([1]))[1][1]
-            assert state["ci_rounds"] == "1"
+        fail(sim, head(sim, 1), note="still")
+        await world.tick()
+        assert "fix:1" not in await ready_ids(world)
+        waiting = await world.rstore.waiting()
+        assert waiting[1].code == "checks_failed"
+        assert "2 of 2 fix rounds used" in waiting[1].detail
+        assert f"round 1 (checks {shas[0][:7]}: ci/test)" in waiting[1].detail
+        assert f"round 2 (checks {shas[1][:7]}: ci/test)" in waiting[1].detail
+        verdict = (await verdicts(world))[1]
+        assert verdict.verdict == "waiting_on_person" and "checks_failed" in verdict.detail
+        # A maintainer's retry ends the wait: the rounds start again.
+        await world.rstore.control("retry", "alice", "1", "CI fixed by hand")
+        await world.tick()
+        assert "fix:1" in await ready_ids(world)
+        state = (await world.rstore.review_states([1]))[1][1]
+        assert state["ci_rounds"] == "1"
 
 
 async def test_a_conflict_offers_a_rebase_task_naming_the_base_and_the_head(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    with simulated(issues(1)) as sim:
-        async with running_world(
-            sim, redis_url, make_settings, review=REVIEW, checks=CHECKS
-        ) as world:
-            await developed(world, 1, "dev-1", files={"src/app.py": "ours\n"})
-            sim.state.push(OWNER, NAME, "main", files={"src/app.py": "theirs\n"})
-            await asyncio.sleep(sim.state.merge_compute_s + 0.1)  # GitHub works it out
-            await world.tick()
-            assert "fix:1" in await ready_ids(world)
-            task = await world.ask("dev-1")
-            assert task is not None and task.task_type == TaskType.FIX
-            sha = head(sim, 1)
-            assert "conflicts with its\nbase branch `main`" in task.prompt
-            assert sha in task.prompt and "feature/issue-1" in task.prompt
-            payload = await world.rstore.fix_task(int(task.pr_url.rsplit("/", 1)[1]))
-            assert payload is not None and payload["source"] == "conflict"
-            assert payload["base"] == "main" and payload["head_sha"] == sha
-            kinds = [e.kind for e in await world.rstore.timeline(50)]
-            assert "conflict" in kinds and "checks_rebase" in kinds
+    async with in_review(redis_url, make_settings, [1], protect=False, checks=CHECKS) as (
+        sim,
+        world,
+    ):
+        await developed(world, 1, "dev-1", files={"src/app.py": "ours\n"})
+        sim.state.push(OWNER, NAME, "main", files={"src/app.py": "theirs\n"})
+        await asyncio.sleep(sim.state.merge_compute_s + 0.1)  # GitHub works it out
+        await world.tick()
+        assert "fix:1" in await ready_ids(world)
+        task = await world.ask("dev-1")
+        assert task is not None and task.task_type == TaskType.FIX
+        sha = head(sim, 1)
+        assert "conflicts with its\nbase branch `main`" in task.prompt
+        assert sha in task.prompt and "feature/issue-1" in task.prompt
+        payload = await world.rstore.fix_task(int(task.pr_url.rsplit("/", 1)[1]))
+        assert payload is not None and payload["source"] == "conflict"
+        assert payload["base"] == "main" and payload["head_sha"] == sha
+        kinds = [e.kind for e in await world.rstore.timeline(50)]
+        assert "conflict" in kinds and "checks_rebase" in kinds
 
 
 async def test_a_pr_with_pending_checks_is_not_offered_for_review_while_the_option_is_on(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    with simulated(issues(1)) as sim:
-        sim.state.protect(OWNER, NAME, "main", ["ci/test"])
-        async with running_world(
-            sim, redis_url, make_settings, review=REVIEW, checks=CHECKS
-        ) as world:
-            await developed(world, 1, "dev-1")
-            sha = head(sim, 1)
-            sim.state.create_check_run(
-                OWNER, NAME, {"name": "ci/test", "head_sha": sha, "status": "in_progress"}, app="ci"
-            )
-            await world.tick()
-            await world.tick()
-            assert await world.ask("rev-1") is None
-            verdict = (await verdicts(world))[1]
-            assert "waiting for checks: ci/test" in verdict.detail
-            passes(sim, sha)
-            await world.tick()
-            review = await world.ask("rev-1")
-            assert review is not None and review.task_type == TaskType.REVIEW
+    async with in_review(redis_url, make_settings, [1], protect=True, checks=CHECKS) as (
+        sim,
+        world,
+    ):
+        await developed(world, 1, "dev-1")
+        sha = head(sim, 1)
+        sim.state.create_check_run(
+            OWNER, NAME, {"name": "ci/test", "head_sha": sha, "status": "in_progress"}, app="ci"
+        )
+        await world.tick()
+        await world.tick()
+        assert await world.ask("rev-1") is None
+        verdict = (await verdicts(world))[1]
+        assert "waiting for checks: ci/test" in verdict.detail
+        passes(sim, sha)
+        await world.tick()
+        review = await world.ask("rev-1")
+        assert review is not None and review.task_type == TaskType.REVIEW
 
 
 async def test_with_the_option_off_a_pending_pr_goes_to_review_at_once(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    with simulated(issues(1)) as sim:
-        sim.state.protect(OWNER, NAME, "main", ["ci/test"])
-        checks = {**CHECKS, "review_when_green": "off"}
-        async with running_world(
-            sim, redis_url, make_settings, review=REVIEW, checks=checks
-        ) as world:
-            await developed(world, 1, "dev-1")
-            await world.tick()
-            review = await world.ask("rev-1")
-            assert review is not None and review.task_type == TaskType.REVIEW
+    checks = {**CHECKS, "review_when_green": "off"}
+    async with in_review(redis_url, make_settings, [1], protect=True, checks=checks) as (
+        _sim,
+        world,
+    ):
+        await developed(world, 1, "dev-1")
+        await world.tick()
+        review = await world.ask("rev-1")
+        assert review is not None and review.task_type == TaskType.REVIEW
 
 
 async def test_a_failure_also_present_on_the_base_branch_spends_no_round(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    with simulated(issues(1)) as sim:
-        sim.state.protect(OWNER, NAME, "main", ["ci/test"])
-        async with running_world(
-            sim, redis_url, make_settings, review=REVIEW, checks=CHECKS
-        ) as world:
-            await developed(world, 1, "dev-1")
-            main = sim.state.get_ref(OWNER, NAME, "heads/main")["object"]["sha"]
-            fail(sim, main, note="flaky on main")
-            fail(sim, head(sim, 1), note="flaky on main")
-            await world.tick()
-            await world.tick()
-            assert "fix:1" not in await ready_ids(world)
-            state = (await world.rstore.review_states([1]))[1][1]
-            assert state.get("ci_rounds", "0") == "0"
-            record = (await world.rstore.checks_records([1]))[1]
-            assert "fails on main too" in record["verdict"]["detail"]
-            review = await world.ask("rev-1")  # not the PR's doing: review goes on
-            assert review is not None and review.task_type == TaskType.REVIEW
+    async with in_review(redis_url, make_settings, [1], protect=True, checks=CHECKS) as (
+        sim,
+        world,
+    ):
+        await developed(world, 1, "dev-1")
+        main = sim.state.get_ref(OWNER, NAME, "heads/main")["object"]["sha"]
+        fail(sim, main, note="flaky on main")
+        fail(sim, head(sim, 1), note="flaky on main")
+        await world.tick()
+        await world.tick()
+        assert "fix:1" not in await ready_ids(world)
+        state = (await world.rstore.review_states([1]))[1][1]
+        assert state.get("ci_rounds", "0") == "0"
+        record = (await world.rstore.checks_records([1]))[1]
+        assert "fails on main too" in record["verdict"]["detail"]
+        review = await world.ask("rev-1")  # not the PR's doing: review goes on
+        assert review is not None and review.task_type == TaskType.REVIEW
 
 
 async def test_two_prs_touching_the_same_file_are_reported_with_a_merge_order(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    with simulated(issues(1, 2)) as sim:
-        async with running_world(
-            sim, redis_url, make_settings, review=REVIEW, checks=CHECKS
-        ) as world:
-            await world.tick()
-            first, task = await world.ask("dev-1"), await world.ask("dev-2")
-            assert first is not None and task is not None and task.issue_id == 2
-            small = await opened(world, 1, "dev-1", files={"src/shared.py": "a\n"})
-            await world.tasks.finish(REPO, 1, "dev-1", first.lease.token, Outcome.COMPLETED)
-            big = await opened(world, 2, "dev-2", files={"src/shared.py": "b\nc\nd\n", "x": "y"})
-            await world.tick()
-            status = await repo_status(world.rstore, world.settings)
-            by_issue = {o.issue: o for o in status.overlapping_prs}
-            assert set(by_issue) == {1, 2}
-            assert by_issue[2].files == ["src/shared.py"] and by_issue[2].merge_order == [
-                small,
-                big,
-            ]
-            answer = await world.tasks.heartbeat(REPO, 2, "dev-2", task.lease.token)
-            notes = [n.text for n in answer.notes]
-            assert any("src/shared.py" in t and f"#{small} then #{big}" in t for t in notes)
-            again = await world.tasks.heartbeat(REPO, 2, "dev-2", task.lease.token)
-            assert not again.notes  # said once
+    async with in_review(redis_url, make_settings, [1, 2], protect=False, checks=CHECKS) as (
+        _sim,
+        world,
+    ):
+        await world.tick()
+        first, task = await world.ask("dev-1"), await world.ask("dev-2")
+        assert first is not None and task is not None and task.issue_id == 2
+        small = await opened(world, 1, "dev-1", files={"src/shared.py": "a\n"})
+        await world.tasks.finish(REPO, 1, "dev-1", first.lease.token, Outcome.COMPLETED)
+        big = await opened(world, 2, "dev-2", files={"src/shared.py": "b\nc\nd\n", "x": "y"})
+        await world.tick()
+        status = await repo_status(world.rstore, world.settings)
+        by_issue = {o.issue: o for o in status.overlapping_prs}
+        assert set(by_issue) == {1, 2}
+        assert by_issue[2].files == ["src/shared.py"] and by_issue[2].merge_order == [
+            small,
+            big,
+        ]
+        answer = await world.tasks.heartbeat(REPO, 2, "dev-2", task.lease.token)
+        notes = [n.text for n in answer.notes]
+        assert any("src/shared.py" in t and f"#{small} then #{big}" in t for t in notes)
+        again = await world.tasks.heartbeat(REPO, 2, "dev-2", task.lease.token)
+        assert not again.notes  # said once
 
 
 async def test_with_webhooks_a_failing_check_is_a_claimable_fix_task_within_a_second(
     redis_url: str, make_settings: Callable[..., Settings], capture: Capture
 ) -> None:
-    with simulated(issues(1)) as sim:
-        sim.state.protect(OWNER, NAME, "main", ["ci/test"])
-        async with running_world(
-            sim, redis_url, make_settings, review=REVIEW, checks=CHECKS, webhooks={"secret": SECRET}
-        ) as world:
-            await developed(world, 1, "dev-1")
-            await world.tick()  # the PR's first read (webhooks not proven healthy yet)
-            hooked(sim, capture.url)
-            capture.deliveries.clear()
-            receiver = WebhookReceiver(world.settings, world.store)
-            world.daemon.webhooks.start(lambda: True)
-            calls = sim.stats.snapshot()["total"]
-            fail(sim, head(sim, 1))
-            assert sim.webhooks.wait_idle()
-            started = time.monotonic()
-            for headers, data in list(capture.deliveries):
-                await receiver.accept(headers["x-github-event"], headers["x-github-delivery"], data)
-            while "fix:1" not in await ready_ids(world):
-                assert time.monotonic() - started < 1.0, "no fix task within 1 s of delivery"
-                await asyncio.sleep(0.01)
-            fix = await world.ask("dev-1")
-            assert fix is not None and fix.task_type == TaskType.FIX
-            assert "src/export.py:7: boom" in fix.review_comments[0].body
-            # The delivery said what failed; its annotations took one request.
-            by_route = sim.stats.snapshot()["by_route"]
-            assert sim.stats.snapshot()["total"] - calls <= 1, json.dumps(by_route)
+    async with in_review(
+        redis_url, make_settings, [1], protect=True, checks=CHECKS, webhooks={"secret": SECRET}
+    ) as (sim, world):
+        await developed(world, 1, "dev-1")
+        await world.tick()  # the PR's first read (webhooks not proven healthy yet)
+        hooked(sim, capture.url)
+        capture.deliveries.clear()
+        receiver = WebhookReceiver(world.settings, world.store)
+        world.daemon.webhooks.start(lambda: True)
+        calls = sim.stats.snapshot()["total"]
+        fail(sim, head(sim, 1))
+        assert sim.webhooks.wait_idle()
+        started = time.monotonic()
+        for headers, data in list(capture.deliveries):
+            await receiver.accept(headers["x-github-event"], headers["x-github-delivery"], data)
+        while "fix:1" not in await ready_ids(world):
+            assert time.monotonic() - started < 1.0, "no fix task within 1 s of delivery"
+            await asyncio.sleep(0.01)
+        fix = await world.ask("dev-1")
+        assert fix is not None and fix.task_type == TaskType.FIX
+        assert "src/export.py:7: boom" in fix.review_comments[0].body
+        # The delivery said what failed; its annotations took one request.
+        by_route = sim.stats.snapshot()["by_route"]
+        assert sim.stats.snapshot()["total"] - calls <= 1, json.dumps(by_route)

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import commits
 from .checks import ACTIONS_APP
+from .graphql import GraphQLError, _Var
+from .graphql import _Parser as MutationParser
 from .messages import ApiError, Response
 from .model import Record, Repo
 
@@ -32,10 +34,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_TOKEN = re.compile(
-    r'\s+|#[^\n]*|,|(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>-?\d+(?:\.\d+)?)'
-    r"|(?P<name>[_A-Za-z][_0-9A-Za-z]*)|(?P<punct>\.\.\.|[!$():=@\[\]{}|])"
-)
 #: Most nodes a connection hands out per page (GitHub's limit).
 MAX_PAGE = 100
 #: REST `mergeable_state` -> GraphQL `mergeStateStatus`.
@@ -51,12 +49,11 @@ MERGE_STATES = {
 _FAILING_CONCLUSIONS = {"failure", "timed_out", "cancelled", "action_required", "startup_failure"}
 
 
-class QueryError(Exception):
+class QueryError(GraphQLError):
     """A document GitHub refuses before running anything."""
 
     def __init__(self, message: str, code: str = "undefinedField") -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(message, code)
 
 
 class Missing(Exception):
@@ -70,8 +67,8 @@ class Missing(Exception):
 def handle(svc: Services, query: str, variables: dict[str, Any]) -> Response:
     try:
         fields = _Parser(query).document()
-    except QueryError as e:
-        return _errors(str(e), e.code)
+    except GraphQLError as e:
+        return _errors(str(e), e.code or "parseError")
     state = svc.state
     data: dict[str, Any] = {}
     errors: list[dict[str, Any]] = []
@@ -81,7 +78,7 @@ def handle(svc: Services, query: str, variables: dict[str, Any]) -> Response:
             for f in fields:
                 data[f.alias] = _resolve(root, f, variables, [f.alias], errors)
     except QueryError as e:
-        return _errors(str(e), e.code)
+        return _errors(str(e), e.code or "undefinedField")
     body: dict[str, Any] = {"data": data}
     if errors:
         body["errors"] = errors
@@ -523,11 +520,6 @@ def _suite(state: SimState, repo: Repo, suite: Record) -> Obj:
 # ----- parsing --------------------------------------------------------------------------------
 
 
-class _Var:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
 @dataclass
 class Field:
     alias: str
@@ -542,33 +534,8 @@ class Fragment:
     selection: list[Field | Fragment]
 
 
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.tokens: list[str] = []
-        pos = 0
-        while pos < len(text):
-            m = _TOKEN.match(text, pos)
-            if m is None:
-                raise QueryError(f'Parse error on "{text[pos]}" at [1, {pos + 1}]', "parseError")
-            if m.lastgroup:
-                self.tokens.append(m.group(m.lastgroup))
-            pos = m.end()
-        self.i = 0
-
-    def _peek(self) -> str | None:
-        return self.tokens[self.i] if self.i < len(self.tokens) else None
-
-    def _next(self) -> str:
-        tok = self._peek()
-        if tok is None:
-            raise QueryError("Parse error on end of input", "parseError")
-        self.i += 1
-        return tok
-
-    def _expect(self, tok: str) -> None:
-        got = self._next()
-        if got != tok:
-            raise QueryError(f'Parse error on "{got}"; expected "{tok}"', "parseError")
+class _Parser(MutationParser):
+    """graphql.py's tokens and types, with query documents, inline fragments and numbers."""
 
     def document(self) -> list[Field]:
         if self._peek() == "query":
@@ -577,7 +544,7 @@ class _Parser:
                 self._next()  # operation name
             if self._peek() == "(":
                 self._variables()
-        selection = self._selection_set()
+        selection = self._query_set()
         if self._peek() is not None:
             raise QueryError(f'Parse error on "{self._peek()}": one operation per document')
         fields = [f for f in selection if isinstance(f, Field)]
@@ -597,25 +564,14 @@ class _Parser:
                 self._literal()
         self._next()
 
-    def _type(self) -> None:
-        if self._peek() == "[":
-            self._next()
-            self._type()
-            self._expect("]")
-        else:
-            self._next()
-        if self._peek() == "!":
-            self._next()
-
-    def _selection_set(self) -> list[Field | Fragment]:
+    def _query_set(self) -> list[Field | Fragment]:
         self._expect("{")
         out: list[Field | Fragment] = []
         while self._peek() != "}":
             if self._peek() == "...":
                 self._next()
                 self._expect("on")
-                on = self._next()
-                out.append(Fragment(on, self._selection_set()))
+                out.append(Fragment(self._next(), self._query_set()))
                 continue
             name = self._next()
             alias = name
@@ -630,7 +586,7 @@ class _Parser:
                     self._expect(":")
                     args[arg] = self._literal()
                 self._next()
-            sub = self._selection_set() if self._peek() == "{" else []
+            sub = self._query_set() if self._peek() == "{" else []
             out.append(Field(alias, name, args, sub))
         self._next()
         if not out:
@@ -638,21 +594,8 @@ class _Parser:
         return out
 
     def _literal(self) -> Any:
-        tok = self._next()
-        if tok == "$":
-            return _Var(self._next())
-        if tok == "[":
-            items = []
-            while self._peek() != "]":
-                items.append(self._literal())
-            self._next()
-            return items
-        if tok.startswith('"'):
-            return re.sub(r"\\(.)", r"\1", tok[1:-1])
-        if tok in ("true", "false"):
-            return tok == "true"
-        if tok == "null":
-            return None
+        tok = self._peek() or ""
         if re.fullmatch(r"-?\d+", tok):
+            self._next()
             return int(tok)
-        return tok  # an enum value (OPEN, ...)
+        return super()._literal()
