@@ -29,8 +29,8 @@ class ChecksSettings(Section):
     #: Seconds a fix or rebase task is offered only to the agent that wrote the PR; then to
     #: any agent of the role.
     author_first_s: float = Field(300.0, ge=0)
-    #: Checks still pending this many seconds after the head commit was pushed are flagged:
-    #: the issue waits for a person (`checks_stale`) instead of for the checks.
+    #: Checks still pending this many seconds after the broker first saw the head commit are
+    #: flagged: the issue waits for a person (`checks_stale`) instead of for the checks.
     pending_stale_s: float = Field(1800.0, gt=0)
     #: Seconds the base branch's required checks are kept before they are read again (a
     #: conditional request: a free 304 while they do not change).
