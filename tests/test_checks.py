@@ -364,3 +364,34 @@ async def test_with_webhooks_a_failing_check_is_a_claimable_fix_task_within_a_se
         # The delivery said what failed; its annotations took one request.
         by_route = sim.stats.snapshot()["by_route"]
         assert sim.stats.snapshot()["total"] - calls <= 1, json.dumps(by_route)
+
+
+async def test_a_workflow_waiting_for_approval_and_stale_checks_wait_on_a_person(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    checks = {**CHECKS, "pending_stale_s": 0.5}
+    async with in_review(redis_url, make_settings, [1], protect=True, checks=checks) as (
+        sim,
+        world,
+    ):
+        await developed(world, 1, "dev-1")
+        sha = head(sim, 1)
+        run = sim.state.request_approval(OWNER, NAME, sha, workflow="CI", actor="newcomer")
+        await world.tick()
+        waiting = await world.rstore.waiting()
+        assert waiting[1].code == "checks_approval"
+        assert "Approve and run" in waiting[1].detail and f"/runs/{run['id']}" in waiting[1].detail
+        status = await repo_status(world.rstore, world.settings)
+        [row] = status.waiting_reviews
+        assert row.step == "approval_required" and row.state == "waiting_for_user"
+        sim.state.approve_workflow_run(OWNER, NAME, run["id"], login="alice")
+        sim.state.create_check_run(
+            OWNER, NAME, {"name": "ci/test", "head_sha": sha, "status": "in_progress"}, app="ci"
+        )
+        await world.tick()
+        assert 1 not in await world.rstore.waiting()  # approved: the checks run
+        await asyncio.sleep(0.6)
+        await world.tick()
+        waiting = await world.rstore.waiting()
+        assert waiting[1].code == "checks_stale" and "ci/test" in waiting[1].detail
+        assert await world.ask("rev-1") is None

@@ -280,9 +280,10 @@ def judge(record: dict[str, Any], cfg: ChecksSettings, now: int) -> Verdict:
         return Verdict("failed", f"checks failed: {which}{base_note}", own, not gate, on_base)
     pending = [n for n in names if checks.get(n, {}).get("state", "pending") == "pending"]
     if pending:
-        age_s = max(0, now - int(record.get("pushed_ms") or now)) // 1000
+        age_ms = max(0, now - int(record.get("pushed_ms") or now))
+        age_s = age_ms // 1000
         listed = ", ".join(pending)
-        if age_s >= cfg.pending_stale_s:
+        if age_ms >= cfg.pending_stale_s * 1000:
             detail = (
                 f"checks pending for {span(age_s)}: {listed}; flagged, not waited on (re-run "
                 "them or fix CI)"
