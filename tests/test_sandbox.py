@@ -382,7 +382,7 @@ def test_with_its_maintainer_the_demo_runs_to_done_with_every_workable_issue_clo
         timeout=10,
     )
     # Only the issue that names no branch is open: a person must decide its scope.
-    assert [i["number"] for i in listed.json()] == [13]
+    assert [i["number"] for i in listed.json()] == [13], output.text
     text = output.text
     maintainer = r"maintainer \(the sandbox's stand-in for a person\)"
     merged = set(re.findall(rf"{maintainer}: merged PR #\d+; #(\d+) closed", text))
