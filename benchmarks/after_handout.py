@@ -33,8 +33,10 @@ from github_broker.clock import ms_from_iso
 FIX_DEBOUNCE_S = 1.0
 #: The webhook worker's GitHub budget, lifted in both figures: at its default (500 calls an
 #: hour, 50 at once) the samples' review upkeep would wait for the budget, not for the broker.
-UNLIMITED_BUDGET = {"GITHUB_BROKER_WEBHOOKS__GITHUB_CALLS_PER_HOUR": str(10**9),
-                    "GITHUB_BROKER_WEBHOOKS__GITHUB_BURST": str(10**6)}
+UNLIMITED_BUDGET = {
+    "GITHUB_BROKER_WEBHOOKS__GITHUB_CALLS_PER_HOUR": str(10**9),
+    "GITHUB_BROKER_WEBHOOKS__GITHUB_BURST": str(10**6),
+}
 #: Tokens of `simserver --people`.
 MAINTAINER_TOKEN, AGENT_TOKEN = "maintainer-token", "agent-token"
 MAINTAINER_REVIEW_ROUTE = "POST /repos/{owner}/{repo}/pulls/{number}/reviews"
@@ -56,8 +58,9 @@ PULLS_ROUTE = "GET /repos/{owner}/{repo}/pulls"
 
 
 def _github(sim: SimulatorProcess, token: str) -> httpx.Client:
-    return httpx.Client(base_url=sim.base_url, timeout=30,
-                        headers={"Authorization": f"token {token}"})
+    return httpx.Client(
+        base_url=sim.base_url, timeout=30, headers={"Authorization": f"token {token}"}
+    )
 
 
 def _repo_path() -> str:
@@ -117,28 +120,42 @@ def fix_figure(bench: Any, sim: SimulatorProcess, env: dict[str, str], samples: 
     webhook delivery and the debounce timer it arms can make the fix."""
     o = bench.options
     client = bench.redis.client()
-    review_env = {**env, "GITHUB_BROKER_WEBHOOKS__SECRET": webhooks.SECRET,
-                  "GITHUB_BROKER_REVIEW__DELAY_S": "0", "GITHUB_BROKER_REVIEW__TIMEOUT_S": "3600",
-                  "GITHUB_BROKER_REVIEW__FIX_DEBOUNCE_S": str(FIX_DEBOUNCE_S),
-                  **UNLIMITED_BUDGET}
+    review_env = {
+        **env,
+        "GITHUB_BROKER_WEBHOOKS__SECRET": webhooks.SECRET,
+        "GITHUB_BROKER_REVIEW__DELAY_S": "0",
+        "GITHUB_BROKER_REVIEW__TIMEOUT_S": "3600",
+        "GITHUB_BROKER_REVIEW__FIX_DEBOUNCE_S": str(FIX_DEBOUNCE_S),
+        **UNLIMITED_BUDGET,
+    }
     with bench.serve(review_env, 1) as server:
         pulls = _reviewed(server, sim, client, samples)
         leader = _leader(client)
-    with bench.serve(review_env, 1, GITHUB_BROKER_POLL__INTERVAL_S="3600",
-                     GITHUB_BROKER_POLL__INTERVAL_WITH_WEBHOOKS_S="3600") as server:
+    with bench.serve(
+        review_env,
+        1,
+        GITHUB_BROKER_POLL__INTERVAL_S="3600",
+        GITHUB_BROKER_POLL__INTERVAL_WITH_WEBHOOKS_S="3600",
+    ) as server:
         _wait("a new poller leader", lambda: _leader(client) not in (None, leader))
         webhooks.hook(sim, server)
         time.sleep(1.0)  # the ping lands and the start-up pass (sync, review upkeep) is over
         row = _fix_samples(sim, client, pulls)
-    bench.add("after_handout", {
-        "figure": "review submitted -> fix claimable (webhooks)",
-        "detail": f"review.fix_debounce_s {FIX_DEBOUNCE_S:g}; poll every hour; the webhook "
-                  "worker's GitHub budget lifted",
-        **row, "reproduce": o.reproduce("after-handout")})
+    bench.add(
+        "after_handout",
+        {
+            "figure": "review submitted -> fix claimable (webhooks)",
+            "detail": f"review.fix_debounce_s {FIX_DEBOUNCE_S:g}; poll every hour; the webhook "
+            "worker's GitHub budget lifted",
+            **row,
+            "reproduce": o.reproduce("after-handout"),
+        },
+    )
 
 
-def _reviewed(server: HTTPServer, sim: SimulatorProcess, client: redis.Redis,
-              count: int) -> dict[int, int]:
+def _reviewed(
+    server: HTTPServer, sim: SimulatorProcess, client: redis.Redis, count: int
+) -> dict[int, int]:
     """`count` issues claimed, given a PR each, completed, reviewed by another agent and
     that review completed; returns issue -> PR number."""
     devs = agent_ids(count, "dev")
@@ -147,15 +164,23 @@ def _reviewed(server: HTTPServer, sim: SimulatorProcess, client: redis.Redis,
     pulls = {}
     with _github(sim, AGENT_TOKEN) as http:
         for task in tasks:
-            answer = http.post(f"{_repo_path()}/pulls", json={
-                "title": f"Work on #{task['issue_id']}", "head": task["branch_name"],
-                "base": task["base_branch"] or "main", "body": f"Closes #{task['issue_id']}"})
+            answer = http.post(
+                f"{_repo_path()}/pulls",
+                json={
+                    "title": f"Work on #{task['issue_id']}",
+                    "head": task["branch_name"],
+                    "base": task["base_branch"] or "main",
+                    "body": f"Closes #{task['issue_id']}",
+                },
+            )
             answer.raise_for_status()
             pulls[int(task["issue_id"])] = int(answer.json()["number"])
     asyncio.run(_finish(server.url, "complete", list(zip(devs, tasks, strict=True))))
     members = [f"review:{n}" for n in pulls]
-    _wait("every review offered",
-          lambda: all(client.zscore(KEYS.ready, m) is not None for m in members))
+    _wait(
+        "every review offered",
+        lambda: all(client.zscore(KEYS.ready, m) is not None for m in members),
+    )
     reviewers = agent_ids(count, "rev")
     reviews = asyncio.run(_claim(server.url, reviewers))
     kinds = {t["task_type"] for t in reviews}
@@ -166,8 +191,9 @@ def _reviewed(server: HTTPServer, sim: SimulatorProcess, client: redis.Redis,
     return pulls
 
 
-def _fix_samples(sim: SimulatorProcess, client: redis.Redis,
-                 pulls: dict[int, int]) -> dict[str, Any]:
+def _fix_samples(
+    sim: SimulatorProcess, client: redis.Redis, pulls: dict[int, int]
+) -> dict[str, Any]:
     before = sim.stats()
     latencies, after_due, lost = [], [], 0
     with _github(sim, MAINTAINER_TOKEN) as http:
@@ -175,8 +201,10 @@ def _fix_samples(sim: SimulatorProcess, client: redis.Redis,
             # Review times have GitHub's one-second resolution: a random phase per sample.
             time.sleep(random.uniform(0, 1))
             started = time.monotonic()
-            answer = http.post(f"{_repo_path()}/pulls/{pr}/reviews", json={
-                "event": "REQUEST_CHANGES", "body": f"Please rename the helper in #{n}."})
+            answer = http.post(
+                f"{_repo_path()}/pulls/{pr}/reviews",
+                json={"event": "REQUEST_CHANGES", "body": f"Please rename the helper in #{n}."},
+            )
             answer.raise_for_status()
             due_s = ms_from_iso(answer.json()["submitted_at"]) / 1000 + FIX_DEBOUNCE_S
             member = f"fix:{n}"
@@ -189,12 +217,15 @@ def _fix_samples(sim: SimulatorProcess, client: redis.Redis,
                 latencies.append(1000 * (time.monotonic() - started))
                 after_due.append(1000 * (time.time() - due_s))
     after = sim.stats()
-    own = after["by_route"].get(MAINTAINER_REVIEW_ROUTE, 0) \
-        - before["by_route"].get(MAINTAINER_REVIEW_ROUTE, 0)
+    own = after["by_route"].get(MAINTAINER_REVIEW_ROUTE, 0) - before["by_route"].get(
+        MAINTAINER_REVIEW_ROUTE, 0
+    )
     calls = after["total"] - before["total"] - own
     return {
-        "samples": len(pulls), "lost": lost,
-        "p50_ms": percentile(latencies, 0.5), "p99_ms": percentile(latencies, 0.99),
+        "samples": len(pulls),
+        "lost": lost,
+        "p50_ms": percentile(latencies, 0.5),
+        "p99_ms": percentile(latencies, 0.99),
         "max_ms": max(latencies) if latencies else None,
         "after_due_p50_ms": percentile(after_due, 0.5),
         "after_due_p99_ms": percentile(after_due, 0.99),
@@ -213,27 +244,33 @@ def progress_figures(bench: Any, sim: SimulatorProcess, env: dict[str, str]) -> 
     speedup)."""
     o = bench.options
     speed = o.progress_speedup
-    fast = {**env, **UNLIMITED_BUDGET,
-            "GITHUB_BROKER_POLL__INTERVAL_S": "3600",  # no sync pass in the window
-            "GITHUB_BROKER_PROGRESS__CHECK_INTERVAL_S": f"{CHECK_S / speed:g}",
-            "GITHUB_BROKER_PROGRESS__BRANCH_CHECK_INTERVAL_S": f"{BRANCH_CHECK_S / speed:g}"}
+    fast = {
+        **env,
+        **UNLIMITED_BUDGET,
+        "GITHUB_BROKER_POLL__INTERVAL_S": "3600",  # no sync pass in the window
+        "GITHUB_BROKER_PROGRESS__CHECK_INTERVAL_S": f"{CHECK_S / speed:g}",
+        "GITHUB_BROKER_PROGRESS__BRANCH_CHECK_INTERVAL_S": f"{BRANCH_CHECK_S / speed:g}",
+    }
     client = bench.redis.client()
     leader = None
     for mode in ("polling (no webhooks)", "webhooks"):
         extra = {"GITHUB_BROKER_WEBHOOKS__SECRET": webhooks.SECRET} if mode == "webhooks" else {}
         with bench.serve(fast, 1, **extra) as server:
-            _wait("a new poller leader",
-                  lambda before=leader: _leader(client) not in (None, before))
+            _wait(
+                "a new poller leader", lambda before=leader: _leader(client) not in (None, before)
+            )
             leader = _leader(client)
             if extra:
                 webhooks.hook(sim, server)
             row = _progress_window(bench, server, sim, client, speed)
-        bench.add("progress_calls", {"mode": mode, **row,
-                                     "reproduce": o.reproduce("after-handout")})
+        bench.add(
+            "progress_calls", {"mode": mode, **row, "reproduce": o.reproduce("after-handout")}
+        )
 
 
-def _progress_window(bench: Any, server: HTTPServer, sim: SimulatorProcess,
-                     client: redis.Redis, speed: float) -> dict[str, Any]:
+def _progress_window(
+    bench: Any, server: HTTPServer, sim: SimulatorProcess, client: redis.Redis, speed: float
+) -> dict[str, Any]:
     o = bench.options
     agents = agent_ids(HELD_TASKS, "held")
     tasks = asyncio.run(_claim(server.url, agents))
@@ -248,17 +285,24 @@ def _progress_window(bench: Any, server: HTTPServer, sim: SimulatorProcess,
         leases = size(client, KEYS.leases)
     finally:
         asyncio.run(_finish(server.url, "release", list(zip(agents, tasks, strict=True))))
-    routes = {route: after["by_route"].get(route, 0) - before["by_route"].get(route, 0)
-              for route in after["by_route"]}
+    routes = {
+        route: after["by_route"].get(route, 0) - before["by_route"].get(route, 0)
+        for route in after["by_route"]
+    }
     routes = {k: v for k, v in routes.items() if v}
     total = after["total"] - before["total"]
     not_modified = after["by_status"].get("304", 0) - before["by_status"].get("304", 0)
     counted = after["rate_limited_cost"] - before["rate_limited_cost"]
     hour = 3600 / (o.progress_window_s * speed) / HELD_TASKS  # per held task per hour
     return {
-        "held_tasks": HELD_TASKS, "speedup": speed, "window_s": o.progress_window_s,
-        "simulated_s": o.progress_window_s * speed, "pushes": pushed,
-        "calls": total, "calls_304": not_modified, "counted_calls": counted,
+        "held_tasks": HELD_TASKS,
+        "speedup": speed,
+        "window_s": o.progress_window_s,
+        "simulated_s": o.progress_window_s * speed,
+        "pushes": pushed,
+        "calls": total,
+        "calls_304": not_modified,
+        "counted_calls": counted,
         "by_route": routes,
         "per_task_hour": total * hour,
         "counted_per_task_hour": counted * hour,
@@ -282,9 +326,10 @@ def _pushing(sim: SimulatorProcess, branches: list[str], every_s: float) -> Iter
             i = 0
             while not stop.wait(gap):
                 branch = branches[i % len(branches)]
-                http.post(f"/_sim/repos/{OWNER}/{NAME}/push",
-                          json={"branch": branch, "message": f"Work in progress {i}"}
-                          ).raise_for_status()
+                http.post(
+                    f"/_sim/repos/{OWNER}/{NAME}/push",
+                    json={"branch": branch, "message": f"Work in progress {i}"},
+                ).raise_for_status()
                 count[0] += 1
                 i += 1
 

@@ -128,9 +128,16 @@ class BareApp:
 
 
 async def _answer(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -154,10 +161,19 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--kind", choices=KINDS, default="fastapi")
     args = parser.parse_args()
-    factory = {"fastapi": "create_app", "asgi": "create_asgi_app",
-               "asgi-pipelined": "create_pipelined_app"}[args.kind]
-    spec = ServeSpec(app=f"benchmarks.baseline:{factory}", host="127.0.0.1", port=args.port,
-                     workers=args.workers, log_level="info", access_log=False)
+    factory = {
+        "fastapi": "create_app",
+        "asgi": "create_asgi_app",
+        "asgi-pipelined": "create_pipelined_app",
+    }[args.kind]
+    spec = ServeSpec(
+        app=f"benchmarks.baseline:{factory}",
+        host="127.0.0.1",
+        port=args.port,
+        workers=args.workers,
+        log_level="info",
+        access_log=False,
+    )
     raise SystemExit(Supervisor(spec, poller=False).run())
 
 

@@ -77,22 +77,25 @@ def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {n: d for n, d in ordered if d and n not in OWN_COMMANDS}
 
 
-def _counted(server: RedisServer,
-             action: Callable[[], Any]) -> tuple[Any, CommandLog, dict[str, int]]:
+def _counted(
+    server: RedisServer, action: Callable[[], Any]
+) -> tuple[Any, CommandLog, dict[str, int]]:
     before = server.command_calls()
     with CommandLog(server) as log:
         outcome = action()
     return outcome, log, _delta(before, server.command_calls())
 
 
-def redis_per_claim(server: RedisServer, sim: SimulatorProcess, url: str,
-                    count: int) -> dict[str, Any]:
+def redis_per_claim(
+    server: RedisServer, sim: SimulatorProcess, url: str, count: int
+) -> dict[str, Any]:
     """Commands (all, incl. inside Lua) and round trips per claim; serve runs without poller,
     so every command counted comes from the requests."""
     run_sequential(url, flow="claim-complete", count=5)  # load scripts, cache the base branch
     sim.reset_stats()
     result, log, stats = _counted(
-        server, lambda: run_sequential(url, flow="request-task", count=count))
+        server, lambda: run_sequential(url, flow="request-task", count=count)
+    )
     claims = result.claims
     trips = sum(1 for kind, _ in log.entries if kind != "lua")
     scripts = log.by_script()
@@ -105,7 +108,8 @@ def redis_per_claim(server: RedisServer, sim: SimulatorProcess, url: str,
         "github_calls_during_claims": sim.stats()["total"],
     }
     result, log, stats = _counted(
-        server, lambda: run_sequential(url, flow="claim-complete", count=count))
+        server, lambda: run_sequential(url, flow="claim-complete", count=count)
+    )
     cycles = result.claims
     per_script = {
         ("claim" if sha == claim_sha else "complete"): {
@@ -145,7 +149,8 @@ async def _complete_each(url: str, tasks: list[tuple[str, dict[str, Any]]]) -> N
         for agent_id, task in tasks:
             path = f"/tasks/{task['repository']}/{task['issue_id']}/complete"
             status, body = await client.post(
-                path, {"agent_id": agent_id, "token": task["lease"]["token"]})
+                path, {"agent_id": agent_id, "token": task["lease"]["token"]}
+            )
             if status != 200:
                 raise RuntimeError(f"complete answered {status}: {body[:200]!r}")
     finally:
@@ -163,13 +168,19 @@ def _github_delta(sim: SimulatorProcess) -> dict[str, Any]:
     stats = sim.stats()
     writes = sum(n for method, n in stats["by_method"].items() if method != "GET")
     # "counted": what GitHub charges (304s are free); GraphQL label mutations are POSTs.
-    return {"total": stats["total"], "counted": stats["rate_limited_cost"], "writes": writes,
-            "not_found": stats["by_status"].get("404", 0), "by_route": stats["by_route"],
-            "by_method": stats["by_method"]}
+    return {
+        "total": stats["total"],
+        "counted": stats["rate_limited_cost"],
+        "writes": writes,
+        "not_found": stats["by_status"].get("404", 0),
+        "by_route": stats["by_route"],
+        "by_method": stats["by_method"],
+    }
 
 
-def github_per_lifecycle(client: redis.Redis, sim: SimulatorProcess, url: str,
-                         count: int) -> dict[str, Any]:
+def github_per_lifecycle(
+    client: redis.Redis, sim: SimulatorProcess, url: str, count: int
+) -> dict[str, Any]:
     """GitHub calls of `count` claims, then of their completions, each until the write queue
     is empty. Agents hold a task for minutes, so the claim's writes land before the
     completion's, as here. Serve's periodic sync is switched off for this figure."""

@@ -46,8 +46,10 @@ def unavailable() -> str | None:
     """Why the figure cannot run on this broker (None: it can)."""
     fields = _fields()
     if "durability" not in fields:
-        return ("skipped: `redis.durability` is not a setting of this broker yet "
-                "(github_broker.settings.RedisSettings has no such field)")
+        return (
+            "skipped: `redis.durability` is not a setting of this broker yet "
+            "(github_broker.settings.RedisSettings has no such field)"
+        )
     allowed = _allowed(fields["durability"])
     if allowed and SETTINGS[0] not in allowed:
         return f"skipped: `redis.durability` takes {sorted(allowed)}, not {SETTINGS[0]!r}"
@@ -108,26 +110,40 @@ def durability_figures(bench: Any, sim: SimulatorProcess, env: dict[str, str]) -
             copy.detach()
             waitaof = copy.has_waitaof()
             copy.aof_on(always=not waitaof)
-            notes.append(f"`aof` on Redis {copy.version()}: "
-                         + ("WAITAOF, `appendfsync everysec`" if waitaof else
-                            "no WAITAOF (7.2), so `appendfsync always` (an fsync per write)"))
+            notes.append(
+                f"`aof` on Redis {copy.version()}: "
+                + (
+                    "WAITAOF, `appendfsync everysec`"
+                    if waitaof
+                    else "no WAITAOF (7.2), so `appendfsync always` (an fsync per write)"
+                )
+            )
             benches["aof"] = type(bench)(o, bench.workdir, copy, bench.figures)
             envs["aof"] = {**env, "GITHUB_BROKER_REDIS__URL": copy.url}
         with ExitStack() as started:
-            serves = {setting: started.enter_context(bench.serve(
-                envs[setting], 1, GITHUB_BROKER_SERVER__RUN_POLLER="false",
-                **setting_env(setting)))
-                for setting in settings}
+            serves = {
+                setting: started.enter_context(
+                    bench.serve(
+                        envs[setting],
+                        1,
+                        GITHUB_BROKER_SERVER__RUN_POLLER="false",
+                        **setting_env(setting),
+                    )
+                )
+                for setting in settings
+            }
             pairs = [(setting, flow) for setting in settings for flow in FLOWS]
             for r in range(o.repeats):
                 logger.info("durability: repetition %d of %d", r + 1, o.repeats)
                 done = {}
                 for setting, flow in rotated(pairs, r):
                     done[(setting, flow)] = benches[setting].load(
-                        serves[setting], sim, flow, watch={"replica": replica})
+                        serves[setting], sim, flow, watch={"replica": replica}
+                    )
                 for (setting, flow), row in done.items():
-                    row["ratio_to_none"] = row["requests_per_s"] / done[
-                        (SETTINGS[0], flow)]["requests_per_s"]
+                    row["ratio_to_none"] = (
+                        row["requests_per_s"] / done[(SETTINGS[0], flow)]["requests_per_s"]
+                    )
                     runs.setdefault((setting, flow), []).append(row)
     finally:
         copy.stop()
@@ -135,5 +151,13 @@ def durability_figures(bench: Any, sim: SimulatorProcess, env: dict[str, str]) -
     for (setting, _flow), rows in runs.items():
         row = aggregate(rows)
         row["ratio_to_none"] = spread([r["ratio_to_none"] for r in rows])
-        bench.add("durability", {**row, "setting": setting, "env": setting_env(setting),
-                                 "notes": notes, "reproduce": rep})
+        bench.add(
+            "durability",
+            {
+                **row,
+                "setting": setting,
+                "env": setting_env(setting),
+                "notes": notes,
+                "reproduce": rep,
+            },
+        )

@@ -40,12 +40,12 @@ class Client(Protocol):
 class RawClient:
     def __init__(self, url: str, *, quickack: bool = False) -> None:
         parts = urlsplit(url)
-        self._conn = Connection(parts.hostname or "127.0.0.1", parts.port or 80,
-                                quickack=quickack)
+        self._conn = Connection(parts.hostname or "127.0.0.1", parts.port or 80, quickack=quickack)
 
     async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
-        return await asyncio.wait_for(self._conn.post(path, json.dumps(payload).encode()),
-                                      REQUEST_TIMEOUT_S)
+        return await asyncio.wait_for(
+            self._conn.post(path, json.dumps(payload).encode()), REQUEST_TIMEOUT_S
+        )
 
     async def close(self) -> None:
         await self._conn.close()
@@ -124,8 +124,14 @@ class LoadResult:
 class _Agent:
     """One agent's loop; records only operations that finish inside the window."""
 
-    def __init__(self, agent_id: str, client: Client, flow: str, result: LoadResult,
-                 window: tuple[float, float]) -> None:
+    def __init__(
+        self,
+        agent_id: str,
+        client: Client,
+        flow: str,
+        result: LoadResult,
+        window: tuple[float, float],
+    ) -> None:
         self.agent_id = agent_id
         self.client = client
         self.flow = flow
@@ -207,14 +213,20 @@ def agent_ids(count: int, prefix: str) -> list[str]:
     return [f"{prefix}-{tag}-{i:03d}" for i in range(count)]
 
 
-async def _run(url: str, agents: int, flow: str, client: str, warmup_s: float,
-               duration_s: float, probe: Callable[[], Any] | None) -> LoadResult:
+async def _run(
+    url: str,
+    agents: int,
+    flow: str,
+    client: str,
+    warmup_s: float,
+    duration_s: float,
+    probe: Callable[[], Any] | None,
+) -> LoadResult:
     result = LoadResult(flow=flow, agents=agents, window_s=duration_s)
     start = time.perf_counter() + warmup_s
     window = (start, start + duration_s)
     tasks = [
-        asyncio.create_task(_Agent(agent_id, make_client(client, url), flow, result,
-                                   window).run())
+        asyncio.create_task(_Agent(agent_id, make_client(client, url), flow, result, window).run())
         for agent_id in agent_ids(agents, "bench")
     ]
     await asyncio.sleep(warmup_s)
@@ -230,8 +242,16 @@ async def _run(url: str, agents: int, flow: str, client: str, warmup_s: float,
     return result
 
 
-def run_load(url: str, *, agents: int, flow: str, warmup_s: float, duration_s: float,
-             client: str = "raw", probe: Callable[[], Any] | None = None) -> LoadResult:
+def run_load(
+    url: str,
+    *,
+    agents: int,
+    flow: str,
+    warmup_s: float,
+    duration_s: float,
+    client: str = "raw",
+    probe: Callable[[], Any] | None = None,
+) -> LoadResult:
     """Run `agents` concurrent agents against `url` doing `flow`; `probe` is called at the
     window's start and end (e.g. to read the CPU of the server processes)."""
     if flow not in FLOWS:
@@ -241,8 +261,9 @@ def run_load(url: str, *, agents: int, flow: str, warmup_s: float, duration_s: f
 
 async def _sequential(url: str, flow: str, count: int, client: str) -> LoadResult:
     result = LoadResult(flow=flow, agents=1, window_s=0.0)
-    agent = _Agent(agent_ids(1, "solo")[0], make_client(client, url), flow, result,
-                   (0.0, float("inf")))
+    agent = _Agent(
+        agent_ids(1, "solo")[0], make_client(client, url), flow, result, (0.0, float("inf"))
+    )
     began = time.perf_counter()
     previous = "abandoned" if flow == "claim-abandon" else "completed"
     try:

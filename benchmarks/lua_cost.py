@@ -57,8 +57,19 @@ from github_broker.store.scripts import Scripts, context_prelude
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Commands of the harness itself, never a script's.
-OWN = frozenset({"evalsha", "eval", "info", "config|resetstat", "config", "ping", "script|load",
-                 "client|setinfo", "select"})
+OWN = frozenset(
+    {
+        "evalsha",
+        "eval",
+        "info",
+        "config|resetstat",
+        "config",
+        "ping",
+        "script|load",
+        "client|setinfo",
+        "select",
+    }
+)
 
 
 def _settings(redis_url: str) -> Settings:
@@ -84,9 +95,23 @@ class Server:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(workdir), "--dbfilename", "dump.rdb"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(workdir),
+                "--dbfilename",
+                "dump.rdb",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         self.client = redis.Redis(port=self.port, decode_responses=True)
         deadline = time.monotonic() + 60
@@ -101,8 +126,10 @@ class Server:
 
     def stats(self) -> dict[str, dict[str, int]]:
         raw = cast(dict[str, Any], self.client.info("commandstats"))
-        return {k.removeprefix("cmdstat_"): {"calls": int(v["calls"]), "usec": int(v["usec"])}
-                for k, v in raw.items()}
+        return {
+            k.removeprefix("cmdstat_"): {"calls": int(v["calls"]), "usec": int(v["usec"])}
+            for k, v in raw.items()
+        }
 
     def cpu_ns(self) -> int:
         """CPU time of the server's main thread (the one that runs scripts) so far, in ns:
@@ -119,9 +146,13 @@ class Server:
 def _issues(count: int) -> list[Issue]:
     out = []
     for data in generate_issues(count):
-        data = {**data, "updated_at": data["created_at"], "user": {"login": "maintainer"},
-                "html_url": f"https://github.com/{REPOSITORY}/issues/{data['number']}",
-                "node_id": f"I_kw{data['number']:08d}"}
+        data = {
+            **data,
+            "updated_at": data["created_at"],
+            "user": {"login": "maintainer"},
+            "html_url": f"https://github.com/{REPOSITORY}/issues/{data['number']}",
+            "node_id": f"I_kw{data['number']:08d}",
+        }
         out.append(Issue.from_github(data))
     return out
 
@@ -134,7 +165,7 @@ async def fill(url: str, count: int) -> None:
     rules = Rules(settings)
     issues = _issues(count)
     for start in range(0, count, UPSERT_BATCH):
-        batch = [index_item(rules, i, "main") for i in issues[start:start + UPSERT_BATCH]]
+        batch = [index_item(rules, i, "main") for i in issues[start : start + UPSERT_BATCH]]
         await rstore.upsert_issues(batch)
     await rstore.save_sync_state({"default_branch": "main"}, rebuilt=True)
     await store.close()
@@ -143,7 +174,9 @@ async def fill(url: str, count: int) -> None:
 def _git_lua(ref: str, name: str) -> str:
     return subprocess.run(
         ["git", "-C", str(ROOT), "show", f"{ref}:github_broker/lua/{name}.lua"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
 
 
@@ -174,7 +207,8 @@ class Version:
             self.rstore.scripts = Scripts(client, None)
             self.rstore.scripts.repo = {
                 name: client.register_script(
-                    context_prelude(context) + lib + "\n" + _git_lua(ref, name))
+                    context_prelude(context) + lib + "\n" + _git_lua(ref, name)
+                )
                 for name in Scripts.REPO_SCRIPTS
             }
         for script in self.rstore.scripts.repo.values():
@@ -182,8 +216,9 @@ class Version:
         self.serial = 0
 
     async def claim(self, agent: str) -> Claimed:
-        got = await self.rstore.claim(agent, previous="completed", mode="strict",
-                                      base_branch="main", roles=None)
+        got = await self.rstore.claim(
+            agent, previous="completed", mode="strict", base_branch="main", roles=None
+        )
         if not isinstance(got, Claimed):
             raise SystemExit(f"{self.label}: no task for {agent}: {got}")
         return got
@@ -203,10 +238,15 @@ class Version:
         ev = stats.get("evalsha", {"calls": 0, "usec": 0})
         if ev["calls"] != calls:
             raise SystemExit(f"{self.label}: {ev['calls']} EVALSHA for {calls} calls")
-        inner = {k: (v["calls"] / calls, v["usec"] / calls) for k, v in stats.items()
-                 if k not in OWN}
-        return Block(ev["usec"] / calls, (cpu1 - cpu0) / 1000 / calls,
-                     sum(c for c, _ in inner.values()), inner)
+        inner = {
+            k: (v["calls"] / calls, v["usec"] / calls) for k, v in stats.items() if k not in OWN
+        }
+        return Block(
+            ev["usec"] / calls,
+            (cpu1 - cpu0) / 1000 / calls,
+            sum(c for c, _ in inner.values()),
+            inner,
+        )
 
     async def close(self) -> None:
         await self.store.close()
@@ -247,18 +287,26 @@ async def main(args: argparse.Namespace) -> None:
             print(f"\n{flow}: {args.blocks} blocks of {args.calls} calls per version, per call:")
             for v in versions:
                 got = blocks[v.label]
-                print(f"  {v.label:>14}: commandstats {_summary([b.us for b in got])};  "
-                      f"CPU {_summary([b.cpu_us for b in got])};  "
-                      f"{statistics.median(b.commands for b in got):4.1f} commands")
+                print(
+                    f"  {v.label:>14}: commandstats {_summary([b.us for b in got])};  "
+                    f"CPU {_summary([b.cpu_us for b in got])};  "
+                    f"{statistics.median(b.commands for b in got):4.1f} commands"
+                )
                 if args.commands:  # median block: calls per script call (µs in them)
                     inner = sorted(got, key=lambda b: b.us)[len(got) // 2].inner
-                    print("      " + ", ".join(
-                        f"{k} {c:g} ({us:.1f})"
-                        for k, (c, us) in sorted(inner.items(), key=lambda p: -p[1][1])))
+                    print(
+                        "      "
+                        + ", ".join(
+                            f"{k} {c:g} ({us:.1f})"
+                            for k, (c, us) in sorted(inner.items(), key=lambda p: -p[1][1])
+                        )
+                    )
             if len(versions) == 2:
                 for what in ("us", "cpu_us"):
-                    a, b = (statistics.median(getattr(x, what) for x in blocks[v.label])
-                            for v in versions)
+                    a, b = (
+                        statistics.median(getattr(x, what) for x in blocks[v.label])
+                        for v in versions
+                    )
                     print(f"  {what}: working tree / {versions[0].label}: {b / a:.2f}")
     finally:
         for v in versions:
@@ -271,16 +319,19 @@ async def main(args: argparse.Namespace) -> None:
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--issues", type=int, default=100_000)
-    parser.add_argument("--ref", default="main",
-                        help="git revision of the baseline scripts ('' for none)")
+    parser.add_argument(
+        "--ref", default="main", help="git revision of the baseline scripts ('' for none)"
+    )
     parser.add_argument("--blocks", type=int, default=15, help="blocks per version and flow")
     parser.add_argument("--calls", type=int, default=200, help="calls per block")
-    parser.add_argument("--one-server", action="store_true",
-                        help="run both versions on one server (their agents apart): no bias "
-                        "between two servers' cores and memory, for versions that read and "
-                        "write the same key schema")
-    parser.add_argument("--commands", action="store_true",
-                        help="list the inner commands per call")
+    parser.add_argument(
+        "--one-server",
+        action="store_true",
+        help="run both versions on one server (their agents apart): no bias "
+        "between two servers' cores and memory, for versions that read and "
+        "write the same key schema",
+    )
+    parser.add_argument("--commands", action="store_true", help="list the inner commands per call")
     asyncio.run(main(parser.parse_args()))
 
 

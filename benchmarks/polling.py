@@ -22,8 +22,14 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def sync_pass(redis_server: RedisServer, sim: SimulatorProcess, env: dict[str, str],
-              *, full: bool, issues: int = 0) -> dict[str, Any]:
+def sync_pass(
+    redis_server: RedisServer,
+    sim: SimulatorProcess,
+    env: dict[str, str],
+    *,
+    full: bool,
+    issues: int = 0,
+) -> dict[str, Any]:
     """One `github-broker sync [--full]` subprocess; its CPU comes from RUSAGE_CHILDREN."""
     argv = [sys.executable, "-m", "github_broker", "--log-level", "WARNING", "sync"]
     if full:
@@ -32,8 +38,13 @@ def sync_pass(redis_server: RedisServer, sim: SimulatorProcess, env: dict[str, s
     redis_cpu, sim_cpu = redis_server.cpu_s(), sim.cpu_s()
     cpu = _children_cpu_s()
     started = time.monotonic()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True,
-                          timeout=SYNC_TIMEOUT_S + issues * SYNC_TIMEOUT_PER_ISSUE_S)
+    done = subprocess.run(
+        argv,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SYNC_TIMEOUT_S + issues * SYNC_TIMEOUT_PER_ISSUE_S,
+    )
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"sync failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -49,8 +60,9 @@ def sync_pass(redis_server: RedisServer, sim: SimulatorProcess, env: dict[str, s
     }
 
 
-def poll_passes(redis_server: RedisServer, sim: SimulatorProcess, env: dict[str, str],
-                issues: int) -> dict[str, Any]:
+def poll_passes(
+    redis_server: RedisServer, sim: SimulatorProcess, env: dict[str, str], issues: int
+) -> dict[str, Any]:
     """An unchanged pass, then one after 1 % of the issues were edited on GitHub."""
     unchanged = sync_pass(redis_server, sim, env, full=False)
     edited = max(1, issues // 100)

@@ -91,8 +91,10 @@ def render(session_path: Path) -> dict[str, Any]:
     html = session_path.with_suffix(".html")
     text = session_path.with_suffix(".txt")
     html.write_text(HTMLRenderer().render(session), encoding="utf-8")
-    text.write_text(ConsoleRenderer(unicode=False, color=False, short_mode=False)
-                    .render(session), encoding="utf-8")
+    text.write_text(
+        ConsoleRenderer(unicode=False, color=False, short_mode=False).render(session),
+        encoding="utf-8",
+    )
     summary = summarise(session)
     summary["files"] = [str(session_path), str(html), str(text)]
     return summary

@@ -18,11 +18,18 @@ DOCS_PATH = ROOT / "docs" / "benchmarks.md"
 
 def machine(redis_version: str) -> dict[str, Any]:
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
-                  if line.startswith("model name")), platform.processor())
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in cpuinfo.splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
-    mem_kb = next((int(line.split()[1]) for line in meminfo.splitlines()
-                   if line.startswith("MemTotal")), 0)
+    mem_kb = next(
+        (int(line.split()[1]) for line in meminfo.splitlines() if line.startswith("MemTotal")), 0
+    )
     versions = {}
     for package in ("fastapi", "uvicorn", "starlette", "pydantic", "redis", "httpx", "PyGithub"):
         try:
@@ -45,10 +52,16 @@ def machine(redis_version: str) -> dict[str, Any]:
 def _commit() -> str:
     # Read-only git queries; a tree with local edits is marked, the numbers may not match HEAD.
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{head} (uncommitted changes)" if dirty else head
@@ -90,11 +103,16 @@ def _mid(value: Any, digits: int = 1) -> str:
 
 def _script(stats: dict[str, Any] | None) -> str:
     """Claim script µs: median / mean (range over the repetitions) / p99."""
-    if not stats or not isinstance(stats.get("mean_us"), dict) \
-            or stats["mean_us"].get("median") is None:
+    if (
+        not stats
+        or not isinstance(stats.get("mean_us"), dict)
+        or stats["mean_us"].get("median") is None
+    ):
         return "-"
-    return (f"{_n(stats['median_us']['median'], 0)} / {_mid(stats['mean_us'], 0)} "
-            f"/ {_n(stats['p99_us']['median'], 0)}")
+    return (
+        f"{_n(stats['median_us']['median'], 0)} / {_mid(stats['mean_us'], 0)} "
+        f"/ {_n(stats['p99_us']['median'], 0)}"
+    )
 
 
 def _split(splits: list[list[int]]) -> str:
@@ -154,10 +172,16 @@ def _throughput(figs: dict[str, Any]) -> list[str]:
             f"| {_code(r['reproduce'])} |"
         )
     scaling = [r for r in rows if r.get("ratio_to_1_worker")]
-    notes = [f"- serve 2 workers, `{r['flow']}`: {r['ratio_to_1_worker']:.2f} x the requests/s "
-             "of 1 worker" for r in scaling]
-    notes += [f"- {r['server']} {r['workers']}w {r['flow']}: {r['warning']}"
-              for r in rows if r.get("warning")]
+    notes = [
+        f"- serve 2 workers, `{r['flow']}`: {r['ratio_to_1_worker']:.2f} x the requests/s "
+        "of 1 worker"
+        for r in scaling
+    ]
+    notes += [
+        f"- {r['server']} {r['workers']}w {r['flow']}: {r['warning']}"
+        for r in rows
+        if r.get("warning")
+    ]
     return [*out, "", *notes, *([""] if notes else [])]
 
 
@@ -178,10 +202,12 @@ def _backlog(figs: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        out.append(f"| {r['poller']} | {r['open_issues']:,} | {r['in_review']:,} "
-                   f"| {_mid(r['claims_per_s'], 0)} "
-                   f"| {_ms(r['ops'].get('claim'))} | {_n(r['cpu_pct'].get('server'), 0)} % "
-                   f"| {_n(r.get('lua_us_per_call'), 0)} | {_code(r['reproduce'])} |")
+        out.append(
+            f"| {r['poller']} | {r['open_issues']:,} | {r['in_review']:,} "
+            f"| {_mid(r['claims_per_s'], 0)} "
+            f"| {_ms(r['ops'].get('claim'))} | {_n(r['cpu_pct'].get('server'), 0)} % "
+            f"| {_n(r.get('lua_us_per_call'), 0)} | {_code(r['reproduce'])} |"
+        )
     return [*out, ""]
 
 
@@ -201,14 +227,15 @@ def _latency(figs: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     base = {r["workers"]: r["p99_ms"] for r in rows if r["server"] == "baseline-fastapi"}
-    piped = {r["workers"]: r["p99_ms"] for r in rows
-             if r["server"] == "baseline-asgi-pipelined"}
+    piped = {r["workers"]: r["p99_ms"] for r in rows if r["server"] == "baseline-asgi-pipelined"}
     for r in rows:
         ratio = r["p99_ms"] / base[r["workers"]] if base.get(r["workers"]) else None
         to_piped = r["p99_ms"] / piped[r["workers"]] if piped.get(r["workers"]) else None
-        out.append(f"| {r['server']} | {r['workers']} | {r['operation']} | {_n(r['p50_ms'], 2)} "
-                   f"| {_mid(r['p99_range_ms'], 2)} | {_n(ratio, 2)} | {_n(to_piped, 2)} "
-                   f"| {r['count']} | {_code(r['reproduce'])} |")
+        out.append(
+            f"| {r['server']} | {r['workers']} | {r['operation']} | {_n(r['p50_ms'], 2)} "
+            f"| {_mid(r['p99_range_ms'], 2)} | {_n(ratio, 2)} | {_n(to_piped, 2)} "
+            f"| {r['count']} | {_code(r['reproduce'])} |"
+        )
     return [*out, ""]
 
 
@@ -218,8 +245,46 @@ def _costs(figs: dict[str, Any]) -> list[str]:
         return []
     out = ["## Cost per claim", "", "| figure | value | detail | reproduce |", "|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['figure']} | {_n(r['value'])} | {r['detail']} "
-                   f"| {_code(r['reproduce'])} |")
+        out.append(
+            f"| {r['figure']} | {_n(r['value'])} | {r['detail']} | {_code(r['reproduce'])} |"
+        )
+    return [*out, ""]
+
+
+def _checks(figs: dict[str, Any]) -> list[str]:
+    rows = figs.get("checks_calls", [])
+    if not rows:
+        return []
+    lifecycle = next((r for r in figs.get("costs", []) if r["figure"].startswith("Counted")), None)
+    beside = (
+        f"Beside it, the counted GitHub calls of one issue's lifecycle (claim → complete): "
+        f"{_n(lifecycle['value'])}."
+        if lifecycle
+        else "The lifecycle's counted calls are in the cost table of a full run."
+    )
+    out = [
+        "## Done means green: GitHub requests per PR state change",
+        "",
+        "`benchmarks/checks.py`, in one process on the bench's Redis: PRs in review on the "
+        "simulator (`main` requires `ci/test`), each through 4 state changes, all PRs at once, "
+        "round after round: its check starts, fails (one annotation: a fix task), a new head "
+        "is pushed (the fix withdrawn), the check passes (the review offered). Without "
+        "webhooks the leader's checks pass runs once after each round; with webhooks the "
+        "simulator's signed deliveries go through the broker's receiver and worker. Requests "
+        "of the checks (GraphQL reads, required checks, annotations) per state change; the "
+        "review upkeep those PR events and green PRs run is counted apart. " + beside,
+        "",
+        "| mode | PRs | state changes | fix tasks | reads / change | annotation reads "
+        "| checks' requests / change | review upkeep calls | reproduce |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['mode']} | {r['prs']} | {r['state_changes']} | {r['fix_tasks']} "
+            f"| {_n(r['reads_per_change'], 2)} | {r['annotation_reads']} "
+            f"| {_n(r['per_change'], 2)} | {r['other_calls']} "
+            f"| {_code(r['reproduce'])} |"
+        )
     return [*out, ""]
 
 
@@ -234,9 +299,11 @@ def _sync(figs: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        out.append(f"| {r['figure']} | {_n(r['wall_s'], 2)} | {_n(r['broker_cpu_s'], 2)} "
-                   f"| {_n(r['redis_cpu_s'], 2)} | {r['github_calls']:,} "
-                   f"| {_code(r['reproduce'])} |")
+        out.append(
+            f"| {r['figure']} | {_n(r['wall_s'], 2)} | {_n(r['broker_cpu_s'], 2)} "
+            f"| {_n(r['redis_cpu_s'], 2)} | {r['github_calls']:,} "
+            f"| {_code(r['reproduce'])} |"
+        )
     return [*out, ""]
 
 
@@ -252,10 +319,12 @@ def _webhooks(figs: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        out.append(f"| {r['mode']} | {r['changes']} | {_n(r['p50_ms'])} | {_n(r['p99_ms'])} "
-                   f"| {_n(r['max_ms'])} | {_n(r['github_calls_per_change'], 2)} "
-                   f"| {_n(r['list_calls_per_change'], 2)} | {r['lost']} "
-                   f"| {_code(r['reproduce'])} |")
+        out.append(
+            f"| {r['mode']} | {r['changes']} | {_n(r['p50_ms'])} | {_n(r['p99_ms'])} "
+            f"| {_n(r['max_ms'])} | {_n(r['github_calls_per_change'], 2)} "
+            f"| {_n(r['list_calls_per_change'], 2)} | {r['lost']} "
+            f"| {_code(r['reproduce'])} |"
+        )
     return [*out, ""]
 
 
@@ -282,17 +351,25 @@ def _repositories(figs: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        out.append(f"| {r['mode']} | {r['repositories']:,} | {_mid(r['requests_per_s'], 0)} "
-                   f"| {_mid(r['ratio_to_one'], 2)} | {_ms(r['ops'].get('claim'))} "
-                   f"| {r['no_task_204']} "
-                   f"| {_n(r['cpu_pct'].get('server'), 0)} % "
-                   f"| {_n(r['cpu_pct'].get('redis'), 0)} % "
-                   f"| {_n(r.get('lua_us_per_call'), 0)} | {_code(r['reproduce'])} |")
-    notes = [f"- {r['mode']}, {r['repositories']:,} repositories: {r['warning']}"
-             for r in rows if r.get("warning")]
+        out.append(
+            f"| {r['mode']} | {r['repositories']:,} | {_mid(r['requests_per_s'], 0)} "
+            f"| {_mid(r['ratio_to_one'], 2)} | {_ms(r['ops'].get('claim'))} "
+            f"| {r['no_task_204']} "
+            f"| {_n(r['cpu_pct'].get('server'), 0)} % "
+            f"| {_n(r['cpu_pct'].get('redis'), 0)} % "
+            f"| {_n(r.get('lua_us_per_call'), 0)} | {_code(r['reproduce'])} |"
+        )
+    notes = [
+        f"- {r['mode']}, {r['repositories']:,} repositories: {r['warning']}"
+        for r in rows
+        if r.get("warning")
+    ]
     if any(r["no_task_204"] for r in rows):
-        notes.insert(0, f"- 204 answers (all {first['issues']} tasks held by the other agents "
-                        "at that moment) are answered requests and count in requests/s.")
+        notes.insert(
+            0,
+            f"- 204 answers (all {first['issues']} tasks held by the other agents "
+            "at that moment) are answered requests and count in requests/s.",
+        )
     out += ["", *notes, *([""] if notes else [])]
     lat = figs.get("repositories_latency", [])
     if lat:
@@ -306,10 +383,12 @@ def _repositories(figs: dict[str, Any]) -> list[str]:
             "|---|---|---|---|---|---|---|---|",
         ]
         for r in lat:
-            out.append(f"| {r['repositories']:,} | {_mid(r['p50_ms'], 2)} "
-                       f"| {_mid(r['p99_ms'], 2)} | {_mid(r['p50_ratio'], 2)} "
-                       f"| {_mid(r['p99_ratio'], 2)} | {r['count']} "
-                       f"| {r['no_task_204']} / {r['errors']} | {_code(r['reproduce'])} |")
+            out.append(
+                f"| {r['repositories']:,} | {_mid(r['p50_ms'], 2)} "
+                f"| {_mid(r['p99_ms'], 2)} | {_mid(r['p50_ratio'], 2)} "
+                f"| {_mid(r['p99_ratio'], 2)} | {r['count']} "
+                f"| {r['no_task_204']} / {r['errors']} | {_code(r['reproduce'])} |"
+            )
         out.append("")
     idle = figs.get("repositories_idle", [])
     if idle:
@@ -333,10 +412,12 @@ def _repositories(figs: dict[str, Any]) -> list[str]:
         ]
         for r in idle:
             answers = ", ".join(f"{n}x {k}" for k, n in sorted(r["answers"].items()))
-            out.append(f"| {r['repositories']:,} | {_mid(r['serve_cpu_pct'])} "
-                       f"| {_mid(r['redis_cpu_pct'])} | {_mid(r['serve_ratio'], 2)} "
-                       f"| {_mid(r['redis_ratio'], 2)} | {_mid(r['redis_commands_per_s'])} "
-                       f"| {answers} | {_code(r['reproduce'])} |")
+            out.append(
+                f"| {r['repositories']:,} | {_mid(r['serve_cpu_pct'])} "
+                f"| {_mid(r['redis_cpu_pct'])} | {_mid(r['serve_ratio'], 2)} "
+                f"| {_mid(r['redis_ratio'], 2)} | {_mid(r['redis_commands_per_s'])} "
+                f"| {answers} | {_code(r['reproduce'])} |"
+            )
         out.append("")
     return out
 
@@ -363,12 +444,14 @@ def _first_sync(figs: dict[str, Any]) -> list[str]:
     ]
     for r in rows:
         answers = ", ".join(f"{n}x {k}" for k, n in sorted(r["answers"].items()))
-        out.append(f"| {r['repositories']:,} | {r['work_in']} | {_n(r['serve_up_s'], 1)} "
-                   f"| {_n(r['first_mirrored_s'], 1)} | {_n(r['work_mirrored_s'], 1)} "
-                   f"| {_n(r['first_task_s'], 1)} | {_n(r['synced_s'], 1)} "
-                   f"| {'yes' if r['answered_before_sync_end'] else 'no'} | {answers} "
-                   f"| {_n(r['cpu_s']['serve'], 1)} | {_n(r['cpu_s']['redis'], 1)} "
-                   f"| {r['github_calls']:,} | {_code(r['reproduce'])} |")
+        out.append(
+            f"| {r['repositories']:,} | {r['work_in']} | {_n(r['serve_up_s'], 1)} "
+            f"| {_n(r['first_mirrored_s'], 1)} | {_n(r['work_mirrored_s'], 1)} "
+            f"| {_n(r['first_task_s'], 1)} | {_n(r['synced_s'], 1)} "
+            f"| {'yes' if r['answered_before_sync_end'] else 'no'} | {answers} "
+            f"| {_n(r['cpu_s']['serve'], 1)} | {_n(r['cpu_s']['redis'], 1)} "
+            f"| {r['github_calls']:,} | {_code(r['reproduce'])} |"
+        )
     return [*out, ""]
 
 
@@ -392,11 +475,13 @@ def _after_handout(figs: dict[str, Any]) -> list[str]:
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
-            out.append(f"| {r['figure']} | {r['samples']} | {_n(r['p50_ms'], 0)} "
-                       f"| {_n(r['p99_ms'], 0)} | {_n(r['max_ms'], 0)} "
-                       f"| {_n(r['after_due_p50_ms'], 0)} / {_n(r['after_due_p99_ms'], 0)} "
-                       f"| {_n(r['github_calls_per_fix'], 1)} | {r['lost']} | {r['detail']} "
-                       f"| {_code(r['reproduce'])} |")
+            out.append(
+                f"| {r['figure']} | {r['samples']} | {_n(r['p50_ms'], 0)} "
+                f"| {_n(r['p99_ms'], 0)} | {_n(r['max_ms'], 0)} "
+                f"| {_n(r['after_due_p50_ms'], 0)} / {_n(r['after_due_p99_ms'], 0)} "
+                f"| {_n(r['github_calls_per_fix'], 1)} | {r['lost']} | {r['detail']} "
+                f"| {_code(r['reproduce'])} |"
+            )
         out.append("")
     if calls:
         first = calls[0]
@@ -416,11 +501,13 @@ def _after_handout(figs: dict[str, Any]) -> list[str]:
             "|---|---|---|---|---|---|---|---|",
         ]
         for r in calls:
-            out.append(f"| {r['mode']} | {_n(r['per_task_hour'], 1)} "
-                       f"| {_n(r['counted_per_task_hour'], 1)} "
-                       f"| {_n(r['branch_reads_per_task_hour'], 1)} "
-                       f"| {_n(r['pull_lists_per_task_hour'], 1)} | {r['other_calls']} "
-                       f"| {r['pushes']} | {_code(r['reproduce'])} |")
+            out.append(
+                f"| {r['mode']} | {_n(r['per_task_hour'], 1)} "
+                f"| {_n(r['counted_per_task_hour'], 1)} "
+                f"| {_n(r['branch_reads_per_task_hour'], 1)} "
+                f"| {_n(r['pull_lists_per_task_hour'], 1)} | {r['other_calls']} "
+                f"| {r['pushes']} | {_code(r['reproduce'])} |"
+            )
         out.append("")
     return out
 
@@ -432,8 +519,7 @@ def _durability(figs: dict[str, Any]) -> list[str]:
     out = ["## Durable acknowledgements (`redis.durability`)", ""]
     skipped = [r for r in rows if r.get("skipped")]
     if skipped:
-        return [*out, f"{skipped[0]['skipped']}; reproduce: {_code(skipped[0]['reproduce'])}",
-                ""]
+        return [*out, f"{skipped[0]['skipped']}; reproduce: {_code(skipped[0]['reproduce'])}", ""]
     out += [
         f"{rows[0]['agents']} agents, serve with 1 worker per setting (no poller), side by "
         "side. `none` and `replica` on the data set's Redis with a replica attached (both "
@@ -450,11 +536,13 @@ def _durability(figs: dict[str, Any]) -> list[str]:
     ]
     for r in rows:
         cpu = r["cpu_pct"]
-        out.append(f"| {r['setting']} | {r['flow']} | {_mid(r['requests_per_s'], 0)} "
-                   f"| {_mid(r['ratio_to_none'], 2)} | {_ms(r['ops'].get('claim'))} "
-                   f"| {_ms(r['ops'].get('complete'))} | {_n(cpu.get('server'), 0)} % "
-                   f"| {_n(cpu.get('redis'), 0)} % | {_n(cpu.get('replica'), 0)} % "
-                   f"| {_code(r['reproduce'])} |")
+        out.append(
+            f"| {r['setting']} | {r['flow']} | {_mid(r['requests_per_s'], 0)} "
+            f"| {_mid(r['ratio_to_none'], 2)} | {_ms(r['ops'].get('claim'))} "
+            f"| {_ms(r['ops'].get('complete'))} | {_n(cpu.get('server'), 0)} % "
+            f"| {_n(cpu.get('redis'), 0)} % | {_n(cpu.get('replica'), 0)} % "
+            f"| {_code(r['reproduce'])} |"
+        )
     notes = sorted({n for r in rows for n in r.get("notes", [])})
     notes += [f"{r['setting']} `{r['flow']}`: {r['warning']}" for r in rows if r.get("warning")]
     return [*out, "", *[f"- {n}" for n in notes], *([""] if notes else [])]
@@ -470,15 +558,18 @@ def _profile(figs: dict[str, Any]) -> list[str]:
         f"1 worker, `{prof['flow']}` flow, {prof['agents']} agents: "
         f"{_n(prof['claims_per_s'])} claims/s under the profiler; the event loop was idle "
         f"{prof['summary']['idle_pct']} % of the sampled time. Files: "
-        + ", ".join(f"`{Path(f).relative_to(ROOT)}`" for f in prof["summary"]["files"]) + ".",
+        + ", ".join(f"`{Path(f).relative_to(ROOT)}`" for f in prof["summary"]["files"])
+        + ".",
         "",
         "| self time by package | % of busy |",
         "|---|---|",
     ]
     out += [f"| {name} | {pct} |" for name, pct in prof["summary"]["self_by_package_pct_of_busy"]]
     out += ["", "| github_broker frame (inclusive) | % of busy |", "|---|---|"]
-    out += [f"| {name} | {pct} |"
-            for name, pct in prof["summary"]["github_broker_inclusive_pct_of_busy"]]
+    out += [
+        f"| {name} | {pct} |"
+        for name, pct in prof["summary"]["github_broker_inclusive_pct_of_busy"]
+    ]
     return [*out, ""]
 
 
@@ -502,8 +593,20 @@ def markdown(results: dict[str, Any]) -> str:
         "redis-server, the GitHub simulator, serve and the generator share the machine.",
         "",
     ]
-    for section in (_throughput, _backlog, _latency, _costs, _sync, _webhooks, _repositories,
-                    _first_sync, _after_handout, _durability, _profile):
+    for section in (
+        _throughput,
+        _backlog,
+        _latency,
+        _costs,
+        _sync,
+        _webhooks,
+        _repositories,
+        _first_sync,
+        _after_handout,
+        _checks,
+        _durability,
+        _profile,
+    ):
         lines += section(figs)
     findings = results.get("findings", [])
     if findings:

@@ -93,11 +93,17 @@ class Stack:
     serves: dict[str, HTTPServer] = field(default_factory=dict)
 
 
-def many_env(redis_url: str, sim: SimulatorProcess, names: list[str], workdir: Any,
-             **extra: str) -> dict[str, str]:
-    return broker_env(redis_url, sim.base_url, workdir / "no-config",
-                      GITHUB_BROKER_REPOSITORIES=",".join(names),
-                      GITHUB_BROKER_PRIORITY_MODE="best_effort", **extra)
+def many_env(
+    redis_url: str, sim: SimulatorProcess, names: list[str], workdir: Any, **extra: str
+) -> dict[str, str]:
+    return broker_env(
+        redis_url,
+        sim.base_url,
+        workdir / "no-config",
+        GITHUB_BROKER_REPOSITORIES=",".join(names),
+        GITHUB_BROKER_PRIORITY_MODE="best_effort",
+        **extra,
+    )
 
 
 @contextmanager
@@ -128,35 +134,60 @@ def repository_figures(bench: Any) -> None:
             logger.info("data set: %d repositories", count)
             companion = started.enter_context(bench.companion())
             stack, first = started.enter_context(dataset(companion, count))
-            bench.add("sync", {"figure": f"first sync, {count:,} repositories, "
-                                         f"{WORK_ISSUES} issues in the last (`sync --full`)",
-                               **first, "reproduce": rep})
+            bench.add(
+                "sync",
+                {
+                    "figure": f"first sync, {count:,} repositories, "
+                    f"{WORK_ISSUES} issues in the last (`sync --full`)",
+                    **first,
+                    "reproduce": rep,
+                },
+            )
             stacks.append(stack)
         # The other modes' serves stop before the idle rows: each serve reloads the index
         # of every repository now and then, which would count in the idle Redis figures.
         others = started.enter_context(ExitStack())
-        variants = [(stack, mode) for mode in MODES for stack in stacks
-                    if mode == MODES[0] or stack.count in o.strict_repo_counts]
+        variants = [
+            (stack, mode)
+            for mode in MODES
+            for stack in stacks
+            if mode == MODES[0] or stack.count in o.strict_repo_counts
+        ]
         for stack, mode in variants:
             stack.serves[mode] = (started if mode == MODES[0] else others).enter_context(
-                bench.serve(stack.env, 1, GITHUB_BROKER_SERVER__RUN_POLLER="false",
-                            GITHUB_BROKER_PRIORITY_MODE=mode))
+                bench.serve(
+                    stack.env,
+                    1,
+                    GITHUB_BROKER_SERVER__RUN_POLLER="false",
+                    GITHUB_BROKER_PRIORITY_MODE=mode,
+                )
+            )
         rates: dict[tuple[int, str], list[dict[str, Any]]] = {}
         solo: dict[int, list[dict[str, Any]]] = {}
         idle: dict[int, list[dict[str, Any]]] = {}
         for r in range(o.repeats):
             logger.info("repositories: repetition %d of %d", r + 1, o.repeats)
             for stack, mode in rotated(variants, r):
-                row = stack.bench.load(stack.serves[mode], stack.sim, "claim-abandon",
-                                       agents=RATE_AGENTS, keys=stack.keys)
+                row = stack.bench.load(
+                    stack.serves[mode],
+                    stack.sim,
+                    "claim-abandon",
+                    agents=RATE_AGENTS,
+                    keys=stack.keys,
+                )
                 # As many agents as tasks: a 204 (all held at that moment) is expected here
                 # and is a column of its own, not a warning.
-                row["warning"] = "; ".join(w for w in row["warning"].split("; ")
-                                           if w and "ran dry" not in w)
+                row["warning"] = "; ".join(
+                    w for w in row["warning"].split("; ") if w and "ran dry" not in w
+                )
                 rates.setdefault((stack.count, mode), []).append(row)
             for stack in rotated(stacks, r):
-                result = run_sequential(stack.serves[MODES[0]].url, flow="claim-abandon",
-                                        count=o.latency_samples, client=o.client)
+                result = run_sequential(
+                    stack.serves[MODES[0]].url,
+                    flow="claim-abandon",
+                    count=o.latency_samples,
+                    client=o.client,
+                )
                 solo.setdefault(stack.count, []).append(result.summary())
         others.close()
         for _ in range(min(o.repeats, IDLE_REPEATS)):
@@ -175,10 +206,14 @@ def _ratios(values: list[float | None], base: list[float | None]) -> list[float 
     return [v / b if v is not None and b else None for v, b in zip(values, base, strict=True)]
 
 
-def _rows(bench: Any, counts: tuple[int, ...],
-          rates: dict[tuple[int, str], list[dict[str, Any]]],
-          solo: dict[int, list[dict[str, Any]]], idle: dict[int, list[dict[str, Any]]],
-          rep: str) -> None:
+def _rows(
+    bench: Any,
+    counts: tuple[int, ...],
+    rates: dict[tuple[int, str], list[dict[str, Any]]],
+    solo: dict[int, list[dict[str, Any]]],
+    idle: dict[int, list[dict[str, Any]]],
+    rep: str,
+) -> None:
     from benchmarks.scenarios import aggregate, spread
 
     one = counts[0]
@@ -190,39 +225,59 @@ def _rows(bench: Any, counts: tuple[int, ...],
             runs = rates[(count, mode)]
             row = aggregate(runs)
             row["ratio_to_one"] = spread(_ratios([r["requests_per_s"] for r in runs], base))
-            bench.add("repositories", {**row, "repositories": count, "mode": mode,
-                                       "issues": WORK_ISSUES, "reproduce": rep})
+            bench.add(
+                "repositories",
+                {
+                    **row,
+                    "repositories": count,
+                    "mode": mode,
+                    "issues": WORK_ISSUES,
+                    "reproduce": rep,
+                },
+            )
     base_p50 = [s["ops"]["claim"]["p50_ms"] for s in solo[one]]
     base_p99 = [s["ops"]["claim"]["p99_ms"] for s in solo[one]]
     for count in counts:
         runs = solo[count]
         p50 = [s["ops"]["claim"]["p50_ms"] for s in runs]
         p99 = [s["ops"]["claim"]["p99_ms"] for s in runs]
-        bench.add("repositories_latency", {
-            "repositories": count, "mode": MODES[0], "runs": len(runs),
-            "count": sum(s["ops"]["claim"]["count"] for s in runs),
-            "p50_ms": spread(p50), "p99_ms": spread(p99),
-            "p50_ratio": spread(_ratios(p50, base_p50)),
-            "p99_ratio": spread(_ratios(p99, base_p99)),
-            "no_task_204": sum(s["no_task_204"] for s in runs),
-            "errors": sum(s["errors"] for s in runs),
-            "reproduce": rep,
-        })
+        bench.add(
+            "repositories_latency",
+            {
+                "repositories": count,
+                "mode": MODES[0],
+                "runs": len(runs),
+                "count": sum(s["ops"]["claim"]["count"] for s in runs),
+                "p50_ms": spread(p50),
+                "p99_ms": spread(p99),
+                "p50_ratio": spread(_ratios(p50, base_p50)),
+                "p99_ratio": spread(_ratios(p99, base_p99)),
+                "no_task_204": sum(s["no_task_204"] for s in runs),
+                "errors": sum(s["errors"] for s in runs),
+                "reproduce": rep,
+            },
+        )
     base_serve = [r["cpu_pct"]["serve"] for r in idle[one]]
     base_redis = [r["cpu_pct"]["redis"] for r in idle[one]]
     for count in counts:
         runs = idle[count]
         serve = [r["cpu_pct"]["serve"] for r in runs]
         red = [r["cpu_pct"]["redis"] for r in runs]
-        bench.add("repositories_idle", {
-            "repositories": count, "agents": IDLE_AGENTS, "runs": len(runs),
-            "serve_cpu_pct": spread(serve), "redis_cpu_pct": spread(red),
-            "serve_ratio": spread(_ratios(serve, base_serve)),
-            "redis_ratio": spread(_ratios(red, base_redis)),
-            "redis_commands_per_s": spread([r["redis_commands_per_s"] for r in runs]),
-            "answers": _merge([r["answers"] for r in runs]),
-            "reproduce": rep,
-        })
+        bench.add(
+            "repositories_idle",
+            {
+                "repositories": count,
+                "agents": IDLE_AGENTS,
+                "runs": len(runs),
+                "serve_cpu_pct": spread(serve),
+                "redis_cpu_pct": spread(red),
+                "serve_ratio": spread(_ratios(serve, base_serve)),
+                "redis_ratio": spread(_ratios(red, base_redis)),
+                "redis_commands_per_s": spread([r["redis_commands_per_s"] for r in runs]),
+                "answers": _merge([r["answers"] for r in runs]),
+                "reproduce": rep,
+            },
+        )
 
 
 def _merge(counters: list[dict[str, int]]) -> dict[str, int]:
@@ -244,6 +299,7 @@ def idle_costs(stacks: list[Stack]) -> dict[int, dict[str, Any]]:
     serves them all."""
     held = {stack.count: asyncio.run(_hold_all(stack)) for stack in stacks}
     try:
+
         def probe() -> dict[int, dict[str, float]]:
             out = {}
             for stack in stacks:
@@ -296,14 +352,16 @@ async def _release(url: str, held: list[tuple[str, dict[str, Any]]]) -> None:
     try:
         for agent, task in held:
             path = f"/tasks/{task['repository']}/{task['issue_id']}/release"
-            await client.post(path, {"agent_id": agent, "token": task["lease"]["token"],
-                                     "reason": "abandoned"})
+            await client.post(
+                path, {"agent_id": agent, "token": task["lease"]["token"], "reason": "abandoned"}
+            )
     finally:
         await client.close()
 
 
-async def _long_poll(stacks: list[Stack], period_s: float, probe: Callable[[], Any]
-                     ) -> tuple[Any, Any, dict[int, dict[str, int]]]:
+async def _long_poll(
+    stacks: list[Stack], period_s: float, probe: Callable[[], Any]
+) -> tuple[Any, Any, dict[int, dict[str, int]]]:
     """IDLE_AGENTS agents per data set start one after the other over one period, each
     sending one request that waits past the window (the next period); `probe` is read
     around the window."""
@@ -314,7 +372,8 @@ async def _long_poll(stacks: list[Stack], period_s: float, probe: Callable[[], A
     async def ask(i: int, client: RawClient, agent: str) -> int:
         await asyncio.sleep(i * period_s / IDLE_AGENTS)
         status, _ = await client.post(
-            "/request-task", {"agent_id": agent, "wait_seconds": ends - time.monotonic()})
+            "/request-task", {"agent_id": agent, "wait_seconds": ends - time.monotonic()}
+        )
         return status
 
     waiting: list[tuple[int, asyncio.Task[int]]] = []
@@ -354,8 +413,9 @@ def first_sync_figure(bench: Any) -> None:
     bench.redis.flush()
     sim = SimulatorProcess(bench.workdir, WORK_ISSUES, repos=count, work_in=work_in).start()
     try:
-        env = many_env(bench.redis.url, sim, names, bench.workdir,
-                       GITHUB_BROKER_POLL__INTERVAL_S="60")
+        env = many_env(
+            bench.redis.url, sim, names, bench.workdir, GITHUB_BROKER_POLL__INTERVAL_S="60"
+        )
         client = bench.redis.client()
         cpu0 = {"redis": bench.redis.cpu_s(), "simulator": sim.cpu_s()}
         started = time.monotonic()
@@ -363,30 +423,46 @@ def first_sync_figure(bench: Any) -> None:
             up = time.monotonic() - started
             outcome = asyncio.run(_first_claim(server.url, client, names, work_in, started))
             # Serve's since it was spawned: its start-up, the API worker and the poller.
-            cpu = {"serve": cpu_seconds(server.pid),
-                   "redis": bench.redis.cpu_s() - cpu0["redis"],
-                   "simulator": sim.cpu_s() - cpu0["simulator"]}
+            cpu = {
+                "serve": cpu_seconds(server.pid),
+                "redis": bench.redis.cpu_s() - cpu0["redis"],
+                "simulator": sim.cpu_s() - cpu0["simulator"],
+            }
             calls = sim.stats()["total"]
     finally:
         sim.stop()
-    bench.add("first_sync", {
-        "repositories": count, "work_in": names[work_in], "issues": WORK_ISSUES,
-        "serve_up_s": up, **outcome, "cpu_s": cpu, "github_calls": calls,
-        "answered_before_sync_end": outcome["first_task_s"] is not None
-        and outcome["first_task_s"] < outcome["synced_s"],
-        "reproduce": rep,
-    })
+    bench.add(
+        "first_sync",
+        {
+            "repositories": count,
+            "work_in": names[work_in],
+            "issues": WORK_ISSUES,
+            "serve_up_s": up,
+            **outcome,
+            "cpu_s": cpu,
+            "github_calls": calls,
+            "answered_before_sync_end": outcome["first_task_s"] is not None
+            and outcome["first_task_s"] < outcome["synced_s"],
+            "reproduce": rep,
+        },
+    )
 
 
-async def _first_claim(url: str, client: redis.Redis, names: list[str], work_in: int,
-                       started: float) -> dict[str, Any]:
+async def _first_claim(
+    url: str, client: redis.Redis, names: list[str], work_in: int, started: float
+) -> dict[str, Any]:
     """Ask (long-polling, a short pause after each 503) until a task comes, while watching
     every repository's mirror mark (when the first, the one with work and the last were
     set); returns once the task came and every repository is mirrored."""
     agent = agent_ids(1, "first")[0]
     marks = [keys_of(n).mirror for n in names]
-    result: dict[str, Any] = {"first_task_s": None, "synced_s": None, "first_mirrored_s": None,
-                              "work_mirrored_s": None, "answers": {}}
+    result: dict[str, Any] = {
+        "first_task_s": None,
+        "synced_s": None,
+        "first_mirrored_s": None,
+        "work_mirrored_s": None,
+        "answers": {},
+    }
 
     async def watch() -> None:
         while True:
@@ -410,8 +486,9 @@ async def _first_claim(url: str, client: redis.Redis, names: list[str], work_in:
         http = RawClient(url)
         try:
             while time.monotonic() - started < FIRST_SYNC_TIMEOUT_S:
-                status, body = await http.post("/request-task",
-                                               {"agent_id": agent, "wait_seconds": 20})
+                status, body = await http.post(
+                    "/request-task", {"agent_id": agent, "wait_seconds": 20}
+                )
                 answers = result["answers"]
                 answers[str(status)] = answers.get(str(status), 0) + 1
                 if status == 200:

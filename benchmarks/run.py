@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import after_handout, durability, report, repositories, scenarios
+from benchmarks import after_handout, checks, durability, report, repositories, scenarios
 from benchmarks.load import CLIENTS
 from benchmarks.scenarios import GROUPS, Bench, Options
 from benchmarks.servers import RedisServer
@@ -22,21 +22,36 @@ logger = logging.getLogger("benchmarks")
 
 def parse_args(argv: list[str] | None) -> tuple[Options, bool]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run (~1 min): 2 s windows, a 30,000-issue backlog")
-    parser.add_argument("--profile", action="store_true",
-                        help="also profile serve under load with pyinstrument")
-    parser.add_argument("--only", action="append", choices=[*GROUPS, "profile"],
-                        help="run only this group of figures (repeatable); `profile` alone "
-                             "runs just the profile")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run (~1 min): 2 s windows, a 30,000-issue backlog",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile serve under load with pyinstrument"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=[*GROUPS, "profile"],
+        help="run only this group of figures (repeatable); `profile` alone runs just the profile",
+    )
     parser.add_argument("--agents", type=int, default=Options.agents)
     parser.add_argument("--duration", type=float, help="measured seconds per load run")
-    parser.add_argument("--repeats", type=int,
-                        help="alternating repetitions of each comparison (default 5)")
-    parser.add_argument("--client", choices=CLIENTS, default=Options.client,
-                        help="HTTP client of the load generator")
-    parser.add_argument("--keep-logs", action="store_true",
-                        help="keep the process logs (their directory is printed)")
+    parser.add_argument(
+        "--repeats", type=int, help="alternating repetitions of each comparison (default 5)"
+    )
+    parser.add_argument(
+        "--client",
+        choices=CLIENTS,
+        default=Options.client,
+        help="HTTP client of the load generator",
+    )
+    parser.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="keep the process logs (their directory is printed)",
+    )
     args = parser.parse_args(argv)
     only = [g for g in args.only or GROUPS if g != "profile"]
     profile = args.profile or "profile" in (args.only or [])
@@ -70,14 +85,26 @@ def measure(bench: Bench) -> None:
         # The smallest and the largest backlog side by side, each on a Redis of its own, so
         # that their runs alternate.
         logger.info("data sets: %d and %d issues", o.small_backlog, o.big_backlog)
-        with bench.companion() as other, \
-                bench.dataset(o.small_backlog) as (small_sim, small_env, _), \
-                other.dataset(o.big_backlog) as (big_sim, big_env, first):
+        with (
+            bench.companion() as other,
+            bench.dataset(o.small_backlog) as (small_sim, small_env, _),
+            other.dataset(o.big_backlog) as (big_sim, big_env, first),
+        ):
             rep = o.reproduce("backlog")
-            bench.add("sync", {"figure": f"first sync, {o.big_backlog:,} issues (`sync --full`)",
-                               **first, "reproduce": rep})
-            scenarios.backlog_comparison([(bench, small_sim, small_env, o.small_backlog),
-                                          (other, big_sim, big_env, o.big_backlog)])
+            bench.add(
+                "sync",
+                {
+                    "figure": f"first sync, {o.big_backlog:,} issues (`sync --full`)",
+                    **first,
+                    "reproduce": rep,
+                },
+            )
+            scenarios.backlog_comparison(
+                [
+                    (bench, small_sim, small_env, o.small_backlog),
+                    (other, big_sim, big_env, o.big_backlog),
+                ]
+            )
     skipped = durability.unavailable() if "durability" in only else None
     if skipped is not None:
         bench.add("durability", {"skipped": skipped, "reproduce": o.reproduce("durability")})
@@ -89,8 +116,14 @@ def measure(bench: Bench) -> None:
         logger.info("data set: %d issues", issues)
         with bench.dataset(issues) as (sim, env, first):
             rep = o.reproduce("throughput" if big else "durability")
-            bench.add("sync", {"figure": f"first sync, {issues:,} issues (`sync --full`)",
-                               **first, "reproduce": rep})
+            bench.add(
+                "sync",
+                {
+                    "figure": f"first sync, {issues:,} issues (`sync --full`)",
+                    **first,
+                    "reproduce": rep,
+                },
+            )
             if "throughput" in only:
                 scenarios.throughput_figures(bench, sim, env)
             if o.profile:
@@ -108,6 +141,9 @@ def measure(bench: Bench) -> None:
         logger.info("data set: %d issues (progress)", after_handout.HELD_TASKS)
         with bench.dataset(after_handout.HELD_TASKS) as (sim, env, _):
             after_handout.progress_figures(bench, sim, env)
+    if "checks" in only:
+        logger.info("data set: %d issues (checks)", checks.PRS)
+        checks.figures(bench)
     if "repositories" in only:
         repositories.repository_figures(bench)
         logger.info("first sync of %d repositories, an agent waiting", o.first_sync_repos)
@@ -128,18 +164,23 @@ def findings(figures: dict[str, Any]) -> list[str]:
             f"redis-py, {r['ratio_to_asgi_pipelined']['median']:.2f} x the bare ASGI baseline "
             f"on serve's own Redis client (medians of {r['runs']} runs); claim script "
             f"{r.get('claim_script_us') or 0:.0f} µs median, {mean or 0:.0f} µs mean inside "
-            "Redis.")
+            "Redis."
+        )
     if rows:
         busiest = max(r["generator_cpu_pct"] for r in rows)
-        out.append(f"The load generator used at most {busiest:.0f} % of a core (median per "
-                   "variant), so it was not the bottleneck.")
+        out.append(
+            f"The load generator used at most {busiest:.0f} % of a core (median per "
+            "variant), so it was not the bottleneck."
+        )
         serve_rows = [r for r in rows if r["server"] == "serve"]
         queued = max(r["outbox_after"] for r in serve_rows)
         lag = max(r.get("outbox_lag_s_after", 0.0) for r in serve_rows)
-        out.append(f"GitHub write queue after the throughput runs: {queued:,} jobs, the oldest "
-                   f"due for {lag:,.0f} s (its lag; drained at GitHub's pace of about 80 writes "
-                   "a minute, while every claim of a new issue adds that issue's one label job "
-                   "and its branch job).")
+        out.append(
+            f"GitHub write queue after the throughput runs: {queued:,} jobs, the oldest "
+            f"due for {lag:,.0f} s (its lag; drained at GitHub's pace of about 80 writes "
+            "a minute, while every claim of a new issue adds that issue's one label job "
+            "and its branch job)."
+        )
     out += _more_findings(figures)
     for poller in ("on", "off"):
         backlog = [r for r in figures.get("backlog", []) if r["poller"] == poller]
@@ -153,7 +194,8 @@ def findings(figures: dict[str, Any]) -> list[str]:
             f"Poller {poller}: claims/s with {big['open_issues']:,} open issues is "
             f"{big['claims_per_s']['median'] / small['claims_per_s']['median']:.2f} x the rate "
             f"with {small['open_issues']:,}; claim p99 "
-            f"{small['ops']['claim']['p99_ms']:.0f} ms -> {big['ops']['claim']['p99_ms']:.0f} ms.")
+            f"{small['ops']['claim']['p99_ms']:.0f} ms -> {big['ops']['claim']['p99_ms']:.0f} ms."
+        )
     return out
 
 
@@ -161,42 +203,55 @@ def _more_findings(figures: dict[str, Any]) -> list[str]:
     """Observations on the many-repository, after-hand-out and durability figures."""
     out = []
     for mode in ("best_effort", "strict"):
-        rows = {r["repositories"]: r for r in figures.get("repositories", [])
-                if r["mode"] == mode}
+        rows = {r["repositories"]: r for r in figures.get("repositories", []) if r["mode"] == mode}
         if len(rows) > 1:
-            ratios = ", ".join(f"{n:,}: {r['ratio_to_one']['median']:.2f} x"
-                               for n, r in rows.items() if n != min(rows))
-            out.append(f"request-task requests/s ({mode}) against the rate with "
-                       f"{min(rows)} repository: {ratios}.")
+            ratios = ", ".join(
+                f"{n:,}: {r['ratio_to_one']['median']:.2f} x"
+                for n, r in rows.items()
+                if n != min(rows)
+            )
+            out.append(
+                f"request-task requests/s ({mode}) against the rate with "
+                f"{min(rows)} repository: {ratios}."
+            )
     lat = {r["repositories"]: r for r in figures.get("repositories_latency", [])}
     if len(lat) > 1:
-        ratios = ", ".join(f"{n:,}: {r['p99_ratio']['median']:.2f} x"
-                           for n, r in lat.items() if n != min(lat))
+        ratios = ", ".join(
+            f"{n:,}: {r['p99_ratio']['median']:.2f} x" for n, r in lat.items() if n != min(lat)
+        )
         out.append(f"Single-agent request-task p99 against 1 repository's: {ratios}.")
     for r in figures.get("first_sync", []):
-        out.append(f"First sync of {r['repositories']:,} repositories with an agent waiting: "
-                   f"first task at {r['first_task_s']:.1f} s, every repository mirrored at "
-                   f"{r['synced_s']:.1f} s (serve answered /health at {r['serve_up_s']:.1f} s).")
+        out.append(
+            f"First sync of {r['repositories']:,} repositories with an agent waiting: "
+            f"first task at {r['first_task_s']:.1f} s, every repository mirrored at "
+            f"{r['synced_s']:.1f} s (serve answered /health at {r['serve_up_s']:.1f} s)."
+        )
     for r in figures.get("after_handout", []):
         if r["p50_ms"] is None:
             out.append(f"Review submitted -> fix claimable: all {r['samples']} samples lost.")
             continue
-        out.append(f"Review submitted -> fix claimable with webhooks: p50 {r['p50_ms']:.0f} ms, "
-                   f"p99 {r['p99_ms']:.0f} ms with {r['detail'].split(';')[0]}; "
-                   f"{r['after_due_p99_ms']:.0f} ms after the debounce ended at p99.")
+        out.append(
+            f"Review submitted -> fix claimable with webhooks: p50 {r['p50_ms']:.0f} ms, "
+            f"p99 {r['p99_ms']:.0f} ms with {r['detail'].split(';')[0]}; "
+            f"{r['after_due_p99_ms']:.0f} ms after the debounce ended at p99."
+        )
     for r in figures.get("progress_calls", []):
         if not r["calls"]:
             out.append(f"Progress tracking, {r['mode']}: no GitHub calls.")
             continue
-        out.append(f"Progress tracking, {r['mode']}: {r['per_task_hour']:.1f} GitHub calls per "
-                   f"held task per hour ({r['counted_per_task_hour']:.1f} counted against the "
-                   "quota, the rest free 304s).")
+        out.append(
+            f"Progress tracking, {r['mode']}: {r['per_task_hour']:.1f} GitHub calls per "
+            f"held task per hour ({r['counted_per_task_hour']:.1f} counted against the "
+            "quota, the rest free 304s)."
+        )
     for r in figures.get("durability", []):
         if r.get("skipped"):
             out.append(f"Durable acknowledgements: {r['skipped']}.")
         elif r["setting"] != "none":
-            out.append(f"`redis.durability` {r['setting']}, `{r['flow']}`: "
-                       f"{r['ratio_to_none']['median']:.2f} x the requests/s of `none`.")
+            out.append(
+                f"`redis.durability` {r['setting']}, `{r['flow']}`: "
+                f"{r['ratio_to_none']['median']:.2f} x the requests/s of `none`."
+            )
     return out
 
 

@@ -32,8 +32,18 @@ from benchmarks.servers import (
 from github_broker.keys import RepoKeys
 
 #: Figure groups, each reproducible alone with `--only`.
-GROUPS = ("sync", "costs", "latency", "backlog", "throughput", "webhooks", "repositories",
-          "after-handout", "durability")
+GROUPS = (
+    "sync",
+    "costs",
+    "latency",
+    "backlog",
+    "throughput",
+    "webhooks",
+    "repositories",
+    "after-handout",
+    "durability",
+    "checks",
+)
 #: Generator CPU (% of one core) above which its own speed may cap the measured rate.
 GENERATOR_LIMIT_PCT = 80.0
 #: Issues sent to review before a backlog run: production always has some, and the poller's
@@ -85,13 +95,26 @@ class Options:
     only: tuple[str, ...] = GROUPS
 
     def quick_version(self) -> Options:
-        return replace(self, warmup_s=0.5, duration_s=2.0, big_backlog=30_000,
-                       throughput_issues=60_000,
-                       latency_samples=100, lifecycles=20,
-                       redis_claims=30, repeats=2, webhook_samples=20, poll_samples=5,
-                       repo_counts=(1, 100, 1000), strict_repo_counts=(1, 1000),
-                       fix_samples=8, progress_speedup=60.0, progress_window_s=10.0,
-                       durability_issues=60_000, quick=True)
+        return replace(
+            self,
+            warmup_s=0.5,
+            duration_s=2.0,
+            big_backlog=30_000,
+            throughput_issues=60_000,
+            latency_samples=100,
+            lifecycles=20,
+            redis_claims=30,
+            repeats=2,
+            webhook_samples=20,
+            poll_samples=5,
+            repo_counts=(1, 100, 1000),
+            strict_repo_counts=(1, 1000),
+            fix_samples=8,
+            progress_speedup=60.0,
+            progress_window_s=10.0,
+            durability_issues=60_000,
+            quick=True,
+        )
 
     def reproduce(self, group: str, *extra: str) -> str:
         parts = [".venv/bin/python -m benchmarks.run", f"--only {group}"]
@@ -117,8 +140,9 @@ class Bench:
         self.figures.setdefault(section, []).append(row)
 
     @contextmanager
-    def dataset(self, issues: int, *, people: bool = False
-                ) -> Iterator[tuple[SimulatorProcess, dict[str, str], dict]]:
+    def dataset(
+        self, issues: int, *, people: bool = False
+    ) -> Iterator[tuple[SimulatorProcess, dict[str, str], dict]]:
         """Empty Redis, a simulator holding `issues` open P1 issues (`people`: with a
         maintainer's and an agent's token), and the first full sync."""
         self.redis.flush()
@@ -152,10 +176,14 @@ class Bench:
         finally:
             server.stop()
 
-    def serve(self, env: dict[str, str], workers: int, profile: Path | None = None,
-              **extra: str) -> Any:
-        return self.server(f"serve-{workers}w-{time.monotonic_ns()}",
-                           serve_argv(workers, profile), {**env, **extra})
+    def serve(
+        self, env: dict[str, str], workers: int, profile: Path | None = None, **extra: str
+    ) -> Any:
+        return self.server(
+            f"serve-{workers}w-{time.monotonic_ns()}",
+            serve_argv(workers, profile),
+            {**env, **extra},
+        )
 
     def baseline(self, workers: int, kind: str = "fastapi") -> Any:
         env = {**os.environ, "BENCH_REDIS_URL": self.redis.url}
@@ -165,13 +193,22 @@ class Bench:
     def baselines(self, workers: int) -> Iterator[dict[str, HTTPServer]]:
         """Every baseline (`benchmarks/baseline.py`), named `baseline-<kind>`."""
         with ExitStack() as stack:
-            yield {f"baseline-{kind}": stack.enter_context(self.baseline(workers, kind))
-                   for kind in BASELINE_KINDS}
+            yield {
+                f"baseline-{kind}": stack.enter_context(self.baseline(workers, kind))
+                for kind in BASELINE_KINDS
+            }
 
-    def load(self, server: HTTPServer, sim: SimulatorProcess, flow: str,
-             client: str | None = None, *, agents: int | None = None,
-             keys: RepoKeys = KEYS, watch: dict[str, Process] | None = None
-             ) -> dict[str, Any]:
+    def load(
+        self,
+        server: HTTPServer,
+        sim: SimulatorProcess,
+        flow: str,
+        client: str | None = None,
+        *,
+        agents: int | None = None,
+        keys: RepoKeys = KEYS,
+        watch: dict[str, Process] | None = None,
+    ) -> dict[str, Any]:
         """`agents` (default `options.agents`) agents doing `flow`, with the CPU of every
         process involved (`watch`: more processes, by name); `keys`: the repository whose
         write queue and leases are watched."""
@@ -180,20 +217,29 @@ class Bench:
 
         def probe() -> dict[str, Any]:
             return {
-                "cpu": {"server": server.cpu_s(), "redis": self.redis.cpu_s(),
-                        "simulator": sim.cpu_s(),
-                        **{name: process.cpu_s() for name, process in more.items()}},
+                "cpu": {
+                    "server": server.cpu_s(),
+                    "redis": self.redis.cpu_s(),
+                    "simulator": sim.cpu_s(),
+                    **{name: process.cpu_s() for name, process in more.items()},
+                },
                 "machine_busy_s": machine_busy_s(),
-                "split": sorted(connection_split(server.pid, server.port).values(),
-                                reverse=True),
+                "split": sorted(connection_split(server.pid, server.port).values(), reverse=True),
                 "scripts": self.redis.script_usec(),
                 "github_calls": sim.stats()["total"],
                 "outbox": size(self.redis.client(), keys.outbox),
                 "outbox_lag_s": _oldest_due_age_s(self.redis.client(), keys),
             }
 
-        result = run_load(server.url, agents=agents or o.agents, flow=flow, warmup_s=o.warmup_s,
-                          duration_s=o.duration_s, client=client or o.client, probe=probe)
+        result = run_load(
+            server.url,
+            agents=agents or o.agents,
+            flow=flow,
+            warmup_s=o.warmup_s,
+            duration_s=o.duration_s,
+            client=client or o.client,
+            probe=probe,
+        )
         row = {**_row(result, o.duration_s), "client": client or o.client}
         # Every agent gives its task back when the window ends: a lease left behind would
         # shrink the pool of the next run (a 100-issue backlog ran dry after two runs).
@@ -216,17 +262,18 @@ def _row(result: LoadResult, window_s: float) -> dict[str, Any]:
     summary = result.summary()
     before, after = summary.pop("probe").values()
     summary["cpu_pct"] = {
-        name: 100 * (after["cpu"][name] - before["cpu"][name]) / window_s
-        for name in before["cpu"]
+        name: 100 * (after["cpu"][name] - before["cpu"][name]) / window_s for name in before["cpu"]
     }
     # Everything else the machine did meanwhile (other processes: the foreign load).
     busy_pct = 100 * (after["machine_busy_s"] - before["machine_busy_s"]) / window_s
     summary["foreign_cpu_pct"] = max(
-        0.0, busy_pct - sum(summary["cpu_pct"].values()) - summary["generator_cpu_pct"])
+        0.0, busy_pct - sum(summary["cpu_pct"].values()) - summary["generator_cpu_pct"]
+    )
     summary["connection_split"] = before["split"]  # at the window's start, all connected
     calls = after["scripts"][0] - before["scripts"][0]
-    summary["lua_us_per_call"] = (after["scripts"][1] - before["scripts"][1]) / calls if calls \
-        else None
+    summary["lua_us_per_call"] = (
+        (after["scripts"][1] - before["scripts"][1]) / calls if calls else None
+    )
     summary["github_calls_per_s"] = (after["github_calls"] - before["github_calls"]) / window_s
     summary["outbox_growth_per_s"] = (after["outbox"] - before["outbox"]) / window_s
     summary["outbox_after"] = after["outbox"]
@@ -248,27 +295,53 @@ def _row(result: LoadResult, window_s: float) -> dict[str, Any]:
 # --- the 10,000-issue data set: sync, costs, latency, backlog -----------------------------
 
 
-def sync_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str],
-                 first: dict[str, Any]) -> None:
+def sync_figures(
+    bench: Bench, sim: SimulatorProcess, env: dict[str, str], first: dict[str, Any]
+) -> None:
     o = bench.options
     rep = o.reproduce("sync")
-    bench.add("sync", {"figure": f"first sync, {o.sync_issues:,} issues (`sync --full`)",
-                       **first, "reproduce": rep})
+    bench.add(
+        "sync",
+        {
+            "figure": f"first sync, {o.sync_issues:,} issues (`sync --full`)",
+            **first,
+            "reproduce": rep,
+        },
+    )
     passes = polling.poll_passes(bench.redis, sim, env, o.sync_issues)
     unchanged, changed = passes["unchanged"], passes["one_percent_changed"]
-    bench.add("sync", {"figure": "poll pass, nothing changed (`sync`)", **unchanged,
-                       "reproduce": rep})
-    bench.add("sync", {"figure": f"poll pass, 1 % changed ({changed['issues_changed']} "
-                                 f"of {o.sync_issues:,} edited)", **changed, "reproduce": rep})
+    bench.add(
+        "sync", {"figure": "poll pass, nothing changed (`sync`)", **unchanged, "reproduce": rep}
+    )
+    bench.add(
+        "sync",
+        {
+            "figure": f"poll pass, 1 % changed ({changed['issues_changed']} "
+            f"of {o.sync_issues:,} edited)",
+            **changed,
+            "reproduce": rep,
+        },
+    )
     answers = ", ".join(f"{n}x {code}" for code, n in unchanged["github_by_status"].items())
-    bench.add("poll_costs", {"figure": "GitHub calls per unchanged poll pass",
-                             "value": unchanged["github_calls"], "detail": f"answers: {answers}",
-                             "reproduce": rep})
-    bench.add("poll_costs", {"figure": "GitHub calls per poll pass with 1 % of issues changed",
-                             "value": changed["github_calls"],
-                             "detail": f"{changed['issues_changed']} of {o.sync_issues:,} "
-                                       f"edited; {_pass_summary(changed['report'])}",
-                             "reproduce": rep})
+    bench.add(
+        "poll_costs",
+        {
+            "figure": "GitHub calls per unchanged poll pass",
+            "value": unchanged["github_calls"],
+            "detail": f"answers: {answers}",
+            "reproduce": rep,
+        },
+    )
+    bench.add(
+        "poll_costs",
+        {
+            "figure": "GitHub calls per poll pass with 1 % of issues changed",
+            "value": changed["github_calls"],
+            "detail": f"{changed['issues_changed']} of {o.sync_issues:,} "
+            f"edited; {_pass_summary(changed['report'])}",
+            "reproduce": rep,
+        },
+    )
 
 
 def _pass_summary(report: str) -> str:
@@ -284,49 +357,98 @@ def cost_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> No
     with bench.serve(env, 1, GITHUB_BROKER_SERVER__RUN_POLLER="false") as server:
         red = costs.redis_per_claim(bench.redis, sim, server.url, o.redis_claims)
     original, explicit = red["request_task_flow"], red["explicit_flow"]
-    top = ", ".join(f"{n} {c / original['claims']:.1f}"
-                    for n, c in list(original["commandstats_delta"].items())[:6])
-    bench.add("costs", {"figure": "Redis commands per claim (request-task: settle held + claim)",
-                        "value": original["commands_per_claim"],
-                        "detail": f"INFO commandstats delta over {original['claims']} claims, "
-                                  f"Lua's own calls included: {top} ...", "reproduce": rep})
-    bench.add("costs", {"figure": "Redis round trips per claim",
-                        "value": original["round_trips_per_claim"],
-                        "detail": "client commands seen by MONITOR (Lua calls excluded)",
-                        "reproduce": rep})
+    top = ", ".join(
+        f"{n} {c / original['claims']:.1f}"
+        for n, c in list(original["commandstats_delta"].items())[:6]
+    )
+    bench.add(
+        "costs",
+        {
+            "figure": "Redis commands per claim (request-task: settle held + claim)",
+            "value": original["commands_per_claim"],
+            "detail": f"INFO commandstats delta over {original['claims']} claims, "
+            f"Lua's own calls included: {top} ...",
+            "reproduce": rep,
+        },
+    )
+    bench.add(
+        "costs",
+        {
+            "figure": "Redis round trips per claim",
+            "value": original["round_trips_per_claim"],
+            "detail": "client commands seen by MONITOR (Lua calls excluded)",
+            "reproduce": rep,
+        },
+    )
     for op in ("claim", "complete"):
         script = explicit["per_script"].get(op, {})
-        bench.add("costs", {"figure": f"Redis commands per explicit {op} (EVALSHA + inside)",
-                            "value": 1 + script.get("inner_commands_per_call", 0),
-                            "detail": f"{script.get('calls', 0)} calls; 1 round trip each",
-                            "reproduce": rep})
-    bench.add("costs", {"figure": "GitHub calls made while answering a claim",
-                        "value": original["github_calls_during_claims"],
-                        "detail": f"over {original['claims']} claims: writes are queued "
-                                  "(outbox), never made on the request path",
-                        "reproduce": rep})
+        bench.add(
+            "costs",
+            {
+                "figure": f"Redis commands per explicit {op} (EVALSHA + inside)",
+                "value": 1 + script.get("inner_commands_per_call", 0),
+                "detail": f"{script.get('calls', 0)} calls; 1 round trip each",
+                "reproduce": rep,
+            },
+        )
+    bench.add(
+        "costs",
+        {
+            "figure": "GitHub calls made while answering a claim",
+            "value": original["github_calls_during_claims"],
+            "detail": f"over {original['claims']} claims: writes are queued "
+            "(outbox), never made on the request path",
+            "reproduce": rep,
+        },
+    )
     bench.figures["redis_costs"] = red
     # The periodic sync is pushed out of the window so only the write queue talks to GitHub.
     with bench.serve(env, 1, GITHUB_BROKER_POLL__INTERVAL_S="3600") as server:
         time.sleep(1.0)  # the start-up sync pass
         life = costs.github_per_lifecycle(bench.redis.client(), sim, server.url, o.lifecycles)
     bench.figures["github_costs"] = life
-    claim_routes = ", ".join(f"{k} {v / o.lifecycles:g}"
-                             for k, v in life["claim_writes"]["by_route"].items())
-    done_routes = ", ".join(f"{k} {v / o.lifecycles:g}"
-                            for k, v in life["complete_writes"]["by_route"].items())
-    bench.add("costs", {"figure": "GitHub calls per claim (its queued writes drained)",
-                        "value": life["per_claim"], "detail": claim_routes, "reproduce": rep})
-    bench.add("costs", {"figure": "GitHub calls per completion (writes drained)",
-                        "value": life["per_complete"], "detail": done_routes, "reproduce": rep})
-    bench.add("costs", {"figure": "GitHub calls per issue lifecycle (claim → complete)",
-                        "value": life["per_lifecycle"],
-                        "detail": f"{o.lifecycles} issues; outbox empty after each phase",
-                        "reproduce": rep})
-    bench.add("costs", {"figure": "Counted GitHub calls per issue lifecycle (304s are free)",
-                        "value": life["counted_per_lifecycle"],
-                        "detail": f"{life['not_found']} calls answered 404 over "
-                                  f"{o.lifecycles} lifecycles", "reproduce": rep})
+    claim_routes = ", ".join(
+        f"{k} {v / o.lifecycles:g}" for k, v in life["claim_writes"]["by_route"].items()
+    )
+    done_routes = ", ".join(
+        f"{k} {v / o.lifecycles:g}" for k, v in life["complete_writes"]["by_route"].items()
+    )
+    bench.add(
+        "costs",
+        {
+            "figure": "GitHub calls per claim (its queued writes drained)",
+            "value": life["per_claim"],
+            "detail": claim_routes,
+            "reproduce": rep,
+        },
+    )
+    bench.add(
+        "costs",
+        {
+            "figure": "GitHub calls per completion (writes drained)",
+            "value": life["per_complete"],
+            "detail": done_routes,
+            "reproduce": rep,
+        },
+    )
+    bench.add(
+        "costs",
+        {
+            "figure": "GitHub calls per issue lifecycle (claim → complete)",
+            "value": life["per_lifecycle"],
+            "detail": f"{o.lifecycles} issues; outbox empty after each phase",
+            "reproduce": rep,
+        },
+    )
+    bench.add(
+        "costs",
+        {
+            "figure": "Counted GitHub calls per issue lifecycle (304s are free)",
+            "value": life["counted_per_lifecycle"],
+            "detail": f"{life['not_found']} calls answered 404 over {o.lifecycles} lifecycles",
+            "reproduce": rep,
+        },
+    )
 
 
 #: GitHub's real write pace (about 80 content writes a minute, the setting's default): in the
@@ -354,26 +476,32 @@ def latency_figures(bench: Bench, env: dict[str, str]) -> None:
     o = bench.options
     rep = o.reproduce("latency")
     for workers in (1, 2):
-        with bench.baselines(workers) as baselines, \
-                bench.serve(env, workers, **PACED) as serve:
+        with bench.baselines(workers) as baselines, bench.serve(env, workers, **PACED) as serve:
             servers = {**baselines, "serve": serve}
             samples: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
             for r in range(o.repeats):
                 for name, flow in rotated(LATENCY_VARIANTS, r):
-                    result = run_sequential(servers[name].url, flow=flow,
-                                            count=o.latency_samples, client=o.client)
+                    result = run_sequential(
+                        servers[name].url, flow=flow, count=o.latency_samples, client=o.client
+                    )
                     for op, summary in result.summary()["ops"].items():
                         samples.setdefault((name, flow, op), []).append(summary)
         for (name, flow, op), runs in samples.items():
-            bench.add("latency", {
-                "server": name, "workers": workers, "flow": flow,
-                "operation": _OP_NAMES[flow][op], "runs": len(runs),
-                "count": sum(s["count"] for s in runs),
-                "p50_ms": spread([s["p50_ms"] for s in runs])["median"],
-                "p99_ms": spread([s["p99_ms"] for s in runs])["median"],
-                "p99_range_ms": spread([s["p99_ms"] for s in runs]),
-                "reproduce": rep,
-            })
+            bench.add(
+                "latency",
+                {
+                    "server": name,
+                    "workers": workers,
+                    "flow": flow,
+                    "operation": _OP_NAMES[flow][op],
+                    "runs": len(runs),
+                    "count": sum(s["count"] for s in runs),
+                    "p50_ms": spread([s["p50_ms"] for s in runs])["median"],
+                    "p99_ms": spread([s["p99_ms"] for s in runs])["median"],
+                    "p99_range_ms": spread([s["p99_ms"] for s in runs]),
+                    "reproduce": rep,
+                },
+            )
 
 
 def _put_in_review(bench: Bench, server: HTTPServer, count: int) -> int:
@@ -387,15 +515,13 @@ def _put_in_review(bench: Bench, server: HTTPServer, count: int) -> int:
     return size(client, KEYS.reviewing)
 
 
-def backlog_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str],
-                   issues: int) -> None:
+def backlog_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str], issues: int) -> None:
     """Claim rate on one data set, with and without serve's poller (see backlog_comparison
     for the two data sets the issue compares)."""
     backlog_comparison([(bench, sim, env, issues)])
 
 
-def backlog_comparison(stacks: list[tuple[Bench, SimulatorProcess, dict[str, str], int]]
-                       ) -> None:
+def backlog_comparison(stacks: list[tuple[Bench, SimulatorProcess, dict[str, str], int]]) -> None:
     """Claim rate against the backlog, one row per data set and poller setting. Each stack
     (its own Redis, simulator and data set) gets a serve of its own, all running at once, and
     their load runs alternate, the order rotating each repetition: the machine's drift hits
@@ -406,8 +532,11 @@ def backlog_comparison(stacks: list[tuple[Bench, SimulatorProcess, dict[str, str
     for poller in ("on", "off"):
         with ExitStack() as started:
             servers = [
-                started.enter_context(bench.serve(
-                    env, 1, GITHUB_BROKER_SERVER__RUN_POLLER=str(poller == "on").lower()))
+                started.enter_context(
+                    bench.serve(
+                        env, 1, GITHUB_BROKER_SERVER__RUN_POLLER=str(poller == "on").lower()
+                    )
+                )
                 for bench, _, env, _ in stacks
             ]
             in_review = [
@@ -421,9 +550,16 @@ def backlog_comparison(stacks: list[tuple[Bench, SimulatorProcess, dict[str, str
                     bench, sim, _, _ = stacks[i]
                     runs[i].append(bench.load(servers[i], sim, "claim-abandon"))
         for (bench, _, _, issues), rows, review in zip(stacks, runs, in_review, strict=True):
-            bench.add("backlog", {**aggregate(rows), "open_issues": issues, "poller": poller,
-                                  "in_review": review,
-                                  "reproduce": bench.options.reproduce("backlog")})
+            bench.add(
+                "backlog",
+                {
+                    **aggregate(rows),
+                    "open_issues": issues,
+                    "poller": poller,
+                    "in_review": review,
+                    "reproduce": bench.options.reproduce("backlog"),
+                },
+            )
 
 
 # --- the big data set: throughput, the largest backlog, the profile -----------------------
@@ -473,26 +609,30 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "count": sum(r["ops"][op]["count"] for r in runs if op in r["ops"]),
         }
     row = {
-        "flow": first["flow"], "agents": first["agents"], "client": first["client"],
+        "flow": first["flow"],
+        "agents": first["agents"],
+        "client": first["client"],
         "runs": len(runs),
         "claims_per_s": spread([r["claims_per_s"] for r in runs]),
         "requests_per_s": spread([r["requests_per_s"] for r in runs]),
         "ops": ops,
-        "cpu_pct": {name: spread([r["cpu_pct"][name] for r in runs])["median"]
-                    for name in first["cpu_pct"]},
+        "cpu_pct": {
+            name: spread([r["cpu_pct"][name] for r in runs])["median"] for name in first["cpu_pct"]
+        },
         "generator_cpu_pct": spread([r["generator_cpu_pct"] for r in runs])["median"],
         "foreign_cpu_pct": [round(r["foreign_cpu_pct"], 1) for r in runs],
         "connection_split": [r["connection_split"] for r in runs],
         "lua_us_per_call": spread([r["lua_us_per_call"] for r in runs])["median"],
-        "claim_script_us": spread([r.get("script_us", {}).get("claim", {}).get("median_us")
-                                   for r in runs])["median"],
+        "claim_script_us": spread(
+            [r.get("script_us", {}).get("claim", {}).get("median_us") for r in runs]
+        )["median"],
         # Mean beside median: under load the mean carries the calls that waited for a core
         # mid-script (the issue's "mean time in Redis"), which the median hides.
         "claim_script": {
             stat: spread([r.get("script_us", {}).get("claim", {}).get(stat) for r in runs])
             for stat in ("median_us", "mean_us", "p99_us")
-        } | {"calls": sum(r.get("script_us", {}).get("claim", {}).get("calls", 0)
-                          for r in runs)},
+        }
+        | {"calls": sum(r.get("script_us", {}).get("claim", {}).get("calls", 0) for r in runs)},
         "github_calls_per_s": spread([r["github_calls_per_s"] for r in runs])["median"],
         "outbox_after": runs[-1]["outbox_after"],
         "outbox_lag_s_after": runs[-1]["outbox_lag_s_after"],
@@ -509,10 +649,16 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _script_us(times: dict[str, list[int]], shas: dict[str, str]) -> dict[str, Any]:
     """Per broker script: calls and median / mean µs inside Redis (SLOWLOG, see
     `servers.SLOWLOG_THRESHOLD_US`)."""
-    return {shas[sha]: {"calls": len(t), "median_us": statistics.median(t),
-                        "mean_us": statistics.fmean(t),
-                        "p99_us": sorted(t)[min(len(t) - 1, round(0.99 * (len(t) - 1)))]}
-            for sha, t in times.items() if sha in shas and t}
+    return {
+        shas[sha]: {
+            "calls": len(t),
+            "median_us": statistics.median(t),
+            "mean_us": statistics.fmean(t),
+            "p99_us": sorted(t)[min(len(t) - 1, round(0.99 * (len(t) - 1)))],
+        }
+        for sha, t in times.items()
+        if sha in shas and t
+    }
 
 
 def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
@@ -520,8 +666,7 @@ def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str])
     rep = o.reproduce("throughput")
     shas = script_shas({**env, **PACED})
     for workers in (1, 2):
-        with bench.baselines(workers) as baselines, \
-                bench.serve(env, workers, **PACED) as serve:
+        with bench.baselines(workers) as baselines, bench.serve(env, workers, **PACED) as serve:
             servers = {**baselines, "serve": serve}
             runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
             for r in range(o.repeats):
@@ -529,24 +674,40 @@ def throughput_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str])
                 for name, flow in rotated(THROUGHPUT_VARIANTS, r):
                     bench.redis.start_script_log()
                     done[(name, flow)] = bench.load(servers[name], sim, flow)
-                    done[(name, flow)]["script_us"] = _script_us(
-                        bench.redis.script_times(), shas)
+                    done[(name, flow)]["script_us"] = _script_us(bench.redis.script_times(), shas)
                 for (name, flow), row in done.items():
                     if name == "serve":
                         for key, baseline in RATIOS.items():
-                            row[key] = row["requests_per_s"] / done[
-                                (baseline, "baseline")]["requests_per_s"]
+                            row[key] = (
+                                row["requests_per_s"]
+                                / done[(baseline, "baseline")]["requests_per_s"]
+                            )
                     runs.setdefault((name, flow), []).append(row)
         for (name, _flow), rows in runs.items():
-            bench.add("throughput", {**aggregate(rows), "server": name, "workers": workers,
-                                     "open_issues": o.throughput_issues, "reproduce": rep})
-    one = {r["flow"]: r for r in bench.figures["throughput"]
-           if r["server"] == "serve" and r["workers"] == 1}
-    two = {r["flow"]: r for r in bench.figures["throughput"]
-           if r["server"] == "serve" and r["workers"] == 2}
+            bench.add(
+                "throughput",
+                {
+                    **aggregate(rows),
+                    "server": name,
+                    "workers": workers,
+                    "open_issues": o.throughput_issues,
+                    "reproduce": rep,
+                },
+            )
+    one = {
+        r["flow"]: r
+        for r in bench.figures["throughput"]
+        if r["server"] == "serve" and r["workers"] == 1
+    }
+    two = {
+        r["flow"]: r
+        for r in bench.figures["throughput"]
+        if r["server"] == "serve" and r["workers"] == 2
+    }
     for flow in one.keys() & two.keys():
-        two[flow]["ratio_to_1_worker"] = (two[flow]["requests_per_s"]["median"]
-                                          / one[flow]["requests_per_s"]["median"])
+        two[flow]["ratio_to_1_worker"] = (
+            two[flow]["requests_per_s"]["median"] / one[flow]["requests_per_s"]["median"]
+        )
 
 
 def profile_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> None:
@@ -559,8 +720,11 @@ def profile_figure(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) -> 
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(path.read_bytes())
     bench.figures["profile"] = {
-        "flow": "request-task", "agents": o.agents, "claims_per_s": row["claims_per_s"],
-        "ops": row["ops"], "summary": profiling.render(target),
+        "flow": "request-task",
+        "agents": o.agents,
+        "claims_per_s": row["claims_per_s"],
+        "ops": row["ops"],
+        "summary": profiling.render(target),
         "reproduce": o.reproduce("profile"),
     }
 
@@ -579,13 +743,21 @@ def webhook_figures(bench: Bench, sim: SimulatorProcess, env: dict[str, str]) ->
     with bench.serve(env, 1, GITHUB_BROKER_POLL__INTERVAL_S=str(o.poll_interval_s)):
         webhooks.wait_mirrored(client, targets)
         row = webhooks.label_to_claimable(sim, client, polled, jitter_s=o.poll_interval_s)
-    bench.add("webhooks", {"mode": f"polling only (poll.interval_s {o.poll_interval_s:g})",
-                           **row, "reproduce": rep})
-    with bench.serve(env, 1, GITHUB_BROKER_WEBHOOKS__SECRET=webhooks.SECRET,
-                     GITHUB_BROKER_POLL__INTERVAL_WITH_WEBHOOKS_S="600") as server:
+    bench.add(
+        "webhooks",
+        {"mode": f"polling only (poll.interval_s {o.poll_interval_s:g})", **row, "reproduce": rep},
+    )
+    with bench.serve(
+        env,
+        1,
+        GITHUB_BROKER_WEBHOOKS__SECRET=webhooks.SECRET,
+        GITHUB_BROKER_POLL__INTERVAL_WITH_WEBHOOKS_S="600",
+    ) as server:
         webhooks.wait_mirrored(client, targets)
         webhooks.hook(sim, server)
         time.sleep(1.5)  # the ping lands and the start-up poll pass is over
         row = webhooks.label_to_claimable(sim, client, pushed)
-    bench.add("webhooks", {"mode": "webhooks (poll.interval_s 1, 600 while healthy)", **row,
-                           "reproduce": rep})
+    bench.add(
+        "webhooks",
+        {"mode": "webhooks (poll.interval_s 1, 600 while healthy)", **row, "reproduce": rep},
+    )

@@ -140,8 +140,9 @@ def cpu_exact_s(pid: int) -> float:
         with contextlib.suppress(OSError):
             for tid in os.listdir(f"/proc/{process}/task"):
                 with contextlib.suppress(OSError, ValueError):
-                    total += int(Path(f"/proc/{process}/task/{tid}/schedstat").read_text()
-                                 .split()[0])
+                    total += int(
+                        Path(f"/proc/{process}/task/{tid}/schedstat").read_text().split()[0]
+                    )
     return total / 1e9
 
 
@@ -160,8 +161,9 @@ class Process:
 
     def spawn(self, argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> None:
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(argv, env=env, stdout=kw.pop("stdout", log),
-                                         stderr=log, **kw)
+            self.proc = subprocess.Popen(
+                argv, env=env, stdout=kw.pop("stdout", log), stderr=log, **kw
+            )
 
     def cpu_s(self) -> float:
         return cpu_seconds(self.pid)
@@ -188,8 +190,9 @@ class RedisServer(Process):
     """Our own redis-server on a free port, never the machine's shared one; `replicaof`: a
     replica of that server (`--replicaof`), started once its first sync is done."""
 
-    def __init__(self, log_dir: Path, name: str = "redis",
-                 replicaof: RedisServer | None = None) -> None:
+    def __init__(
+        self, log_dir: Path, name: str = "redis", replicaof: RedisServer | None = None
+    ) -> None:
         super().__init__(name, log_dir)
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
@@ -201,8 +204,19 @@ class RedisServer(Process):
         if exe is None:
             raise RuntimeError("redis-server is not installed (make install-redis)")
         self.workdir.mkdir(exist_ok=True)
-        argv = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(self.workdir)]
+        argv = [
+            exe,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.workdir),
+        ]
         if self.replicaof is not None:
             argv += ["--replicaof", "127.0.0.1", str(self.replicaof.port)]
         self.spawn(argv)
@@ -223,8 +237,10 @@ class RedisServer(Process):
 
     def wait_in_sync(self, deadline: float) -> None:
         """Until this replica's link to its primary is up (its first full sync done)."""
-        while cast(dict[str, Any], self.client().info("replication")).get(
-                "master_link_status") != "up":
+        while (
+            cast(dict[str, Any], self.client().info("replication")).get("master_link_status")
+            != "up"
+        ):
             self.check_alive()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name} never finished its sync with the primary")
@@ -244,8 +260,11 @@ class RedisServer(Process):
         deadline = time.monotonic() + REPLICA_SYNC_TIMEOUT_S
         while True:
             info = cast(dict[str, Any], client.info("persistence"))
-            if int(info.get("aof_enabled", 0)) and not int(info.get("aof_rewrite_in_progress", 0)) \
-                    and not int(info.get("aof_rewrite_scheduled", 0)):
+            if (
+                int(info.get("aof_enabled", 0))
+                and not int(info.get("aof_rewrite_in_progress", 0))
+                and not int(info.get("aof_rewrite_scheduled", 0))
+            ):
                 return
             self.check_alive()
             if time.monotonic() > deadline:
@@ -311,8 +330,9 @@ class SimulatorProcess(Process):
     `repos`: that many repositories (`simserver.repo_names`), the issues in the one at
     `work_in`; `people`: a maintainer's and an agent's token beside the broker's."""
 
-    def __init__(self, log_dir: Path, issues: int, *, repos: int = 0, work_in: int = -1,
-                 people: bool = False) -> None:
+    def __init__(
+        self, log_dir: Path, issues: int, *, repos: int = 0, work_in: int = -1, people: bool = False
+    ) -> None:
         super().__init__(f"simulator-{issues}" + (f"-{repos}repos" if repos else ""), log_dir)
         self.issues = issues
         self.args = ["--issues", str(issues)]
@@ -324,8 +344,11 @@ class SimulatorProcess(Process):
         self._http = httpx.Client(timeout=60)
 
     def start(self) -> SimulatorProcess:
-        self.spawn([sys.executable, "-m", "benchmarks.simserver", *self.args],
-                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.spawn(
+            [sys.executable, "-m", "benchmarks.simserver", *self.args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         assert self.proc is not None and self.proc.stdout is not None
         self.base_url = self.proc.stdout.readline().decode().strip()
         if not self.base_url.startswith("http"):
@@ -412,14 +435,32 @@ def serve_argv(workers: int, profile: Path | None = None) -> list[str]:
         return [sys.executable, *argv]
     # Profiled: the API alone in the profiled process (in production the poller runs in a
     # process of its own, so it is not part of the request path either).
-    return [sys.executable, "-m", "pyinstrument", "--renderer", "pyisession", "--outfile",
-            str(profile), *argv, "--single-process"]
+    return [
+        sys.executable,
+        "-m",
+        "pyinstrument",
+        "--renderer",
+        "pyisession",
+        "--outfile",
+        str(profile),
+        *argv,
+        "--single-process",
+    ]
 
 
 def baseline_argv(workers: int, kind: str = "fastapi") -> list[str]:
     """A baseline app served like serve (processes, protocol, log level, no access log)."""
-    return [sys.executable, "-m", "benchmarks.baseline", "--port", "{port}",
-            "--workers", str(workers), "--kind", kind]
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.baseline",
+        "--port",
+        "{port}",
+        "--workers",
+        str(workers),
+        "--kind",
+        kind,
+    ]
 
 
 def size(client: redis.Redis, key: str) -> int:
@@ -428,8 +469,9 @@ def size(client: redis.Redis, key: str) -> int:
     return int(cast(int, client.scard(key) if kind == "set" else client.zcard(key)))
 
 
-def wait_for_ready(client: redis.Redis, count: int, timeout_s: float,
-                   keys: RepoKeys = KEYS) -> float:
+def wait_for_ready(
+    client: redis.Redis, count: int, timeout_s: float, keys: RepoKeys = KEYS
+) -> float:
     """Seconds until `count` tasks are claimable (the sync has indexed the backlog)."""
     started = time.monotonic()
     while size(client, keys.ready) < count:

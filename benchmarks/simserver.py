@@ -42,20 +42,33 @@ def seed(repos: list[str], issues: int, work_in: int, priority: str) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.simserver")
     parser.add_argument("--repo", default="acme/widgets")
-    parser.add_argument("--repos", type=int, default=0,
-                        help="serve this many repositories (`repo_names`) instead of --repo")
-    parser.add_argument("--work-in", type=int, default=-1,
-                        help="index of the repository holding the issues (default: the last)")
+    parser.add_argument(
+        "--repos",
+        type=int,
+        default=0,
+        help="serve this many repositories (`repo_names`) instead of --repo",
+    )
+    parser.add_argument(
+        "--work-in",
+        type=int,
+        default=-1,
+        help="index of the repository holding the issues (default: the last)",
+    )
     parser.add_argument("--issues", type=int, default=0)
     parser.add_argument("--priority", default="P1")
-    parser.add_argument("--people", action="store_true",
-                        help="tokens for a maintainer and an agent beside the broker's")
+    parser.add_argument(
+        "--people",
+        action="store_true",
+        help="tokens for a maintainer and an agent beside the broker's",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     repos = repo_names(args.repos) if args.repos else [args.repo]
-    sim = Simulator(seed(repos, args.issues, args.work_in % len(repos), args.priority),
-                    rate_limit=UNLIMITED_QUOTA,
-                    tokens={t: login for t, login in PEOPLE.items()} if args.people else None)
+    sim = Simulator(
+        seed(repos, args.issues, args.work_in % len(repos), args.priority),
+        rate_limit=UNLIMITED_QUOTA,
+        tokens={t: login for t, login in PEOPLE.items()} if args.people else None,
+    )
     sim.start()
     print(sim.base_url, flush=True)
     # Serve until the parent closes our stdin (or dies, which closes it too).

@@ -30,8 +30,14 @@ def add_targets(sim: SimulatorProcess, count: int) -> list[int]:
             number = FIRST_TARGET + i
             http.post(
                 f"{sim.base_url}/_sim/issues",
-                json={"owner": OWNER, "repo": NAME, "title": f"Target {number}", "body": BODY,
-                      "labels": ["BACKENDCODER"], "number": number},
+                json={
+                    "owner": OWNER,
+                    "repo": NAME,
+                    "title": f"Target {number}",
+                    "body": BODY,
+                    "labels": ["BACKENDCODER"],
+                    "number": number,
+                },
             ).raise_for_status()
             numbers.append(number)
     return numbers
@@ -46,13 +52,17 @@ def wait_mirrored(client: redis.Redis, numbers: list[int], timeout_s: float = 60
 
 
 def hook(sim: SimulatorProcess, server: HTTPServer) -> None:
-    spec = {"url": f"{server.url}/github/webhook", "secret": SECRET,
-            "repository": f"{OWNER}/{NAME}"}
+    spec = {
+        "url": f"{server.url}/github/webhook",
+        "secret": SECRET,
+        "repository": f"{OWNER}/{NAME}",
+    }
     httpx.post(f"{sim.base_url}/_sim/webhooks", json=spec, timeout=10).raise_for_status()
 
 
-def label_to_claimable(sim: SimulatorProcess, client: redis.Redis, numbers: list[int],
-                       jitter_s: float = 0.0) -> dict[str, Any]:
+def label_to_claimable(
+    sim: SimulatorProcess, client: redis.Redis, numbers: list[int], jitter_s: float = 0.0
+) -> dict[str, Any]:
     """Label each target P1 on the simulator, one at a time; time until its task is ready.
     A random pause of up to `jitter_s` before each change keeps the changes from locking
     onto the poll's phase (each would otherwise come right after a pass)."""
@@ -62,8 +72,9 @@ def label_to_claimable(sim: SimulatorProcess, client: redis.Redis, numbers: list
         for n in numbers:
             time.sleep(random.uniform(0, jitter_s))
             started = time.monotonic()
-            http.patch(f"{sim.base_url}/_sim/issues/{OWNER}/{NAME}/{n}",
-                       json={"add_labels": ["P1"]}).raise_for_status()
+            http.patch(
+                f"{sim.base_url}/_sim/issues/{OWNER}/{NAME}/{n}", json={"add_labels": ["P1"]}
+            ).raise_for_status()
             while client.zscore(KEYS.ready, f"development:{n}") is None:
                 if time.monotonic() - started > SAMPLE_TIMEOUT_S:
                     lost += 1
@@ -80,7 +91,8 @@ def label_to_claimable(sim: SimulatorProcess, client: redis.Redis, numbers: list
         "lost": lost,
         "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
-        if latencies else None,
+        if latencies
+        else None,
         "max_ms": 1000 * latencies[-1] if latencies else None,
         "github_calls_per_change": calls / len(numbers),
         "list_calls_per_change": lists / len(numbers),

@@ -28,7 +28,8 @@ Added by this project (no TTL unless said):
                                  (maintainers' notes not delivered yet), used_tokens + used_cost
                                  (this attempt's reported usage), continues (JSON: the
                                  reassignment it continues), budget_since_ms (a retry
-                                 restarts the wall-clock budget);
+                                 restarts the wall-clock budget), checks_note (the overlap
+                                 the agent was last told of, checks_upkeep.lua);
                                  ``contested`` (JSON ``[{n, t}]``) on a lease adopted after a
                                  loss: other issues GitHub labels for the same agent, waiting
                                  for its next lease call; deleted when the lease ends
@@ -57,7 +58,9 @@ Added by this project (no TTL unless said):
 ``reviewing``            set     issues whose labels (with pending writes) say needs-review
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
                                  review_done, needs_human, link (JSON: linked PR or null,
-                                 due time); deleted with the needs-review label
+                                 due time), ci_rounds + ci_history (fix and rebase rounds
+                                 from checks, leader/checks.py); deleted with the
+                                 needs-review label
 ``quarantine``           string  until when (ms) nothing new is handed out after the mirror was
                                  rebuilt from a loss: agents prove their leases with their signed
                                  tokens meanwhile (one heartbeat interval)
@@ -154,6 +157,11 @@ Added by this project (no TTL unless said):
 ``permission:{login}``   string  the repository permission GitHub reported for that login
                                  (lower case): ``admin``, ``write``, ``read``, ``none``;
                                  TTL ``commands.permission_cache_s``
+``checks``               hash    issue number -> JSON: what the broker last read of the CI and
+                                 mergeability of the issue's PR (head, base, checks with their
+                                 state, mergeable, files) and its verdict (running, failed,
+                                 conflict, green, ...); entries of PRs no longer tracked
+                                 are dropped by the leader's next pass (docs/checks.md)
 =======================  ======  ==============================================================
 
 Deployment-wide keys: ``{key_prefix}:events`` (pub/sub: ``ready`` whenever a task becomes
@@ -282,6 +290,8 @@ class RepoKeys:
         self.comments = self.base + "comments"
         self.comment_prefix = self.base + "comment:"
         self.permission_prefix = self.base + "permission:"
+        #: CI and mergeability of the tracked PRs (leader/checks.py).
+        self.checks = self.base + "checks"
 
     def issue(self, number: int) -> str:
         return f"{self.issue_prefix}{number}"

@@ -93,7 +93,6 @@ def priority_of_score(score: float) -> int:
     return int(score // (4 * SCORE_GROUP))
 
 
-
 class Outcome(StrEnum):
     """How an agent ends a task it holds."""
 
@@ -395,7 +394,9 @@ class Waiting(BaseModel):
     """Work that waits on a person: why, since when."""
 
     issue: int
-    code: str  # awaiting_feedback | needs_human | budget | held
+    #: awaiting_feedback | needs_human | budget | held | checks_failed | checks_stale |
+    #: checks_approval
+    code: str
     since_ms: int
     detail: str = ""
     priority: int | None = None

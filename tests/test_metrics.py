@@ -77,9 +77,7 @@ def test_counters_add_up_across_two_uvicorn_workers(redis_url: str, tmp_path: Pa
         memory = _samples(text, "process_resident_memory_bytes")
         pids |= {k for k in memory}
         assert _samples(text, "gb_leases") == {'{repository="acme/widgets"}': 1.0}
-        assert '{repository="acme/widgets"}' in _samples(
-            text, "gb_github_write_queue_lag_seconds"
-        )
+        assert '{repository="acme/widgets"}' in _samples(text, "gb_github_write_queue_lag_seconds")
     # Process metrics of each broker process: the two API workers and serve's poller.
     assert len(pids) == 3, pids
     # The same totals whichever worker answered: the old per-worker counters alternated.

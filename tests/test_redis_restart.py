@@ -47,8 +47,21 @@ class PersistentRedis:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [_redis_exe(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir), "--dbfilename", "dump.rdb"],
+            [
+                _redis_exe(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--dbfilename",
+                "dump.rdb",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -106,9 +119,11 @@ def test_restart_from_an_older_snapshot_rebuilds_from_github_and_keeps_the_agent
             new = r.json()
             assert new["issue_id"] != old["issue_id"]
             wait_for(
-                lambda: {"in-progress", "a1"} <= labels(new["issue_id"])
-                and "needs-review" in labels(old["issue_id"])
-                and not labels(old["issue_id"]) & {"in-progress", "a1"},
+                lambda: (
+                    {"in-progress", "a1"} <= labels(new["issue_id"])
+                    and "needs-review" in labels(old["issue_id"])
+                    and not labels(old["issue_id"]) & {"in-progress", "a1"}
+                ),
                 15,
                 "the completion's and the new claim's labels on GitHub",
             )

@@ -547,13 +547,22 @@ def test_with_its_maintainer_the_demo_runs_to_done_with_every_workable_issue_clo
         timeout=10,
     )
     # Only the issue that names no branch is open: a person must decide its scope.
-    assert [i["number"] for i in listed.json()] == [13]
+    assert [i["number"] for i in listed.json()] == [13], output.text
     text = output.text
     maintainer = r"maintainer \(the sandbox's stand-in for a person\)"
     merged = set(re.findall(rf"{maintainer}: merged PR #\d+; #(\d+) closed", text))
     assert {int(n) for n in merged} == DEMO_WORK
     assert re.search(rf"{maintainer}: asked for changes on PR #\d+", text)
     assert re.search(r"demo-agent-\d claimed demo/sandbox#\d+ \(fix", text)
+    # Done means green: a red PR got a fix task from its failing check, went green, was merged.
+    red = re.search(
+        r"broker: demo/sandbox#(\d+) checks failed: PR #\d+ at \w+: checks failed: ci/test", text
+    )
+    assert red, text
+    n = red.group(1)
+    assert re.search(rf"broker: demo/sandbox#{n} checks fix: fix round 1 of 3", text)
+    assert re.search(rf"broker: demo/sandbox#{n} checks green: .*checks passed: ci/test", text)
+    assert re.search(rf"{maintainer}: merged PR #\d+; #{n} closed", text)
     assert (
         f"{maintainer[:-2]}): closed story #9: #10, #11, #12 are closed".replace("\\", "") in text
     )

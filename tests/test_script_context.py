@@ -66,7 +66,7 @@ async def test_claim_records_read_back_for_any_text(
             odd_agent,
             previous="completed",
             mode="strict",
-            base_branch="ma\"in",
+            base_branch='ma"in',
             roles=None,
             request_id='r"1',
         )
@@ -86,7 +86,9 @@ async def test_claim_records_read_back_for_any_text(
         assert record is not None
         assert record["agent_id"] == odd_agent and record["token"] == first.token
         assert (record["issue"], record["status"], record["task_type"]) == (
-            1, "assigned", "development"
+            1,
+            "assigned",
+            "development",
         )
         assert isinstance(record["claimed_ms"], int) and record["claimed_ms"] > 0
         intent = await rstore.intent(1)
@@ -102,7 +104,9 @@ async def test_claim_records_read_back_for_any_text(
         ended = await rstore.candidate(1, odd_agent)
         assert ended is not None
         assert (ended["status"], ended["outcome"], ended["agent_id"]) == (
-            "needs_review", "completed", odd_agent
+            "needs_review",
+            "completed",
+            odd_agent,
         )
         assert ended["ended_ms"] >= ended["claimed_ms"] == record["claimed_ms"]
         settled = await rstore.intent(1)

@@ -583,9 +583,11 @@ def test_agent_mutex_taken_by_a_call_redis_ran_late_does_not_lock_the_agent_out(
         try:
             gadgets = RepoKeys("gb", "acme", "gadgets")
             wait_until(
-                lambda: client.exists(KEYS.mirror, gadgets.mirror) == 2
-                and client.zcard(KEYS.ready) == 3
-                and client.zcard(gadgets.ready) == 3,
+                lambda: (
+                    client.exists(KEYS.mirror, gadgets.mirror) == 2
+                    and client.zcard(KEYS.ready) == 3
+                    and client.zcard(gadgets.ready) == 3
+                ),
                 20,
                 "the first full sync of both repositories",
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from github_broker.claim.prompts import Prompts
+from github_broker.claim.prompts import VARIANTS, Prompts
 from github_broker.clock import iso_from_ms
 from github_broker.models import (
     Claimed,
@@ -47,8 +47,13 @@ class Handout:
             "task_type": claimed.task_type.value,
             "pr_url": payload.get("pr_url", ""),
             "feedback": render_feedback(comments),
+            "head_sha": str(payload.get("head_sha") or ""),
         }
-        prompt = self.prompts.render(claimed.task_type, values)
+        # A fix from failing checks or a rebase has a template of its own.
+        template = payload.get("template")
+        if template not in VARIANTS:
+            template = claimed.task_type
+        prompt = self.prompts.render(template, values)
         if continues is not None:
             prompt += "\n\n" + render_continuation(continues, claimed.branch, payload)
         # Every field comes from already-validated models: construct, don't re-validate

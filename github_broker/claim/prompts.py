@@ -25,14 +25,19 @@ PLACEHOLDERS = frozenset(
         "task_type",
         "pr_url",
         "feedback",
+        "head_sha",
     }
 )
+#: Templates beside the task types': a fix from failing checks, a rebase from a conflict
+#: (leader/checks.py names one in the fix task's payload).
+VARIANTS = ("fix_checks", "rebase")
 
 
 class Prompts:
-    """One template per task type; unknown placeholders are refused when loading."""
+    """One template per task type (and per variant); unknown placeholders are refused when
+    loading."""
 
-    def __init__(self, templates: dict[TaskType, Template]) -> None:
+    def __init__(self, templates: dict[str, Template]) -> None:
         self.templates = templates
         #: Each template split once into literal text and placeholder names: a render (once
         #: per claim, on the hot path) is one join instead of a regex pass with a callback.
@@ -40,8 +45,8 @@ class Prompts:
 
     @classmethod
     def load(cls, config_dir: Path | None) -> Prompts:
-        templates = {}
-        for task_type in TaskType:
+        templates: dict[str, Template] = {}
+        for task_type in [*TaskType, *VARIANTS]:
             path = _find(config_dir, task_type)
             text = path.read_text(encoding="utf-8")
             template = Template(text)
@@ -59,8 +64,9 @@ class Prompts:
             templates[task_type] = template
         return cls(templates)
 
-    def render(self, task_type: TaskType, values: dict[str, str]) -> str:
-        """The prompt: `Template.substitute` with every unset placeholder empty."""
+    def render(self, task_type: str, values: dict[str, str]) -> str:
+        """The prompt: `Template.substitute` with every unset placeholder empty; `task_type`
+        a task type or a variant (VARIANTS)."""
         return "".join(
             part if literal else values.get(part, "") for literal, part in self._parts[task_type]
         )
@@ -79,7 +85,7 @@ def _split(template: Template) -> list[tuple[bool, str]]:
     return [p for p in parts if p[1] or not p[0]]
 
 
-def _find(config_dir: Path | None, task_type: TaskType) -> Path:
+def _find(config_dir: Path | None, task_type: str) -> Path:
     if config_dir is not None:
         candidate = config_dir / "prompts" / f"{task_type}.md"
         if candidate.exists():

@@ -248,7 +248,11 @@ class Transport:
                 return items
             page += 1
 
-    def _graphql(self, document: str, variables: dict[str, Any]) -> dict[str, Any]:
+    def _graphql(
+        self, document: str, variables: dict[str, Any], *, allow_missing: bool = False
+    ) -> dict[str, Any]:
+        """`data` of a GraphQL answer; an error raises, except with `allow_missing` a
+        NOT_FOUND below the root (that field is null in `data`, the rest is there)."""
         base = self.settings.base_url.rstrip("/")
         # GitHub Enterprise serves REST under /api/v3 and GraphQL at /api/graphql.
         url = base[: -len("/v3")] + "/graphql" if base.endswith("/api/v3") else "/graphql"
@@ -256,6 +260,10 @@ class Transport:
             "POST", url, body={"query": document, "variables": variables}
         )
         errors = (data or {}).get("errors") or []
+        if allow_missing and (data or {}).get("data") is not None:
+            errors = [
+                e for e in errors if e.get("type") != "NOT_FOUND" or len(e.get("path") or []) < 2
+            ]
         if errors:
             first = errors[0]
             where = f"POST /graphql: {first.get('type', '')} {first.get('message', '')}".strip()

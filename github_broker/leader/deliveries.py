@@ -13,6 +13,8 @@ from github_broker.background import stop_task
 from github_broker.errors import BrokerError
 from github_broker.gateway import GitHubGateway, counting_calls
 from github_broker.leader.budget import GitHubBudget
+from github_broker.leader.checks import EVENTS as CHECK_EVENTS
+from github_broker.leader.checks import CheckKeeper
 from github_broker.leader.progress import ProgressKeeper
 from github_broker.leader.reviews import ReviewKeeper
 from github_broker.leader.sync import Syncer
@@ -49,6 +51,7 @@ class WebhookWorker:
         syncer: Syncer,
         reviews: ReviewKeeper,
         progress: ProgressKeeper,
+        checks: CheckKeeper | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -60,6 +63,8 @@ class WebhookWorker:
         self.syncer = syncer
         self.reviews = reviews
         self.progress = progress
+        #: The tracked PRs' CI and mergeability (check runs, statuses, pushes, PR events).
+        self.checks = checks
         hooks = settings.webhooks
         #: Shared by every repository's loop: the budget is the worker's, not a repository's.
         self.budget = GitHubBudget(hooks.github_calls_per_hour, hooks.github_burst)
@@ -178,6 +183,10 @@ class WebhookWorker:
         meta = json.loads(head)
         payload = json.loads(body)
         event, action = meta["event"], str(payload.get("action") or "")
+        said = ""
+        if event in CHECK_EVENTS and self.checks is not None:
+            # First: a new head resets the PR's checks before its review upkeep reads them.
+            said = await self.checks.from_delivery(repo, event, payload)
         if event == "issues":
             outcome = await self._issue(repo, rstore, action, payload["issue"])
             if self._review_labelled(action, payload) and outcome == "upserted":
@@ -187,12 +196,16 @@ class WebhookWorker:
             outcome = await self._issue(repo, rstore, "commented", payload["issue"])
         elif event == "push":
             outcome = await self.progress.from_delivery(repo, event, payload)
+        elif event in CHECK_EVENTS and event != "pull_request":
+            outcome = ""  # check runs, suites, statuses, workflow runs: the checks alone
         elif event in EVENTS:
             outcome = await self._review_upkeep(repo, payload)
             if event != "issue_comment":
                 outcome += "; " + await self.progress.from_delivery(repo, event, payload)
         else:
             outcome = "ignored"
+        if said:
+            outcome = f"{outcome}; {said}" if outcome else said
         if event == "issue_comment" and action == "created":
             outcome += "; " + await self.commands.from_delivery(repo, payload)
         logger.info(

@@ -1,4 +1,5 @@
-"""The polling daemon: one leader at a time runs sync, the write queue and lease reaping."""
+"""The polling daemon: one leader at a time runs sync, the write queue and lease reaping,
+the review upkeep and the tracked PRs' checks."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from github_broker.clock import now_ms
 from github_broker.errors import BrokerError, Fenced, GitHubError, RateLimited
 from github_broker.gateway import GitHubGateway
 from github_broker.leader.audit_file import AuditFile
+from github_broker.leader.checks import CheckKeeper
 from github_broker.leader.deliveries import WebhookWorker
 from github_broker.leader.outbox import OutboxDrainer
 from github_broker.leader.progress import ProgressKeeper
@@ -63,11 +65,12 @@ class Daemon:
         self.drainer = OutboxDrainer(store, gateway)
         self.reviews = ReviewKeeper(settings, store, gateway, self.syncer.reindex)
         self.progress = ProgressKeeper(settings, store, gateway)
+        self.checks = CheckKeeper(settings, store, gateway, self._review_now)
         self.audit_file = (
             AuditFile(settings.audit.file, store) if settings.audit.file is not None else None
         )
         self.webhooks = WebhookWorker(
-            settings, store, gateway, self.syncer, self.reviews, self.progress
+            settings, store, gateway, self.syncer, self.reviews, self.progress, self.checks
         )
         self._synced_at: dict[str, float] = {}
         self.id = node_id()
@@ -200,12 +203,26 @@ class Daemon:
             # `/broker` comments the webhooks did not bring (or all, without webhooks).
             commands = partial(self.webhooks.commands.scan, repo)
             await self._guarded(f"commands:{name}", f"comment commands of {name}", commands)
+        # Checks first: the review upkeep right after offers the reviews they let through.
+        await self._guarded(f"checks:{name}", f"checks of {name}", partial(self._checks, repo))
         await self._guarded(
             f"reviews:{name}", f"review upkeep of {name}", partial(self._reviews, repo)
         )
 
     async def _reviews(self, repo: Repository) -> None:
         self.reviews.arm(repo, await self.reviews.run(repo))
+
+    async def _checks(self, repo: Repository) -> None:
+        """The tracked PRs' CI: read on every pass unless webhooks are healthy."""
+        healthy = False
+        if self.webhooks.configured:
+            with contextlib.suppress(BrokerError):
+                healthy = await self.webhooks.healthy(repo)
+        await self.checks.run(repo, webhooks_healthy=healthy)
+
+    async def _review_now(self, repo: Repository, numbers: list[int]) -> None:
+        """Issues whose PR turned green: their review upkeep now (the review is due or not)."""
+        self.reviews.arm(repo, await self.reviews.run_issues(repo, numbers))
 
     async def _forget_stale_data(self) -> None:
         """Redis restarted with data (loaded from its persistence file) or failed over to a
@@ -498,6 +515,7 @@ class Daemon:
         # After the scheduler: awaiting first would let it start a job that exit then cancels.
         await self.webhooks.stop()
         self.reviews.stop()
+        self.checks.stop()
         if self.is_leader:
             with contextlib.suppress(BrokerError):
                 await self.store.leader(self.id, 0, release=True)

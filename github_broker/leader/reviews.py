@@ -105,6 +105,7 @@ class ReviewKeeper:
         login = await asyncio.to_thread(self.gateway.login)
         by_head, by_issue = linked_pulls(pulls)
         pending_fixes = await rstore.existing_tasks([f"{TaskType.FIX}:{n}" for n in numbers])
+        checks = await rstore.checks_records(numbers) if self._gated else {}
         for n in numbers:
             detected, state = states[n]
             issue = issues.get(n)
@@ -131,6 +132,8 @@ class ReviewKeeper:
             feedback = await asyncio.to_thread(
                 self._feedback, repo.full_name, pull, login, state.get("dev_agent", "")
             )
+            if not reviewed and self._gated and not _green(checks.get(n)):
+                continue  # its checks decide (leader/checks.py offers it once they allow)
             if not reviewed:
                 # Offered once due, then refreshed on every pass until an agent takes it.
                 report.reviews_offered += await self._offer_review(
@@ -139,6 +142,13 @@ class ReviewKeeper:
             else:
                 await self._maybe_fix(rstore, issue, pull, state, feedback, report)
         return report
+
+    @property
+    def _gated(self) -> bool:
+        """Whether a PR's checks may hold its review (`checks.review_when_green`, the
+        overlap hold)."""
+        cfg = self.settings.checks
+        return cfg.enabled and (cfg.review_when_green != "off" or cfg.hold_overlapping)
 
     # --- timers: a review or fix is offered when it becomes due, not at the next pass ------
 
@@ -417,6 +427,11 @@ class ReviewKeeper:
         if author in self.review.ignored_authors:
             return False
         return not self.review.allowed_authors or author in self.review.allowed_authors
+
+
+def _green(record: dict[str, Any] | None) -> bool:
+    """A PR whose checks let its review through; not read yet: not yet."""
+    return bool(record and (record.get("verdict") or {}).get("review_ok"))
 
 
 def fix_payload(

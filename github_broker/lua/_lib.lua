@@ -841,7 +841,9 @@ end
 -- just gave up in this request), 'cooldown' (its cool-down on the issue: a failure, or a
 -- person revoked it from the agent), 'held' (a lease holds it though it is still indexed),
 -- 'reserved' (reassigned to a named agent), 'review_author' (the review of its own work
--- while someone else may take it). Second value: the task's value when it was read.
+-- while someone else may take it), 'author_first' (a fix of a failing check or a conflict,
+-- offered to the PR's author alone for a while). Second value: the task's value when it was
+-- read.
 local function task_verdict(C, id, agent, skip_id, skip_n, now)
   local n = string.match(id, ':(%d+)$')
   if id == skip_id or n == skip_n then return 'given_up' end
@@ -859,6 +861,18 @@ local function task_verdict(C, id, agent, skip_id, skip_n, now)
       local _, _, _, author, since = task_fields(raw)
       if author == agent and since + C.author_fallback_ms > now then
         return 'review_author', raw
+      end
+    end
+    return nil, raw
+  end
+  -- Checks: a fix or rebase task from CI names the PR's author, who has it alone for
+  -- fix_author_ms (review fixes name nobody).
+  if C.fix_author_ms > 0 and string.sub(id, 1, 4) == 'fix:' then
+    local raw = redis.call('HGET', C.K.tasks, id)
+    if raw then
+      local _, _, _, author, since = task_fields(raw)
+      if author ~= '' and author ~= agent and since + C.fix_author_ms > now then
+        return 'author_first', raw
       end
     end
     return nil, raw

@@ -4,7 +4,9 @@
 -- ARGV[6] agent that did the development work ('' if unknown), ARGV[7] branch,
 -- ARGV[8] payload JSON (review: kept in review_state:{n}; fix: task:fix:{pr}),
 -- ARGV[9] TTL of task:fix:{pr} in seconds, ARGV[10] '1' for a fix posted directly by a
--- maintainer (allowed outside a needs-review cycle).
+-- maintainer (allowed outside a needs-review cycle), ARGV[11] the review_state field that
+-- counts this kind of round ('' = fix_rounds; fixes from failing checks and rebases count
+-- in ci_rounds).
 -- An existing fix task is left alone, and a review is offered only once per needs-review
 -- cycle, so the same feedback is never handed out twice. A review that waits in the pool
 -- (not leased yet) gets the newer payload: the reviewer sees the feedback gathered by the
@@ -53,7 +55,7 @@ else
     end
   end
   redis.call('SET', C.fix .. pr, payload, 'EX', tonumber(ARGV[9]))
-  redis.call('HINCRBY', state_key, 'fix_rounds', 1)
+  redis.call('HINCRBY', state_key, (ARGV[11] and ARGV[11] ~= '') and ARGV[11] or 'fix_rounds', 1)
 end
 local now = now_ms()
 redis.call('HSET', C.K.tasks, task_id, task_value(score, role, pr, author, now, branch))

@@ -34,6 +34,11 @@ CAUSES = {
     ),
     "held": ("held", "a lease holds it (its index entry is cleaned by the next claim)"),
     "given_up": ("cooldown", "the task you just gave up"),
+    "author_first": (
+        "author_first",
+        "a fix of another agent's PR (failing checks or a conflict): offered to its author "
+        "first (checks.author_first_s)",
+    ),
 }
 #: What each way of waiting on a person means.
 WAITING = {
@@ -41,6 +46,9 @@ WAITING = {
     "needs_human": "labelled needs-human: a person must look at it (retry clears it)",
     "budget": "its budget is reached: set aside until a maintainer retries it",
     "held": "held by a maintainer until a retry",
+    "checks_failed": "its PR's checks still fail after every fix round: a person must look",
+    "checks_stale": "its PR's checks are pending too long: re-run them or fix CI",
+    "checks_approval": "its PR's workflows wait for a maintainer's approval",
 }
 
 
@@ -55,7 +63,8 @@ class Verdict(BaseModel):
     issue: int
     url: str = ""
     priority: int | None
-    #: next | queued | held | outside_bucket | role | cooldown | review_author | paused |
+    #: next | queued | held | outside_bucket | role | cooldown | review_author | author_first |
+    #: paused |
     #: repo_paused | skipped | waiting_on_person | waiting | out_of_service
     verdict: str
     detail: str

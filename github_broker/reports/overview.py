@@ -19,7 +19,7 @@ from github_broker.models import (
 )
 from github_broker.reports.explain import Verdict, explain, no_task_detail
 from github_broker.reports.health import RepoHealth, health, repo_health
-from github_broker.reports.status import waiting_reviews
+from github_broker.reports.status import OverlappingPR, overlapping, waiting_reviews
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
 
@@ -109,6 +109,10 @@ class ReviewRow:
     step: str
     state: str
     fix_rounds: int
+    #: The PR's checks in words (running, failed, conflict, green), "" while not read.
+    checks: str = ""
+    #: Fix and rebase rounds from checks and conflicts so far.
+    check_rounds: int = 0
 
 
 @dataclass
@@ -134,6 +138,8 @@ class RepoOverview:
     #: The repository's maintenance pause (its own or the broker's), if any.
     paused: dict[str, Any] | None = None
     health: RepoHealth | None = None
+    #: Open agent PRs changing the same files, with a suggested merge order.
+    overlaps: list[OverlappingPR] = field(default_factory=list)
 
 
 @dataclass
@@ -215,6 +221,7 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
         ],
         paused=await rstore.repo_pause(),
         health=await repo_health(rstore, settings),
+        overlaps=overlapping(await rstore.checks_records()),
     )
 
 
@@ -302,6 +309,8 @@ async def _reviews(
                 step=review.step,
                 state=review.detail,
                 fix_rounds=review.fix_rounds,
+                checks=review.checks,
+                check_rounds=review.check_rounds,
             )
         )
     return rows

@@ -231,12 +231,22 @@ def _reviews(r: RepoOverview, now: int, rows: int) -> list[str]:
                 f"#{v.pr}" if v.pr else "none",
                 age(v.due_ms, now) if v.due_ms else "-",
                 f"{v.step}: {v.state}",
-                str(v.fix_rounds),
+                f"{v.fix_rounds} + {v.check_rounds} from checks"
+                if v.check_rounds
+                else str(v.fix_rounds),
             ]
             for v in r.reviews[:rows]
         ],
     )
-    return out + _more(min(rows, len(r.reviews)), len(r.reviews), "reviews")
+    out += _more(min(rows, len(r.reviews)), len(r.reviews), "reviews")
+    for ov in r.overlaps:
+        order = " then ".join(f"#{pr}" for pr in ov.merge_order)
+        others = ", ".join(f"#{pr}" for pr in ov.with_prs)
+        out.append(
+            f"  PR #{ov.pr} (#{ov.issue}) overlaps {others} on {', '.join(ov.files)}; "
+            f"merge order: {order}"
+        )
+    return out
 
 
 def _skipped(r: RepoOverview, now: int, rows: int) -> list[str]:

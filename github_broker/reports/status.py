@@ -23,11 +23,31 @@ class WaitingReview(BaseModel):
     pr: int | None
     pr_url: str
     #: waiting_delay | no_linked_pr | review_ready | review_held | fix_ready | fix_held |
-    #: awaiting_feedback | needs_human | not_checked
+    #: awaiting_feedback | needs_human | not_checked | waiting_for_checks | checks_failed |
+    #: conflict | checks_stale | approval_required
     step: str
     due_at: str | None
     fix_rounds: int
     detail: str
+    #: The PR's checks in words (leader/checks.py): checks running, checks failed (which),
+    #: conflict, green; "" while not read.
+    checks: str = ""
+    #: Fix and rebase rounds from checks and conflicts so far, and the cap.
+    check_rounds: int = 0
+    #: The issue's state in GitHub's agent-task vocabulary, with `detail` as its reason.
+    state: TaskState = TaskState.QUEUED
+
+
+class OverlappingPR(BaseModel):
+    """An open agent PR that changes files another one changes too."""
+
+    issue: int
+    pr: int
+    #: The files it shares with the others.
+    files: list[str]
+    with_prs: list[int]
+    #: The suggested merge order of the group: smaller first, then older (docs/checks.md).
+    merge_order: list[int]
 
 
 class LeaseStatus(BaseModel):
@@ -85,6 +105,8 @@ class RepoStatus(BaseModel):
     waiting_on_people: list[WaitingOnPerson]
     #: The newest tasks whose leases ended (RECENT_TASKS at most), newest first.
     recent_tasks: list[EndedTask] = []
+    #: Open agent PRs changing the same files, with a suggested merge order.
+    overlapping_prs: list[OverlappingPR] = []
     pending_github_writes: int
     #: Age in seconds of the oldest due GitHub write (0: GitHub is up to date).
     github_write_lag_s: float = 0.0
@@ -123,6 +145,7 @@ async def repo_status(rstore: RepoStore, settings: Settings) -> RepoStatus:
             for n, w in sorted((await rstore.waiting()).items())
         ],
         recent_tasks=await recent_tasks(rstore),
+        overlapping_prs=overlapping(await rstore.checks_records()),
         pending_github_writes=await rstore.outbox_size(),
         github_write_lag_s=round(await rstore.outbox_lag_s(), 3),
         last_full_sync=iso_from_ms(int(float(full_at) * 1000)) if full_at else None,
@@ -207,6 +230,7 @@ async def waiting_reviews(
     states = await rstore.review_states(numbers)
     issues = {i.number: i for i in await rstore.get_issues(numbers)}
     held = {lease.issue: lease for lease in leases}
+    checks = await rstore.checks_records(numbers)
     needs_human = settings.labels.needs_human
     out = {}
     for n in numbers:
@@ -214,7 +238,9 @@ async def waiting_reviews(
         issue = issues.get(n)
         link = json.loads(state.get("link") or "{}")
         due_ms = link.get("due_ms")
+        verdict = (checks.get(n) or {}).get("verdict") or {}
         step, detail = _review_step(n, state, link, ready, held.get(n))
+        step, detail = _checks_step(step, detail, state, verdict, settings)
         if issue is not None and needs_human in issue.labels:
             step, detail = "needs_human", "labelled needs-human: no review or fix is handed out"
         if detected is None:
@@ -228,6 +254,81 @@ async def waiting_reviews(
             due_at=iso_from_ms(int(due_ms)) if due_ms else None,
             fix_rounds=int(state.get("fix_rounds", "0")),
             detail=detail,
+            checks=str(verdict.get("detail") or ""),
+            check_rounds=int(state.get("ci_rounds") or 0),
+            state=STEP_STATES.get(step, TaskState.QUEUED),
+        )
+    return out
+
+
+#: A review loop's step in GitHub's agent-task vocabulary.
+STEP_STATES = {
+    "review_held": TaskState.IN_PROGRESS,
+    "fix_held": TaskState.IN_PROGRESS,
+    "waiting_for_checks": TaskState.IN_PROGRESS,
+    "awaiting_feedback": TaskState.WAITING_FOR_USER,
+    "needs_human": TaskState.WAITING_FOR_USER,
+    "checks_stale": TaskState.WAITING_FOR_USER,
+    "approval_required": TaskState.WAITING_FOR_USER,
+    "checks_capped": TaskState.WAITING_FOR_USER,
+    "no_linked_pr": TaskState.WAITING_FOR_USER,
+}
+#: A checks verdict (leader/checks.py) -> the review loop's step while the review waits on it.
+CHECK_STEPS = {
+    "running": "waiting_for_checks",
+    "failed": "checks_failed",
+    "conflict": "conflict",
+    "stale": "checks_stale",
+    "approval": "approval_required",
+}
+
+
+def _checks_step(
+    step: str,
+    detail: str,
+    state: dict[str, str],
+    verdict: dict[str, Any],
+    settings: Settings,
+) -> tuple[str, str]:
+    """What the PR's checks add to the review loop's step: a fix round from them, or the
+    checks the review waits for."""
+    rounds = int(state.get("ci_rounds") or 0)
+    of = settings.checks.max_rounds
+    if (
+        step in ("fix_ready", "fix_held")
+        and rounds
+        and verdict.get("status")
+        in (
+            "failed",
+            "conflict",
+        )
+    ):
+        kind = "rebase" if verdict["status"] == "conflict" else "fix"
+        return step, f"{kind} round {rounds} of {of}: {verdict['detail']}; {detail}"
+    waits = step in ("waiting_delay", "review_ready") or step.startswith("checks")
+    if not verdict or verdict.get("review_ok") or not waits:
+        return step, detail
+    if verdict.get("status") == "failed" and rounds >= of:
+        return "checks_capped", f"{rounds} of {of} fix rounds used: {verdict['detail']}"
+    return CHECK_STEPS.get(str(verdict.get("status")), step), str(verdict.get("detail"))
+
+
+def overlapping(records: dict[int, dict[str, Any]]) -> list[OverlappingPR]:
+    """The tracked PRs whose files overlap (leader/checks.py records them)."""
+    out = []
+    for n, rec in sorted(records.items()):
+        overlap = rec.get("overlap")
+        if not overlap:
+            continue
+        files = sorted({f for o in overlap["with"] for f in o["files"]})
+        out.append(
+            OverlappingPR(
+                issue=n,
+                pr=int(rec["pr"]),
+                files=files,
+                with_prs=[int(o["pr"]) for o in overlap["with"]],
+                merge_order=[int(pr) for pr in overlap["order"]],
+            )
         )
     return out
 

@@ -67,6 +67,15 @@ def banner(sandbox: Sandbox) -> str:
     )
     pulls = f"{sim.base_url}/repos/{SANDBOX_REPO}/pulls"
     grace_s = sandbox.settings.progress.no_pr_grace_s if sandbox.settings else 0
+    ci = "off"
+    if sim.state.ci is not None:
+        red = (
+            f"every {options.red_every}th issue's first push fails it" if options.red_every else ""
+        )
+        ci = (
+            f"{sim.state.ci.check} on every push, red while {sim.state.ci.marker}/… is in the "
+            f"branch; main requires it ({red or 'the demo agents never fail it'})"
+        )
     return f"""\
 github-broker sandbox: everything runs in this process, offline, no GitHub token
   simulated GitHub  {sim.base_url}  ({SANDBOX_REPO}, {open_issues} open issues and PRs)
@@ -75,6 +84,7 @@ github-broker sandbox: everything runs in this process, offline, no GitHub token
   redis             {options.redis_url}
   demo agents       {agents}
   maintainer        {maintainer}
+  fake CI           {ci}
   agent output      {sandbox.logs} (kept after exit)
 
 Point your own agent at it (start with --agents 0 to leave all the work to it):
@@ -91,7 +101,8 @@ Point your own agent at it (start with --agents 0 to leave all the work to it):
   github-broker agent --broker-url {url} --agent-id my-agent -- your-agent-command
 
 Development is done when the branch has commits and a PR is open (the broker reads GitHub;
-a task completed without one comes back after {grace_s:.0f} s). On this simulated GitHub:
+a task completed without one comes back after {grace_s:.0f} s), and the PR goes to review once
+its required checks pass; a failing check becomes a fix task. On this simulated GitHub:
   curl -s -X POST {sim.base_url}/_sim/repos/{SANDBOX_REPO}/push \\
        -d '{{"branch": "feature/issue-1", "author": "my-agent"}}'
   curl -s -X POST {pulls} -H 'Authorization: token me' \\
@@ -197,4 +208,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if isinstance(e, ConfigError) else 1
     except KeyboardInterrupt:
         return 130
-

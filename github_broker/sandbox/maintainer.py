@@ -109,8 +109,10 @@ class Maintainer(StoreLoop):
             return
         try:
             self.sim.state.merge_pull(self.owner, self.repo, pr, user=LOGIN)
-        except ApiError as e:  # merged or closed by someone else meanwhile
+        except ApiError as e:  # merged or closed by someone else meanwhile, or not green yet
             logger.info("%s: PR #%d not merged: %s", SAYS, pr, e)
+            if "Required status check" in e.message:
+                self.acted.pop(n, None)  # its checks still run: merge it once they pass
             return
         closed = "closed by it"
         if self.sim.state.get_issue(self.owner, self.repo, n)["state"] == "open":

@@ -41,6 +41,33 @@ AGENT_EVENTS = {
 }
 
 
+#: Timeline kinds of done-means-green (leader/checks.py) the event log shows, whoever acts.
+CHECK_EVENTS = frozenset(
+    {
+        "checks_running",
+        "checks_failed",
+        "checks_green",
+        "checks_fix",
+        "checks_rebase",
+        "conflict",
+        "merged",
+        "fix_withdrawn",
+        "overlap",
+        "wait_checks_failed",
+        "wait_checks_stale",
+        "wait_checks_approval",
+    }
+)
+
+
+def check_event_line(event: Event) -> str:
+    """A done-means-green event: `checks_failed` -> `checks failed: ...`."""
+    kind = event.kind.removeprefix("wait_").replace("_", " ")
+    if event.kind.startswith("wait_"):
+        kind = f"waits on a person ({kind})"
+    return f"broker: {event.repository}#{event.issue} {kind}: {event.detail}"
+
+
 class Loop:
     """A daemon thread running `tick` every `interval_s` until stopped."""
 
@@ -250,3 +277,5 @@ class BrokerWatcher(StoreLoop):
             self.said = None
         if event.kind in AGENT_EVENTS and event.agent and event.agent not in self.demo_agents:
             logger.info("%s", agent_event_line(event))
+        if event.kind in CHECK_EVENTS:
+            logger.info("%s", check_event_line(event))

@@ -53,7 +53,13 @@ SANDBOX_OVERRIDES: dict[str, Any] = {
     # A task completed without a PR comes back in 30 s, and its agent may retry it a minute on.
     "progress": {"no_pr_grace_s": 30, "branch_check_interval_s": 5},
     "failures": {"cooldown_s": 60},
+    # A fix of a failing check goes to the PR's author alone for 10 s; pending checks are
+    # flagged after two minutes.
+    "checks": {"author_first_s": 10, "pending_stale_s": 120},
 }
+#: On every Nth issue the demo agents' development push makes the fake CI fail (red -> fix
+#: task -> green); 0: never.
+RED_EVERY = 3
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,8 @@ class Options:
     maintainer: bool = True
     #: The maintainer asks for changes once on every Nth reviewed PR (0: never).
     changes_every: int = 3
+    #: On every Nth issue the development push makes CI fail (0: never).
+    red_every: int = RED_EVERY
 
 
 def _short_intervals() -> dict[str, Any]:
@@ -229,6 +237,8 @@ class Sandbox:
             self.sim.base_url,
             "--seconds",
             str(self.options.work_s),
+            "--red-every",
+            str(self.options.red_every),
         ]
         config = RunnerConfig(
             command=command,

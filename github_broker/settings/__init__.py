@@ -6,12 +6,14 @@ admin tokens) come from the environment or from files named in the config, never
 the YAML itself being committed with them.
 
 Sections by what they configure: `connections` (GitHub, Redis), `work` (polling, leases,
-reviews, failures, progress, budgets), `issues` (repositories, roles, labels, bodies),
+reviews, failures, progress, budgets), `checks` (CI and mergeability of the broker's PRs),
+`issues` (repositories, roles, labels, bodies),
 `server` (HTTP server, webhooks, commands, audit); `root` holds `Settings`, `loading` reads
 the config directory, `messages` words a refused configuration.
 """
 
 from github_broker.settings.base import AGENT_ID_RE, DEFAULTS_DIR, ENV_PREFIX
+from github_broker.settings.checks import ChecksSettings
 from github_broker.settings.connections import GitHubSettings, RedisSettings
 from github_broker.settings.issues import BodyPatterns, LabelNames, Repository, Role, label_clash
 from github_broker.settings.loading import default_config_dir, load_settings
@@ -39,6 +41,7 @@ __all__ = [
     "AuditSettings",
     "BodyPatterns",
     "BudgetSettings",
+    "ChecksSettings",
     "CommandSettings",
     "FailureSettings",
     "GitHubSettings",

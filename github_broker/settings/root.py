@@ -18,6 +18,7 @@ from pydantic_settings import (
 )
 
 from github_broker.settings.base import AGENT_ID_RE, ENV_PREFIX
+from github_broker.settings.checks import ChecksSettings
 from github_broker.settings.connections import GitHubSettings, RedisSettings
 from github_broker.settings.issues import BodyPatterns, LabelNames, Repository, Role, label_clash
 from github_broker.settings.server import (
@@ -68,6 +69,7 @@ class Settings(BaseSettings):
     audit: AuditSettings = AuditSettings()
     labels: LabelNames = LabelNames()
     review: ReviewSettings = ReviewSettings()
+    checks: ChecksSettings = ChecksSettings()
     body: BodyPatterns = BodyPatterns()
     server: ServerSettings = ServerSettings()
     webhooks: WebhookSettings = WebhookSettings()

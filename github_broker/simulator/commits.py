@@ -1,8 +1,10 @@
 """The commit graph of a simulated repository: commits, ancestry, and a commit's REST shape.
 
-The simulator holds no files, only commits: a sha, its parents, a message, an author and a
-`seq` (the order commits were made in, which is what "chronological" means here). A sha no
-record describes (a repository made before commits were recorded) reads as a root commit.
+A commit is a sha, its parents, a message, an author, a `seq` (the order commits were made in,
+which is what "chronological" means here) and the files it changes (`files`: path -> content,
+None for a deletion; most commits change none). A sha no record describes (a repository made
+before commits were recorded) reads as a root commit with no files. A commit's tree is every
+change of its ancestry applied in `seq` order (a merge commit's two sides included).
 """
 
 from __future__ import annotations
@@ -24,10 +26,18 @@ _ABBREV = re.compile(r"[0-9a-f]{7,40}")
 
 
 def add(
-    repo: Repo, parents: list[str], *, message: str, author: str, timestamp: str, seq: int
+    repo: Repo,
+    parents: list[str],
+    *,
+    message: str,
+    author: str,
+    timestamp: str,
+    seq: int,
+    files: dict[str, str | None] | None = None,
 ) -> Record:
     sha = fake_sha(repo.full_name, "commit", seq)
     rec: Record = {
+        "files": dict(files or {}),
         "sha": sha,
         "parents": list(parents),
         "message": message,
@@ -87,6 +97,28 @@ def only_in(repo: Repo, head: str, excluded: set[str]) -> list[Record]:
         (get(repo, sha) for sha in ancestry(repo, head) - excluded),
         key=lambda c: (c["seq"], c["sha"]),
     )
+
+
+def changes(repo: Repo, head: str, excluded: set[str]) -> dict[str, str | None]:
+    """What the commits reachable from `head` and not in `excluded` do to files, applied
+    oldest first: path -> content after them (None: deleted)."""
+    out: dict[str, str | None] = {}
+    for rec in only_in(repo, head, excluded):
+        out.update(rec.get("files") or {})
+    return out
+
+
+def diff(repo: Repo, base: str | None, head: str) -> dict[str, str | None]:
+    """What `head` changes since `base` (a merge base, None: nothing): path -> content
+    (None: deleted), leaving out files it changed back as they were (added and deleted)."""
+    below = ancestry(repo, base) if base else set()
+    before = tree(repo, base) if base else {}
+    return {p: c for p, c in changes(repo, head, below).items() if before.get(p) != c}
+
+
+def tree(repo: Repo, sha: str) -> dict[str, str]:
+    """The files at commit `sha`: path -> content."""
+    return {p: c for p, c in changes(repo, sha, set()).items() if c is not None}
 
 
 def merge_base(repo: Repo, a: str, b: str) -> str | None:

@@ -144,7 +144,13 @@ def _issue(
 
 
 def _push(svc: Services, owner: str, repo: str, body: dict[str, Any]) -> Response:
-    """{"branch", "message"?, "author"?, "count"?, "parent"?, "base"?}: see RefStore.push."""
+    """{"branch", "message"?, "author"?, "count"?, "parent"?, "base"?, "files"?, "merge"?}:
+    see RefStore.push."""
+    files = body.get("files")
+    if files is not None and not (
+        isinstance(files, dict) and all(isinstance(v, str | None) for v in files.values())
+    ):
+        raise ApiError(400, '"files" must map paths to contents (null deletes)')
     pushed = svc.state.push(
         owner,
         repo,
@@ -154,6 +160,8 @@ def _push(svc: Services, owner: str, repo: str, body: dict[str, Any]) -> Respons
         count=int(body.get("count", 1)),
         parent=body.get("parent"),
         base=body.get("base"),
+        files=files,
+        merge=body.get("merge"),
     )
     return Response(201, pushed)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 from . import control
+from . import routes_checks as _routes_checks  # noqa: F401  (registers its routes)
 from . import routes_people as _routes_people  # noqa: F401  (registers its routes on ROUTER)
 from .faults import ERROR, PRIMARY_RATE_LIMIT, FaultRule, Faults
 from .messages import ApiError, Request, Response, decode_json

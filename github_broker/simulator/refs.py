@@ -240,11 +240,16 @@ class RefStore(IssueStore):
         count: int = 1,
         parent: str | None = None,
         base: str | None = None,
+        files: dict[str, str | None] | None = None,
+        merge: str | None = None,
     ) -> dict[str, Any]:
         """What `git push` of ``count`` new commits does to ``branch``: the first commit's
         parent is ``parent`` (default: the branch's tip; a new branch starts from ``base``,
         default the default branch), each next one's the one before. A ``parent`` the tip
-        does not descend from rewrites history: GitHub reports that push as forced."""
+        does not descend from rewrites history: GitHub reports that push as forced.
+        ``files`` (path -> content, None deletes): what the last commit changes. ``merge``:
+        a branch merged in by the last commit (a second parent; its changes are taken,
+        the pushed branch's own win where both changed a file)."""
         if count < 1:
             raise ApiError(422, "count must be at least 1")
         with self.lock:
@@ -266,11 +271,28 @@ class RefStore(IssueStore):
                 tip = start
             for i in range(count):
                 text = message if count == 1 else f"{message} ({i + 1}/{count})"
-                tip = self.commit(r, [tip], message=text, author=author)["sha"]
+                last = i == count - 1
+                parents = [tip]
+                if last and merge is not None:
+                    other = r.refs.get(f"refs/heads/{merge}")
+                    if other is None:
+                        raise NotFound("Branch not found")
+                    parents.append(other)
+                    files = {**commits.changes(r, tip, commits.ancestry(r, other)), **(files or {})}
+                changed = files if last else None
+                tip = self.commit(r, parents, message=text, author=author, files=changed)["sha"]
             push = self._move(r, full, tip, self.user(author))
             return {k: push[k] for k in ("ref", "before", "after", "created", "forced")}
 
-    def commit(self, repo: Repo, parents: list[str], *, message: str, author: str) -> Record:
+    def commit(
+        self,
+        repo: Repo,
+        parents: list[str],
+        *,
+        message: str,
+        author: str,
+        files: dict[str, str | None] | None = None,
+    ) -> Record:
         """Record a new commit (no ref moves)."""
         return commits.add(
             repo,
@@ -279,7 +301,11 @@ class RefStore(IssueStore):
             author=self.user(author),
             timestamp=self.now(),
             seq=self.next_id(),
+            files=files,
         )
+
+    def ref_moved(self, repo: Repo, ref: str, push: Record) -> None:
+        """Called under the lock after every ref move (checks.py: mergeability, fake CI)."""
 
     def _check_new_ref(self, repo: Repo, ref: str) -> None:
         if not ref.startswith("refs/") or ref.count("/") < 2:
@@ -332,6 +358,7 @@ class RefStore(IssueStore):
                 )
         if self.push_observer is not None:
             self.push_observer(self, repo, push)
+        self.ref_moved(repo, ref, push)
         return push
 
     def _synchronize_pulls(self, repo: Repo, ref: str, after: str | None) -> list[int]:

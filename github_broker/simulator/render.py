@@ -260,6 +260,9 @@ def pull(ctx: Ctx, repo: Repo, rec: Record) -> dict[str, Any]:
     # closed PR keeps the head it closed with, as on GitHub.
     head_sha = pr["head_sha"]
     base_sha = repo.refs.get(f"refs/heads/{pr['base']}", pr["base_sha"])
+    merge = (
+        (None, "unknown", False) if pr["merged"] else pr.get("merge_cache", (None, "unknown", None))
+    )
     assignees = [ctx.user(login) for login in rec["assignees"]]
     return {
         "url": url,
@@ -298,9 +301,10 @@ def pull(ctx: Ctx, repo: Repo, rec: Record) -> dict[str, Any]:
         "auto_merge": None,
         "draft": pr["draft"],
         "merged": pr["merged"],
-        "mergeable": None if pr["merged"] else True,
-        "rebaseable": not pr["merged"],
-        "mergeable_state": "unknown" if pr["merged"] else "clean",
+        # Worked out in the background (checks.py): null until a read asked for it.
+        "mergeable": merge[0],
+        "rebaseable": merge[2],
+        "mergeable_state": merge[1],
         "merged_by": ctx.user(pr["merged_by"]),
         "comments": rec["comments"],
         "review_comments": pr["review_comments"],

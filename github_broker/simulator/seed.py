@@ -74,7 +74,13 @@ def load_seed(source: str | os.PathLike[str]) -> dict[str, Any]:
 
 def apply_seed(state: SimState, seed: Mapping[str, Any]) -> None:
     """Create the seed's repositories, labels, branches, collaborators (``login: role``),
-    issues and pull requests."""
+    required status checks (``protection: {branch: [check, ...]}``), issues and pull
+    requests; a top-level ``ci:`` mapping starts the fake CI (fake_ci.py: check, marker,
+    delay_s, approval_for)."""
+    if seed.get("ci") is not None:
+        from .fake_ci import FakeCI
+
+        state.ci = FakeCI(**dict(seed["ci"]))
     for repo in seed.get("repositories") or []:
         owner, name = repo.get("owner"), repo.get("name")
         if not owner or not name:
@@ -94,6 +100,8 @@ def apply_seed(state: SimState, seed: Mapping[str, Any]) -> None:
                 state.set_collaborator(owner, name, str(login), str(role_name(str(role))))
             except ValueError as exc:
                 raise ValueError(f"seed collaborator {login!r} of {owner}/{name}: {exc}") from exc
+        for branch, contexts in (repo.get("protection") or {}).items():
+            state.protect(owner, name, str(branch), [str(c) for c in contexts])
         for issue in repo.get("issues") or []:
             _seed_issue(state, owner, name, issue)
         for pull in repo.get("pulls") or []:

@@ -157,6 +157,8 @@ class Simulator:
             return
         self.faults.release()  # wake requests hanging in a timeout fault
         self.webhooks.close()
+        if self.state.ci is not None:
+            self.state.ci.close()  # its runs still waiting to complete
         httpd.shutdown()
         httpd.server_close()
         if self._thread is not None:

@@ -8,12 +8,12 @@ import re
 from typing import Any
 
 from . import render
+from .checks import CheckStore
 from .collaborators import CollaboratorStore
 from .issues import TimeLike
 from .messages import ApiError, NotFound, validation_failed
 from .model import Record, Repo, normalize_time
 from .reactions import ReactionStore
-from .refs import RefStore
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ _CLOSING_KEYWORD = re.compile(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s*:?
 _PULL_SORTS = {"created": "created", "updated": "updated", "popularity": "comments"}
 
 
-class SimState(RefStore, CollaboratorStore, ReactionStore):
+class SimState(CheckStore, CollaboratorStore, ReactionStore):
     """Thread-safe store of the simulated GitHub; see IssueStore for the conventions."""
 
     # ----- pull requests ---------------------------------------------------------------------
@@ -99,7 +99,10 @@ class SimState(RefStore, CollaboratorStore, ReactionStore):
     ) -> dict[str, Any]:
         with self.lock:
             r = self.repo(owner, repo)
-            return render.pull(self.ctx(base_url), r, self.pull_record(r, number))
+            rec = self.pull_record(r, number)
+            answer = render.pull(self.ctx(base_url), r, rec)
+            self.pull_read(r, rec, answer)
+            return answer
 
     def update_pull(
         self,
@@ -147,6 +150,7 @@ class SimState(RefStore, CollaboratorStore, ReactionStore):
                 raise ApiError(405, "Pull Request is not mergeable")
             if sha is not None and sha != pr["head_sha"]:
                 raise ApiError(409, "Head branch was modified. Review and try the merge again.")
+            self.check_merge(r, rec)
             base_ref = f"refs/heads/{pr['base']}"
             title = commit_title or f"Merge pull request #{number} from {r.owner}/{pr['head']}"
             parents = [r.refs.get(base_ref, pr["base_sha"]), pr["head_sha"]]

@@ -146,6 +146,7 @@ class WebhookDispatcher:
                 self._snapshot_all(state)
                 state.observer = self.observe
                 state.push_observer = self.pushed
+                state.event_observer = self.emitted
             with self._lock:
                 self._hooks.append(hook)
             for repo in state.repo_records():
@@ -280,6 +281,20 @@ class WebhookDispatcher:
                 "pull_request": render.pull(ctx, repo, repo.issues[number]),
             }
             self._emit(state, repo, "pull_request", "synchronize", fields, sender=pusher)
+
+    def emitted(
+        self,
+        state: Any,
+        repo: Repo,
+        event: str,
+        action: str,
+        fields: dict[str, Any],
+        sender: str | None = None,
+    ) -> None:
+        """An event another store made (checks.py: check runs and suites, statuses,
+        workflow runs), sent by `sender`."""
+        if self._hooks:
+            self._emit(state, repo, event, action, fields, sender=sender)
 
     def _emit(
         self,

@@ -1,5 +1,6 @@
 """One repository's store: its parts (mirror, leases, reviews, write queue, webhooks,
-timeline) over one client, one key set and the scripts compiled with its context."""
+timeline, control, checks) over one client, one key set and the scripts compiled with its
+context."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import redis.asyncio as aioredis
 from github_broker.keys import RepoKeys
 from github_broker.models import SCORE_GROUP
 from github_broker.settings import Settings
+from github_broker.store.checks import ChecksStore
 from github_broker.store.control import ControlStore
 from github_broker.store.ended import EndedLeases
 from github_broker.store.history import HISTORY_HOUR_TTL_S, HISTORY_MINUTE_TTL_S, History
@@ -35,6 +37,7 @@ class RepoStore(
     Timeline,
     ControlStore,
     History,
+    ChecksStore,
 ):
     """Redis state of one repository: every part's reads and writes."""
 
@@ -149,6 +152,7 @@ def _rule_context(settings: Settings) -> dict[str, Any]:
         "cand_s": settings.leases.candidate_ttl_s,
         "tomb_s": LEASE_END_TTL_S,
         "author_fallback_ms": int(settings.review.author_fallback_s * 1000),
+        "fix_author_ms": int(settings.checks.author_first_s * 1000),
         "priority_unit": 4 * SCORE_GROUP,
         "indexed": len(settings.repositories) > 1,
         "roles": sorted(set(settings.roles) | ({settings.review.review_role} - {None})),

@@ -24,9 +24,11 @@ class ReviewStore(RepoBase):
         branch: str,
         payload: dict[str, Any],
         direct: bool = False,
+        rounds_field: str = "",
     ) -> int:
         """Offer a review or fix task (see task_put.lua): 1 added, 2 waiting review refreshed,
-        0 when it exists or isn't wanted."""
+        0 when it exists or isn't wanted. `rounds_field`: the review_state field counting this
+        kind of round ('' fix_rounds; `ci_rounds` for fixes from checks and rebases)."""
         res = await self._run(
             "task_put",
             task_id,
@@ -38,6 +40,7 @@ class ReviewStore(RepoBase):
             json.dumps(payload),
             self.settings.review.fix_task_ttl_s,
             "1" if direct else "0",
+            rounds_field,
         )
         return int(res)
 

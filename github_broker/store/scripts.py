@@ -60,6 +60,7 @@ class Scripts:
         "control",
         "lease_upkeep",
         "task_put",
+        "checks_upkeep",
         "labels_want",
         "heartbeat",
         "finish",

@@ -17,8 +17,20 @@ EVENTS = frozenset(
         "pull_request_review",
         "pull_request_review_comment",
         "push",
+        # Done means green (leader/checks.py): the tracked PRs' CI.
+        "check_run",
+        "check_suite",
+        "status",
+        "workflow_run",
     }
 )
+#: Check events: the object each carries, with the fields the worker reads.
+_CHECK_OBJECTS = {
+    "check_run": ("check_run", ("head_sha", "name")),
+    "check_suite": ("check_suite", ("head_sha",)),
+    "workflow_run": ("workflow_run", ("head_sha",)),
+    "status": (None, ("sha", "context", "state")),
+}
 
 
 #: GitHub's timestamps: `2026-11-23T10:00:00Z` (compared as strings by the mirror).
@@ -27,6 +39,13 @@ _ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 def check_shape(event: str, payload: dict[str, Any]) -> None:
     """The fields the worker reads, checked before anything is queued."""
+    if event in _CHECK_OBJECTS:
+        key, fields = _CHECK_OBJECTS[event]
+        item = payload.get(key) if key else payload
+        if not isinstance(item, dict) or not all(isinstance(item.get(f), str) for f in fields):
+            where = f"`{key}`" if key else "the payload"
+            raise InvalidRequest(f"{event} delivery without {', '.join(fields)} in {where}")
+        return
     if event == "push":
         if not isinstance(payload.get("ref"), str) or not isinstance(payload.get("after"), str):
             raise InvalidRequest("push delivery without `ref` and `after`")
