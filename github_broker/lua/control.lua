@@ -108,6 +108,7 @@ end
 -- with `raise` ({tokens, cost}: JSON), the issue's budget raised to that and the count kept.
 -- Returns the outcome's words ('' when there was nothing to do).
 local function retry_usage(raise)
+  raise = raise or ''
   local raw = redis.call('HGET', C.usage, n)
   if raise ~= '' then
     local u = cjson.decode(raw or '{"tokens":0,"cost":0}')
