@@ -1,4 +1,5 @@
-"""GitHub's GraphQL endpoint, reduced to the label mutations the broker sends.
+"""GitHub's GraphQL endpoint, reduced to the label mutations the broker sends (and the
+queries over issues and their relationships: graphql_queries.py).
 
 `POST /graphql` takes ``{"query": ..., "variables": ...}``. Implemented: mutation documents
 whose root fields are ``addLabelsToLabelable`` and ``removeLabelsFromLabelable`` (aliases
@@ -51,6 +52,10 @@ def handle(svc: Services, req: Request) -> Response:
     variables = body.get("variables") or {}
     if not isinstance(query, str) or not isinstance(variables, dict):
         return _errors("A query attribute must be specified and must be a string.")
+    if not query.lstrip().startswith("mutation"):
+        from .graphql_queries import handle_query  # queries over issues and their links
+
+        return handle_query(svc, req, query, variables)
     try:
         fields = _Parser(query).mutation()
         calls = [_resolve_call(f, variables) for f in fields]
