@@ -2,15 +2,25 @@
 
 Blocking by nature (PyGithub is synchronous): async callers run these methods in a worker
 thread (`asyncio.to_thread`), never on the event loop. `transport.py` makes the requests
-(quota, pacing, conditional cache, errors), `reads.py` and `writes.py` the endpoints.
+(quota, pacing, conditional cache, errors), `reads.py` and `writes.py` the endpoints,
+`planning.py` the dependency graph read in bulk (GraphQL).
 """
 
+from github_broker.gateway.planning import IssueLinks, Linked, PlanningReads
 from github_broker.gateway.reads import Page, Reads
 from github_broker.gateway.transport import Transport, counting_calls, network_problem
 from github_broker.gateway.writes import Writes
 
-__all__ = ["GitHubGateway", "Page", "Transport", "counting_calls", "network_problem"]
+__all__ = [
+    "GitHubGateway",
+    "IssueLinks",
+    "Linked",
+    "Page",
+    "Transport",
+    "counting_calls",
+    "network_problem",
+]
 
 
-class GitHubGateway(Reads, Writes):
+class GitHubGateway(Reads, Writes, PlanningReads):
     """Thin, typed access to the REST endpoints the broker uses."""

@@ -7,7 +7,8 @@ the YAML itself being committed with them.
 
 Sections by what they configure: `connections` (GitHub, Redis), `work` (polling, leases,
 reviews, failures, progress, budgets), `issues` (repositories, roles, labels, bodies),
-`server` (HTTP server, webhooks, commands, audit); `root` holds `Settings`, `loading` reads
+`server` (HTTP server, webhooks, commands, audit), `planning` (dependencies and sub-issues,
+GitHub's Priority field and issue types); `root` holds `Settings`, `loading` reads
 the config directory, `messages` words a refused configuration.
 """
 
@@ -15,6 +16,7 @@ from github_broker.settings.base import AGENT_ID_RE, DEFAULTS_DIR, ENV_PREFIX
 from github_broker.settings.connections import GitHubSettings, RedisSettings
 from github_broker.settings.issues import BodyPatterns, LabelNames, Repository, Role, label_clash
 from github_broker.settings.loading import default_config_dir, load_settings
+from github_broker.settings.planning import DependencySettings, PlanningSettings
 from github_broker.settings.root import Settings
 from github_broker.settings.server import (
     AuditSettings,
@@ -39,10 +41,12 @@ __all__ = [
     "BodyPatterns",
     "BudgetSettings",
     "CommandSettings",
+    "DependencySettings",
     "FailureSettings",
     "GitHubSettings",
     "LabelNames",
     "LeaseSettings",
+    "PlanningSettings",
     "PollSettings",
     "ProgressSettings",
     "RedisSettings",

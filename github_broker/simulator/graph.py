@@ -57,7 +57,7 @@ def node_of(repo: Repo, rec: Record) -> Node:
     node = rec.get("links")
     if node is None:
         node = rec["links"] = Node(repo, rec)
-    return node  # type: ignore[no-any-return]
+    return node
 
 
 def _refused(message: str, field_name: str = "issue_id") -> ApiError:

@@ -162,7 +162,7 @@ class PlanningStore(SubIssueStore):
             for item in values:
                 if not isinstance(item, dict):
                     raise validation_failed("IssueFieldValue", "issue_field_values", "invalid")
-                field = fields.get(item.get("field_id"))  # type: ignore[arg-type]
+                field = fields.get(item.get("field_id"))
                 if field is None:
                     raise NotFound()
                 current[field["id"]] = {

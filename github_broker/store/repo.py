@@ -11,6 +11,7 @@ from github_broker.keys import RepoKeys
 from github_broker.models import SCORE_GROUP
 from github_broker.settings import Settings
 from github_broker.store.control import ControlStore
+from github_broker.store.graph import GraphStore
 from github_broker.store.leases import LeaseRegistry
 from github_broker.store.mirror import IssueMirror
 from github_broker.store.reviews import ReviewStore
@@ -25,7 +26,14 @@ LEASE_END_TTL_S = 86400
 
 
 class RepoStore(
-    IssueMirror, LeaseRegistry, ReviewStore, WriteQueue, WebhookQueue, Timeline, ControlStore
+    IssueMirror,
+    LeaseRegistry,
+    ReviewStore,
+    WriteQueue,
+    WebhookQueue,
+    Timeline,
+    ControlStore,
+    GraphStore,
 ):
     """Redis state of one repository: every part's reads and writes."""
 
@@ -115,6 +123,13 @@ def _key_context(keys: RepoKeys) -> dict[str, Any]:
         "outbox_taken": keys.outbox_taken,
         "sync": keys.sync,
         "sync_pages": keys.sync_pages,
+        "deps": keys.graph_deps,
+        "dependents": keys.graph_dependents,
+        "dep_state": keys.graph_state,
+        "blocked": keys.graph_blocked,
+        "order": keys.graph_order,
+        "cycles": keys.graph_cycles,
+        "repository_lower": keys.full_name.lower(),
     }
 
 
@@ -141,7 +156,17 @@ def _rule_context(settings: Settings) -> dict[str, Any]:
         "settle_grace_ms": int(settings.leases.settle_grace_s * 1000),
         "max_failures": settings.failures.max_failures,
         "cooldown_s": settings.failures.cooldown_s,
+        **_graph_context(settings),
     }
+
+
+def _graph_context(settings: Settings) -> dict[str, Any]:
+    """The dependency rules the claim and graph_save.lua apply (docs/dependencies.md)."""
+    deps = settings.dependencies
+    done = ["completed"]
+    if deps.not_planned == "unblock":
+        done += ["not_planned", "duplicate"]
+    return {"graph": deps.enabled, "dep_done": done, "after_handout": deps.after_handout}
 
 
 def durability_command(settings: Settings) -> tuple[Any, ...]:
