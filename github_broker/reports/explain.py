@@ -13,9 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from github_broker.claim.rules import Rules
 from github_broker.claim.walk import judge
 from github_broker.clock import iso_from_ms, now_ms, span
 from github_broker.models import Issue, Judgement, priority_of_score
+from github_broker.reports.blockers import blocker_words, same_repository
 from github_broker.reports.status import waiting_reviews
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
@@ -56,7 +58,7 @@ class Verdict(BaseModel):
     url: str = ""
     priority: int | None
     #: next | queued | held | outside_bucket | role | cooldown | review_author | paused |
-    #: repo_paused | skipped | waiting_on_person | waiting | out_of_service
+    #: repo_paused | blocked | skipped | waiting_on_person | waiting | out_of_service
     verdict: str
     detail: str
     #: The issues this one waits for (outside_bucket: the open work that holds the bucket).
@@ -116,12 +118,17 @@ async def _verdicts(
     first_here = giver is j
     if j.out_of_service:
         verdicts.append(_v(0, None, "out_of_service", f"left out of claims: {j.out_of_service}"))
+    cycles = await rstore.cycles()
     for row in j.judged:
         task_id, score, role, why = row["id"], float(row["score"]), row["role"], row["why"]
         n = int(task_id.split(":")[1])
         if n in listed:
             continue  # a review and a fix of one issue: the first one is what it offers
         listed.add(n)
+        if why == "blocked":
+            verdicts.append(_blocked(rstore, n, priority_of_score(score), row.get("blocker"),
+                                     cycles.get(n)))
+            continue
         verdicts.append(_claimable(j, giver, first_here, task_id, n, score, role, why, blockers))
     held_here = await rstore.leases()
     for lease in sorted(held_here, key=lambda lease: lease.issue):
@@ -134,6 +141,10 @@ async def _verdicts(
             detail += f"; stalled: {lease.stalled}"
         verdicts.append(_v(lease.issue, work.get(lease.issue), "held", detail))
         listed.add(lease.issue)
+    for n, b in sorted((await rstore.blocked()).items()):
+        if n not in listed:
+            verdicts.append(_blocked(rstore, n, work.get(n), f"{b.ref} {b.state}", cycles.get(n)))
+            listed.add(n)
     now = now_ms()
     for n, w in sorted((await rstore.waiting()).items()):
         if n in listed:
@@ -157,12 +168,50 @@ async def _verdicts(
         labels = ", ".join(issue.labels)
         detail = f"no claimable task for it now ({labels})"
         verdicts.append(_v(issue.number, work.get(issue.number), "waiting", detail))
-    urls = {i.number: i.html_url for i in await rstore.get_issues(sorted(listed | set(rest)))}
+    shown = {i.number: i for i in await rstore.get_issues(sorted(listed | set(rest)))}
+    rules = Rules(settings)
     for verdict in verdicts:
-        verdict.url = urls.get(verdict.issue, "")
+        mirrored = shown.get(verdict.issue)
+        verdict.url = mirrored.html_url if mirrored else ""
         for blocker in verdict.blocking:
-            blocker.url = blocker.url or urls.get(blocker.issue, "")
+            ahead = shown.get(blocker.issue)
+            blocker.url = blocker.url or (ahead.html_url if ahead else "")
+        if mirrored is not None:
+            _planning_words(rules, verdict, mirrored, shown)
     return verdicts
+
+
+def _planning_words(
+    rules: Rules, verdict: Verdict, issue: Issue, shown: dict[int, Issue]
+) -> None:
+    """What GitHub's planning data decided for a claimable issue: a sub-issue behind its
+    sibling waits for its parent's order; a priority or role from a field or an issue type
+    says which rule won over the labels."""
+    if verdict.verdict not in ("next", "queued", "outside_bucket", "role"):
+        return
+    ahead = shown.get(verdict.blocking[0].issue) if verdict.blocking else None
+    if verdict.verdict == "queued" and ahead is not None and issue.parent and (
+        ahead.parent == issue.parent
+    ):
+        verdict.detail = (
+            f"claimable, waits for its parent's order: #{ahead.number} comes first in "
+            f"{issue.parent}"
+        )
+    planned = rules.planned(issue)[2]
+    if planned:
+        verdict.detail += f" ({planned})"
+
+
+def _blocked(
+    rstore: RepoStore, n: int, prio: int | None, blocker: str | None, cycle: list[str] | None
+) -> Verdict:
+    """An issue a blocker keeps waiting (explain.lua's judgement, or the leader's last)."""
+    ref, _, state = (blocker or "? unknown").rpartition(" ")
+    verdict = _v(n, prio, "blocked", blocker_words(ref, state, cycle))
+    other = same_repository(rstore, ref)
+    if other is not None:
+        verdict.blocking = [Blocker(issue=other, url="")]
+    return verdict
 
 
 def _claimable(

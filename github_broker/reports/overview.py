@@ -19,7 +19,7 @@ from github_broker.models import (
 )
 from github_broker.reports.explain import Verdict, explain
 from github_broker.reports.health import RepoHealth, health, repo_health
-from github_broker.reports.status import waiting_reviews
+from github_broker.reports.status import BlockedIssue, blocked_issues, waiting_reviews
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
 
@@ -40,6 +40,8 @@ class IssueRef:
     number: int
     title: str
     url: str
+    #: Its place in the dependency graph, shown on its row: blocker, sub-issue progress.
+    graph: str = ""
 
 
 @dataclass
@@ -99,6 +101,16 @@ class SkippedRow:
 
 
 @dataclass
+class BlockedRow:
+    """An issue a blocker keeps from being handed out (docs/dependencies.md)."""
+
+    issue: IssueRef
+    blocker: str
+    state: str
+    detail: str
+
+
+@dataclass
 class ReviewRow:
     issue: IssueRef
     pr: int | None
@@ -134,6 +146,8 @@ class RepoOverview:
     #: The repository's maintenance pause (its own or the broker's), if any.
     paused: dict[str, Any] | None = None
     health: RepoHealth | None = None
+    #: Issues a blocker keeps waiting (open, unreadable, not planned, on a cycle).
+    blocked: list[BlockedRow] = field(default_factory=list)
 
 
 @dataclass
@@ -175,12 +189,13 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
     pinning = sorted(n for n, p in work.items() if p == bucket)
     skipped_shown = sorted(skipped)[:SKIPPED_SHOWN]
     waiting = await rstore.waiting()
+    blocked = await blocked_issues(rstore)
     wanted = {n for _, n, *_ in rows} | set(held) | set(pinning) | set(skipped_shown)
-    wanted |= set(reviewing) | set(waiting)
+    wanted |= set(reviewing) | set(waiting) | {b.issue for b in blocked}
     issues = {i.number: i for i in await rstore.get_issues(sorted(wanted))}
     ready_ids = {t for t, _ in ready}
     state = await rstore.sync_state()
-    return RepoOverview(
+    view = RepoOverview(
         repository=rstore.repository,
         strict=strict,
         bucket=bucket,
@@ -214,7 +229,33 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
         ],
         paused=await rstore.repo_pause(),
         health=await repo_health(rstore, settings),
+        blocked=[
+            BlockedRow(_ref(rstore, issues, b.issue), b.blocker, b.state, b.detail)
+            for b in blocked
+        ],
     )
+    _graph_notes(view, issues, {b.issue: b for b in blocked})
+    return view
+
+
+def _graph_notes(
+    view: RepoOverview, issues: dict[int, Issue], blocked: dict[int, BlockedIssue]
+) -> None:
+    """Each row's issue with its blocker and its sub-issues' progress."""
+    rows: list[Any] = [
+        *view.leases, *view.queue, *view.skipped, *view.reviews, *view.waiting, *view.blocked
+    ]
+    for row in rows:
+        n = row.issue.number
+        parts = []
+        if n in blocked:
+            parts.append(f"blocked by {blocked[n].blocker} ({blocked[n].state})")
+        issue = issues.get(n)
+        if issue is not None and issue.sub_issues:
+            parts.append(f"sub-issues {issue.sub_issues_done}/{issue.sub_issues} closed")
+        if issue is not None and issue.parent:
+            parts.append(f"sub-issue of {issue.parent}")
+        row.issue.graph = "; ".join(parts)
 
 
 def _queue(
