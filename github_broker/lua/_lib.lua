@@ -737,6 +737,9 @@ local function first_usable(C, src, agent, skip_id, skip_n, now, scan, limit, dr
       local why, raw = task_verdict(C, id, agent, skip_id, skip_n, now)
       if (why == 'held' or why == 'blocked') and not dry then
         unready(C.K.tasks, C.K.ready, C.ready_role, id)
+        -- The entries behind it moved up one place: the next page starts one earlier, and
+        -- the scan looks at as many entries as a dry one (explain) does.
+        start, limit = start - 1, limit - 1
       end
       if not why then return id, tonumber(items[i + 1]), raw end
     end
