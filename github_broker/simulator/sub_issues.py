@@ -14,7 +14,7 @@ from typing import Any
 
 from . import render
 from .graph import MAX_SUB_ISSUES, GraphStore, Node, _refused, node_of
-from .messages import NotFound
+from .messages import ApiError, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,9 @@ class SubIssueStore(GraphStore):
         with self.lock:
             parent = self._issue_node(owner, repo, number)
             if (after_id is None) == (before_id is None):
-                raise _refused("give either after_id or before_id", "after_id")
+                # This endpoint answers GitHub's simple validation shape: messages alone.
+                raise ApiError(422, "Validation Failed",
+                               errors=["Either after_id or before_id must be given"])
             by_id = {s.rec["id"]: s for s in parent.subs}
             sub, anchor = by_id.get(sub_issue_id), by_id.get(after_id or before_id)
             if sub is None or anchor is None:
