@@ -1,4 +1,5 @@
 """What maintainers see, read from Redis and never written: `status.py` (queues, leases,
 reviews, skipped issues), `explain.py` (the claim's own judgement for one agent), `health.py`
 (the integrations' health), `overview.py` (one snapshot of all of it for the dashboard and
-the CLI) and `render.py` (the snapshot as aligned text tables)."""
+the CLI), `blockers.py` (what keeps an issue waiting in the dependency graph, in words) and
+`render.py` (the snapshot as aligned text tables)."""
