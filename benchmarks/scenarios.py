@@ -33,7 +33,7 @@ from github_broker.keys import RepoKeys
 
 #: Figure groups, each reproducible alone with `--only`.
 GROUPS = ("sync", "costs", "latency", "backlog", "throughput", "webhooks", "repositories",
-          "after-handout", "durability")
+          "after-handout", "durability", "graph")
 #: Generator CPU (% of one core) above which its own speed may cap the measured rate.
 GENERATOR_LIMIT_PCT = 80.0
 #: Issues sent to review before a backlog run: production always has some, and the poller's
@@ -83,6 +83,8 @@ class Options:
     quick: bool = False
     profile: bool = False
     only: tuple[str, ...] = GROUPS
+    #: Merge this run's groups into results/latest.json and docs/benchmarks.md (`--merge`).
+    merge: bool = False
 
     def quick_version(self) -> Options:
         return replace(self, warmup_s=0.5, duration_s=2.0, big_backlog=30_000,
