@@ -13,7 +13,7 @@ from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator
 from tests.conftest import sync_client
 from tests.factories import body
-from tests.processes import BrokerProcess, broker_env
+from tests.processes import BrokerProcess, broker_env, wait_for
 
 pytestmark = pytest.mark.slow
 SECRET = "s3cret-for-tests"
@@ -46,10 +46,7 @@ def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerPro
     )
     proc = BrokerProcess(env, tmp_path, "broker").start()
     client = sync_client(redis_url)
-    deadline = time.monotonic() + 20
-    while not client.exists(KEYS.mirror) or not client.hexists(KEYS.graph_blocked, "3"):
-        assert time.monotonic() < deadline, "the first sync never read the links"
-        time.sleep(0.1)
+    wait_for(lambda: bool(client.hexists(KEYS.graph_blocked, "3")), 20, "the links' first read")
     client.close()
     yield proc
     proc.stop()

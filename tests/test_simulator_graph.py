@@ -9,9 +9,7 @@ cut from @octokit/openapi) and deliveries against @octokit/openapi-webhooks (sch
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,8 +17,7 @@ import requests
 from jsonschema import Draft7Validator
 
 from github_broker.simulator import Simulator
-from github_broker.simulator.messages import Response
-from tests.test_conformance import leaves, openapi_to_jsonschema
+from tests.openapi_answers import Described, recorded
 from tests.test_webhooks import SCHEMAS, SECRET, Capture, sign
 
 W = ("acme", "widgets")
@@ -35,8 +32,7 @@ SEED: dict[str, Any] = {
          "issues": [{"number": 1, "title": "Hidden"}]},
     ]
 }
-SPEC = json.loads((Path(__file__).parent / "fixtures" / "github_openapi_graph.json").read_text())
-COMPONENTS = openapi_to_jsonschema(SPEC["components"])
+violations = Described("github_openapi_graph.json").violations
 
 
 @pytest.fixture
@@ -64,48 +60,8 @@ def graphql(sim: Simulator, query: str, token: str = "t-bot") -> dict[str, Any]:
 # ----- the answers are GitHub's shapes ----------------------------------------------------------
 
 
-def _template(method: str, path: str) -> str:
-    for template, operations in SPEC["paths"].items():
-        if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path) and method in operations:
-            return template
-    raise AssertionError(f"{method.upper()} {path} is not in the fixture")
-
-
-def violations(method: str, path: str, status: int, body: Any) -> list[str]:
-    where = f"{method} {path} -> {status}"
-    responses = SPEC["paths"][_template(method.lower(), path)][method.lower()]["responses"]
-    declared = responses.get(str(status))
-    if status == 304:
-        return [] if body is None else [f"{where}: a 304 with a body"]
-    if declared is None:
-        return [f"{where}: status not documented ({sorted(responses)})"]
-    while "$ref" in declared:
-        declared = SPEC["components"]["responses"][declared["$ref"].rsplit("/", 1)[-1]]
-    content = (declared.get("content") or {}).get("application/json")
-    if content is None:
-        return [] if body is None else [f"{where}: a body where GitHub documents none"]
-    schema = {**openapi_to_jsonschema(content["schema"]), "components": COMPONENTS}
-    return [
-        f"{where}: /{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}"
-        for top in Draft7Validator(schema).iter_errors(body)
-        for e in leaves(top)
-    ]
-
-
 def test_every_relationship_answer_conforms_to_githubs_description(sim: Simulator) -> None:
-    seen: list[tuple[str, str, int, Any]] = []
-    inner = sim._gateway.process
-
-    def process(
-        method: str, target: str, headers: Mapping[str, str], raw: bytes, base: str
-    ) -> Response:
-        response = inner(method, target, headers, raw, base)
-        body = json.loads(response.encode()) if response.status not in (204, 304) else None
-        if not target.startswith(("/_sim", "/graphql")):
-            seen.append((method, target.split("?", 1)[0], response.status, body))
-        return response
-
-    sim._gateway.process = process  # type: ignore[method-assign]
+    seen = recorded(sim, ("/_sim", "/graphql"))
     deps = f"{API}/issues/2/dependencies/blocked_by"
     assert call(sim, "POST", deps, json={"issue_id": iid(sim, 1)}).status_code == 201
     gadget = iid(sim, 1, ("acme", "gadgets"))

@@ -181,21 +181,32 @@ class GraphStore(IssueStore):
         self.remove_blocked_by(owner, repo, number, self.issue_id(*by))
 
     def _dependency_events(self, blocked: Node, blocker: Node, what: str, actor: str) -> None:
+        self._link_events(
+            "issue_dependencies",
+            (blocked, blocker),
+            ("blocked_issue", "blocking_issue"),
+            (f"blocked_by_{what}", f"blocking_{what}"),
+            actor,
+        )
+
+    def _link_events(
+        self,
+        event: str,
+        ends: tuple[Node, Node],
+        names: tuple[str, str],
+        actions: tuple[str, str],
+        actor: str,
+    ) -> None:
+        """A link's two deliveries, one to each end's repository, naming the other's."""
         ctx = self.ctx(None)
-        issues = {
-            "blocked_issue_id": blocked.rec["id"],
-            "blocked_issue": render.issue(ctx, blocked.repo, blocked.rec),
-            "blocking_issue_id": blocker.rec["id"],
-            "blocking_issue": render.issue(ctx, blocker.repo, blocker.rec),
-        }
-        self._graph_event(
-            blocked.repo, "issue_dependencies", f"blocked_by_{what}",
-            {**issues, "blocking_issue_repo": render.repository(ctx, blocker.repo)}, actor,
-        )
-        self._graph_event(
-            blocker.repo, "issue_dependencies", f"blocking_{what}",
-            {**issues, "blocked_issue_repo": render.repository(ctx, blocked.repo)}, actor,
-        )
+        issues: dict[str, Any] = {}
+        for node, name in zip(ends, names, strict=True):
+            issues[f"{name}_id"] = node.rec["id"]
+            issues[name] = render.issue(ctx, node.repo, node.rec)
+        for i in (0, 1):
+            other = ends[1 - i]
+            fields = {**issues, f"{names[1 - i]}_repo": render.repository(ctx, other.repo)}
+            self._graph_event(ends[i].repo, event, actions[i], fields, actor)
 
     def _graph_event(
         self, repo: Repo, event: str, action: str, fields: dict[str, Any], actor: str

@@ -57,7 +57,7 @@ def handle(svc: Services, req: Request) -> Response:
 
         return handle_query(svc, req, query, variables)
     try:
-        fields = _Parser(query).mutation()
+        fields = Parser(query).mutation()
         calls = [_resolve_call(f, variables) for f in fields]
     except GraphQLError as e:
         return _errors(str(e), e.code)
@@ -235,7 +235,9 @@ class _Field:
         self.alias, self.name, self.args, self.selection = alias, name, args, selection
 
 
-class _Parser:
+class Parser:
+    """Tokens and literals of a GraphQL document (graphql_queries.py parses queries on it)."""
+
     def __init__(self, text: str) -> None:
         self.tokens: list[str] = []
         pos = 0
@@ -299,23 +301,28 @@ class _Parser:
         if self._peek() == "!":
             self._next()
 
+    def field_head(self) -> tuple[str, str, dict[str, Any]]:
+        """A field's alias, name and arguments (its selection set follows when `{` comes)."""
+        name = self._next()
+        alias = name
+        if self._peek() == ":":
+            self._next()
+            name = self._next()
+        args: dict[str, Any] = {}
+        if self._peek() == "(":
+            self._next()
+            while self._peek() != ")":
+                arg = self._next()
+                self._expect(":")
+                args[arg] = self._literal()
+            self._next()
+        return alias, name, args
+
     def _selection_set(self, root: bool = False) -> list[Any]:
         self._expect("{")
         out: list[Any] = []
         while self._peek() != "}":
-            name = self._next()
-            alias = name
-            if self._peek() == ":":
-                self._next()
-                name = self._next()
-            args: dict[str, Any] = {}
-            if self._peek() == "(":
-                self._next()
-                while self._peek() != ")":
-                    arg = self._next()
-                    self._expect(":")
-                    args[arg] = self._literal()
-                self._next()
+            alias, name, args = self.field_head()
             sub = self._selection_set() if self._peek() == "{" else []
             out.append(_Field(alias, name, args, sub) if root else (alias, name, sub))
         self._next()

@@ -21,8 +21,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import graphql
 from .graph import Node, node_of
-from .graphql import _TOKEN, GraphQLError
+from .graphql import GraphQLError
+from .graphql import _Var as Var
 from .messages import NotFound, Request, Response
 from .model import Repo
 
@@ -78,11 +80,6 @@ class Field:
     name: str
     args: dict[str, Any]
     selection: list[Field] = field(default_factory=list)
-
-
-class Var:
-    def __init__(self, name: str) -> None:
-        self.name = name
 
 
 def handle_query(svc: Services, req: Request, query: str, variables: dict[str, Any]) -> Response:
@@ -298,74 +295,40 @@ def _cursor_index(cursor: Any) -> int:
         raise GraphQLError(f"`{cursor}` does not appear to be a valid cursor.") from e
 
 
-class _Parser:
-    """One query operation (see the module docstring); GraphQLError names what is wrong."""
-
-    def __init__(self, text: str) -> None:
-        self.tokens = [m.group(m.lastgroup) for m in _TOKEN.finditer(text) if m.lastgroup]
-        if _TOKEN.sub("", text).strip():
-            raise GraphQLError("Parse error on the document: unexpected characters")
-        self.i = 0
-
-    def _peek(self) -> str | None:
-        return self.tokens[self.i] if self.i < len(self.tokens) else None
-
-    def _next(self) -> str:
-        tok = self._peek()
-        if tok is None:
-            raise GraphQLError("Parse error on end of input")
-        self.i += 1
-        return tok
+class _Parser(graphql.Parser):
+    """One query operation (see the module docstring); GraphQLError names what is wrong. The
+    tokens, names and literals are graphql.py's; fields keep their arguments at any depth."""
 
     def document(self) -> list[Field]:
         if self._peek() == "query":
             self._next()
             if self._peek() not in ("{", "("):
-                self._next()
+                self._next()  # operation name
             if self._peek() == "(":
                 while self._next() != ")":
-                    pass
+                    pass  # variable definitions: values come by name
         elif self._peek() != "{":
             raise GraphQLError(f'Parse error on "{self._peek()}": one query operation expected')
-        fields = self._selection()
+        fields = self._fields()
         if self._peek() is not None:
             raise GraphQLError(f'Parse error on "{self._peek()}": one operation per document')
         return fields
 
-    def _selection(self) -> list[Field]:
-        if self._next() != "{":
-            raise GraphQLError('Parse error: "{" expected')
+    def _fields(self) -> list[Field]:
+        self._expect("{")
         out: list[Field] = []
         while self._peek() != "}":
-            name = self._next()
-            if name == "...":
+            if self._peek() == "...":
                 raise GraphQLError("Fragments are not simulated", "undefinedField")
-            alias = name
-            if self._peek() == ":":
-                self._next()
-                name = self._next()
-            args: dict[str, Any] = {}
-            if self._peek() == "(":
-                self._next()
-                while self._peek() != ")":
-                    key = self._next()
-                    if self._next() != ":":
-                        raise GraphQLError(f'Parse error after "{key}": ":" expected')
-                    args[key] = self._value()
-                self._next()
-            sub = self._selection() if self._peek() == "{" else []
-            out.append(Field(alias, name, args, sub))
+            alias, name, args = self.field_head()
+            out.append(Field(alias, name, args, self._fields() if self._peek() == "{" else []))
         self._next()
         if not out:
             raise GraphQLError('Parse error on "}" (RCURLY)')
         return out
 
-    def _value(self) -> Any:
-        tok = self._next()
-        if tok == "$":
-            return Var(self._next())
-        if tok.startswith('"'):
-            return re.sub(r"\\(.)", r"\1", tok[1:-1])
-        if re.fullmatch(r"-?\d+", tok):
-            return int(tok)
-        return {"true": True, "false": False, "null": None}.get(tok, tok)
+    def _literal(self) -> Any:
+        token = self._peek()
+        if token is not None and re.fullmatch(r"-?\d+", token):
+            return int(self._next())
+        return super()._literal()

@@ -131,18 +131,10 @@ class SubIssueStore(GraphStore):
         self.add_sub_issue(owner, repo, number, self.issue_id(*sub))
 
     def _sub_events(self, parent: Node, sub: Node, what: str, actor: str) -> None:
-        ctx = self.ctx(None)
-        issues = {
-            "sub_issue_id": sub.rec["id"],
-            "sub_issue": render.issue(ctx, sub.repo, sub.rec),
-            "parent_issue_id": parent.rec["id"],
-            "parent_issue": render.issue(ctx, parent.repo, parent.rec),
-        }
-        self._graph_event(
-            parent.repo, "sub_issues", f"sub_issue_{what}",
-            {**issues, "sub_issue_repo": render.repository(ctx, sub.repo)}, actor,
-        )
-        self._graph_event(
-            sub.repo, "sub_issues", f"parent_issue_{what}",
-            {**issues, "parent_issue_repo": render.repository(ctx, parent.repo)}, actor,
+        self._link_events(
+            "sub_issues",
+            (parent, sub),
+            ("parent_issue", "sub_issue"),
+            (f"sub_issue_{what}", f"parent_issue_{what}"),
+            actor,
         )
