@@ -508,13 +508,31 @@ def merged(results: dict[str, Any], findings: Any) -> dict[str, Any]:
     figure sections replace those of the last full run, the rest is kept, and the run is
     named under the header."""
     latest = json.loads((RESULTS_DIR / "latest.json").read_text())
-    latest["figures"].update(results["figures"])
+    groups = [f"--only {g}" for g in results["settings"]["only"]]
+    for section, rows in results["figures"].items():
+        latest["figures"][section] = _merged_rows(latest["figures"].get(section, []), rows, groups)
     note = (f"{', '.join(results['settings']['only'])} re-measured on {results['machine']['date']}"
             f" (commit {results['machine']['commit']}, {results['runtime_s']:.0f} s) with "
             "`--merge`")
     latest["merged"] = [*latest.get("merged", []), note]
     latest["findings"] = findings(latest["figures"])
     return dict(latest)
+
+
+def _merged_rows(old: Any, rows: Any, groups: list[str]) -> Any:
+    """A section several groups write (the sync table) keeps the other groups' rows, the new
+    ones where the re-measured group's stood."""
+    if not isinstance(old, list) or not all(isinstance(r, dict) and "reproduce" in r for r in old):
+        return rows
+    out: list[Any] = []
+    placed = False
+    for r in old:
+        if not any(g in r["reproduce"] for g in groups):
+            out.append(r)
+        elif not placed:
+            out += rows
+            placed = True
+    return out if placed else [*out, *rows]
 
 
 def markdown(results: dict[str, Any]) -> str:
