@@ -125,11 +125,11 @@ async def _verdicts(
         if n in listed:
             continue  # a review and a fix of one issue: the first one is what it offers
         listed.add(n)
-        if why == "blocked":
-            verdicts.append(_blocked(rstore, n, priority_of_score(score), row.get("blocker"),
-                                     cycles.get(n)))
-            continue
-        verdicts.append(_claimable(j, giver, first_here, task_id, n, score, role, why, blockers))
+        verdicts.append(
+            _blocked(rstore, n, priority_of_score(score), row.get("blocker"), cycles.get(n))
+            if why == "blocked"
+            else _claimable(j, giver, first_here, task_id, n, score, role, why, blockers)
+        )
     held_here = await rstore.leases()
     for lease in sorted(held_here, key=lambda lease: lease.issue):
         if lease.issue in listed:
@@ -141,10 +141,7 @@ async def _verdicts(
             detail += f"; stalled: {lease.stalled}"
         verdicts.append(_v(lease.issue, work.get(lease.issue), "held", detail))
         listed.add(lease.issue)
-    for n, b in sorted((await rstore.blocked()).items()):
-        if n not in listed:
-            verdicts.append(_blocked(rstore, n, work.get(n), f"{b.ref} {b.state}", cycles.get(n)))
-            listed.add(n)
+    verdicts += await _blocked_rest(rstore, work, listed, cycles)
     now = now_ms()
     for n, w in sorted((await rstore.waiting()).items()):
         if n in listed:
@@ -169,7 +166,24 @@ async def _verdicts(
         detail = f"no claimable task for it now ({labels})"
         verdicts.append(_v(issue.number, work.get(issue.number), "waiting", detail))
     shown = {i.number: i for i in await rstore.get_issues(sorted(listed | set(rest)))}
-    rules = Rules(settings)
+    _annotate(Rules(settings), verdicts, shown)
+    return verdicts
+
+
+async def _blocked_rest(
+    rstore: RepoStore, work: dict[int, int], listed: set[int], cycles: dict[int, list[str]]
+) -> list[Verdict]:
+    """Issues a blocker keeps out of the pool, as the leader last judged (not listed yet)."""
+    out = []
+    for n, b in sorted((await rstore.blocked()).items()):
+        if n not in listed:
+            out.append(_blocked(rstore, n, work.get(n), f"{b.ref} {b.state}", cycles.get(n)))
+            listed.add(n)
+    return out
+
+
+def _annotate(rules: Rules, verdicts: list[Verdict], shown: dict[int, Issue]) -> None:
+    """Each verdict's URL, its blockers' URLs and what GitHub's planning data decided."""
     for verdict in verdicts:
         mirrored = shown.get(verdict.issue)
         verdict.url = mirrored.html_url if mirrored else ""
@@ -178,7 +192,6 @@ async def _verdicts(
             blocker.url = blocker.url or (ahead.html_url if ahead else "")
         if mirrored is not None:
             _planning_words(rules, verdict, mirrored, shown)
-    return verdicts
 
 
 def _planning_words(

@@ -189,9 +189,8 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
     pinning = sorted(n for n, p in work.items() if p == bucket)
     skipped_shown = sorted(skipped)[:SKIPPED_SHOWN]
     waiting = await rstore.waiting()
-    blocked = await blocked_issues(rstore)
     wanted = {n for _, n, *_ in rows} | set(held) | set(pinning) | set(skipped_shown)
-    wanted |= set(reviewing) | set(waiting) | {b.issue for b in blocked}
+    wanted |= set(reviewing) | set(waiting)
     issues = {i.number: i for i in await rstore.get_issues(sorted(wanted))}
     ready_ids = {t for t, _ in ready}
     state = await rstore.sync_state()
@@ -229,13 +228,20 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
         ],
         paused=await rstore.repo_pause(),
         health=await repo_health(rstore, settings),
-        blocked=[
-            BlockedRow(_ref(rstore, issues, b.issue), b.blocker, b.state, b.detail)
-            for b in blocked
-        ],
     )
-    _graph_notes(view, issues, {b.issue: b for b in blocked})
+    await _add_graph(rstore, view, issues)
     return view
+
+
+async def _add_graph(rstore: RepoStore, view: RepoOverview, issues: dict[int, Issue]) -> None:
+    """The issues a blocker keeps waiting, and on every row the issue's place in the graph."""
+    found = await blocked_issues(rstore)
+    missing = [b.issue for b in found if b.issue not in issues]
+    issues.update({i.number: i for i in await rstore.get_issues(missing)})
+    view.blocked = [
+        BlockedRow(_ref(rstore, issues, b.issue), b.blocker, b.state, b.detail) for b in found
+    ]
+    _graph_notes(view, issues, {b.issue: b for b in found})
 
 
 def _graph_notes(
