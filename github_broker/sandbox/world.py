@@ -3,11 +3,13 @@ store) on offline settings, the demo agents, the simulated maintainer and the ev
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,11 @@ from github_broker.agent.runner import Runner, RunnerConfig, RunnerError
 from github_broker.errors import ConfigError
 from github_broker.sandbox import state as sandbox_state
 from github_broker.sandbox.maintainer import Maintainer
-from github_broker.sandbox.servers import ApiServer, SharedStore
+from github_broker.sandbox.servers import ApiServer, SandboxError, SharedStore
 from github_broker.sandbox.watch import BrokerWatcher, GitHubWatcher
 from github_broker.settings import DEFAULTS_DIR, ENV_PREFIX, Settings, load_settings
 from github_broker.simulator import DEMO_SEED_PATH, Simulator
-from github_broker.store import MEMORY_URL
+from github_broker.store import MEMORY_URL, Store
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +173,24 @@ class Sandbox:
         for loop in self.loops:
             loop.start()
         self._share_store()
+        self._wait_mirrored(settings)
+
+    def _wait_mirrored(self, settings: Settings, timeout_s: float = 60.0) -> None:
+        """Until the first sync has mirrored the demo backlog (and read its links): a request
+        before that would be answered 503 (the mirror is rebuilding)."""
+
+        async def mirrored() -> None:
+            store = Store.from_settings(settings)
+            try:
+                deadline = time.monotonic() + timeout_s
+                while not await store.repo(SANDBOX_REPO).mirror_rebuilt():
+                    if time.monotonic() > deadline:
+                        raise SandboxError("the first sync did not finish; the log says why")
+                    await asyncio.sleep(0.05)
+            finally:
+                await store.close()
+
+        asyncio.run(mirrored())
 
     def start_agents(self) -> None:
         for agent_id in self.agent_ids:
