@@ -5,6 +5,7 @@ person, cycles are reported, the order prefers what unblocks most (docs/dependen
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import redis.asyncio
 
+from github_broker.metrics import Metrics
 from github_broker.models import Issue, Outcome
 from github_broker.reports.explain import explain
 from github_broker.reports.status import repo_status
@@ -380,3 +382,42 @@ async def test_a_blocked_task_back_in_the_pool_is_skipped_by_the_claim(
             assert "development:2" in await ready_ids(w)
             assert await handed_out(w, 3) == []
             assert "development:2" not in await ready_ids(w)
+
+
+async def test_a_priority_field_set_on_github_reaches_the_mirror_by_its_delivery(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """`issues.field_added` (and `typed`) are `issues` deliveries: the issue is mirrored with
+    its field values and type, and becomes work by the mapping, with no poll pass."""
+    issue = work(1, 1, labels=[])
+    with simulated([issue]) as sim:
+        async with running_world(
+            sim, redis_url, make_settings,
+            planning={"priority_field": "Priority", "type_roles": {"Bug": "BACKENDCODER"}},
+        ) as w:
+            await w.tick()
+            assert await w.ask("agent-1") is None
+            sim.state.set_issue_type(*W, 1, "Bug")
+            sim.state.set_field(*W, 1, "Priority", "High")
+            payload = {"action": "field_added", "issue": sim.state.get_issue(*W, 1)}
+            head = json.dumps({"event": "issues", "delivery": "d-1"})
+            repo = w.settings.repositories[0]
+            await w.daemon.webhooks.apply(repo, w.rstore, head + "\n" + json.dumps(payload))
+            task = await w.ask("agent-1")
+            assert task is not None and task.issue_id == 1
+            assert task.required_role == "BACKENDCODER"
+            verdicts = (await explain(w.store, w.settings, agent_id="agent-2"))["acme/widgets"]
+            assert verdicts[0].verdict == "held" and verdicts[0].issue == 1
+
+
+async def test_status_and_metrics_count_blocked_issues_per_repository(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    with simulated([work(1, 1), work(2, 2, blocked_by=[1]), work(3, 3, blocked_by=[1])]) as sim:
+        async with running_world(sim, redis_url, make_settings) as w:
+            await w.tick()
+            status = await repo_status(w.rstore, w.settings)
+            assert [b.issue for b in status.blocked] == [2, 3]
+            assert status.blocked[0].detail == "blocked by acme/widgets#1 (open)"
+            text = await Metrics().render(w.store)
+            assert 'gb_blocked_issues{repository="acme/widgets"} 2.0' in text

@@ -75,7 +75,10 @@ class GraphStore(RepoBase):
 
     @translate_errors
     async def blocked(self) -> dict[int, Blocked]:
-        """Every issue a blocker keeps waiting, as the leader last judged (reports)."""
+        """Every issue a blocker keeps waiting, as the leader last judged (reports); none while
+        dependencies are off (the claim ignores the graph then)."""
+        if not self.settings.dependencies.enabled:
+            return {}
         raw = await awaited(self.client.hgetall(self.keys.graph_blocked))
         out = {}
         for n, v in raw.items():
@@ -85,6 +88,8 @@ class GraphStore(RepoBase):
 
     @translate_errors
     async def blocked_count(self) -> int:
+        if not self.settings.dependencies.enabled:
+            return 0
         return int(await awaited(self.client.hlen(self.keys.graph_blocked)))
 
     @translate_errors
