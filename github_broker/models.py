@@ -115,7 +115,8 @@ class Issue(BaseModel):
     #: GitHub's planning data (docs/dependencies.md), as the issue object says: its open and
     #: total blockers, the open issues it blocks, its sub-issues and how many are closed, its
     #: parent (`owner/name#n`; None: the answer did not say, as deliveries do not), its issue
-    #: type and its issue field values (field name -> value).
+    #: type and its issue field values (field name -> value). `blocked_by_total` -1: the answer
+    #: had no dependency summary.
     blocked_by: int = 0
     blocked_by_total: int = 0
     blocking: int = 0
@@ -172,7 +173,8 @@ def _planning(data: dict[str, Any]) -> dict[str, Any]:
         parent = f"{m.group(1)}/{m.group(2)}#{m.group(3)}" if m else ""
     return {
         "blocked_by": int(deps.get("blocked_by") or 0),
-        "blocked_by_total": int(deps.get("total_blocked_by") or 0),
+        # -1: the answer has no summary (an older GitHub Enterprise): the links stay unknown.
+        "blocked_by_total": int(deps.get("total_blocked_by") or 0) if deps else -1,
         "blocking": int(deps.get("blocking") or 0),
         "sub_issues": int(subs.get("total") or 0),
         "sub_issues_done": int(subs.get("completed") or 0),

@@ -50,8 +50,9 @@ class _Pass:
     #: Issues whose summaries say they have blockers / sub-issues.
     linked: set[int] = field(default_factory=set)
     parents: set[int] = field(default_factory=set)
-    #: Of `linked`, those already read during the pass.
-    read: set[int] = field(default_factory=set)
+    #: Of `linked`, those not to read at the end: read during the pass already, or with no
+    #: summary to tell (their saved links stand).
+    settled: set[int] = field(default_factory=set)
 
 
 def rest_state(data: dict[str, Any]) -> str:
@@ -63,6 +64,8 @@ def rest_state(data: dict[str, Any]) -> str:
 def stale(issue: Issue, refs: list[str] | None) -> bool:
     """Whether the links saved for `issue` may not be GitHub's: its summary counts another
     number of blockers, or their last read failed."""
+    if issue.blocked_by_total < 0:
+        return False  # no summary: what was read stands
     if refs is None:
         return issue.blocked_by_total > 0
     return UNREAD in refs or len(refs) != issue.blocked_by_total
@@ -119,7 +122,7 @@ class GraphKeeper:
         if unlinked:
             await self._save(rstore, GraphUpdate(links=unlinked))
         await self.read(
-            rstore, sorted(pending.linked - pending.read), sorted(pending.parents),
+            rstore, sorted(pending.linked - pending.settled), sorted(pending.parents),
             fail_closed=False,
         )
 
@@ -135,13 +138,16 @@ class GraphKeeper:
         now = [i.number for i in issues if stale(i, stored.get(i.number))]
         pending = self._pending.get(rstore.repository)
         if pending is not None:
-            pending.linked |= linked
+            unknown = {i.number for i in issues if i.blocked_by_total < 0}
+            pending.linked |= linked | unknown
+            pending.settled |= unknown
             pending.parents.update(parents)
             if not pending.rebuilt:
                 return  # no claim runs before the pass ends: one bulk read then
-            pending.read.update(now)
+            pending.settled.update(now)
             parents = []
-        gone = [n for n, refs in stored.items() if refs and n not in linked]
+        known = {i.number for i in issues if i.blocked_by_total >= 0}
+        gone = [n for n, refs in stored.items() if refs and n in known and n not in linked]
         if gone:
             await self._save(rstore, GraphUpdate(links={n: [] for n in gone}))
         await self.read(rstore, now, parents, fail_closed=True)
