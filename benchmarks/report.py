@@ -573,6 +573,59 @@ def _profile(figs: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def _graph(figs: dict[str, Any]) -> list[str]:
+    rows = figs.get("graph", [])
+    if not rows:
+        return []
+    out = [
+        "## Reading the dependency graph (`github-broker sync` as a subprocess)",
+        "",
+        "1,000 open issues; with a graph, 100 of them blocked by another one (each dependent's "
+        "summary says so; their links are read by GraphQL, `dependencies.batch` 50 per "
+        "request). Counted: the requests GitHub charges to a quota (a `304` is free; GraphQL "
+        "requests count against their own bucket).",
+        "",
+        "| pass | links | GitHub requests | counted | GraphQL | wall s | reproduce |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(f"| {r['figure']} | {r['links']} | {r['github_calls']:,} | {r['counted']:,} "
+                   f"| {r['graphql']} | {_n(r['wall_s'], 2)} | {_code(r['reproduce'])} |")
+    return [*out, ""]
+
+
+def merged(results: dict[str, Any], findings: Any) -> dict[str, Any]:
+    """`results` of a partial run (`--only ... --merge`) put into results/latest.json: its
+    figure sections replace those of the last full run, the rest is kept, and the run is
+    named under the header."""
+    latest = json.loads((RESULTS_DIR / "latest.json").read_text())
+    groups = [f"--only {g}" for g in results["settings"]["only"]]
+    for section, rows in results["figures"].items():
+        latest["figures"][section] = _merged_rows(latest["figures"].get(section, []), rows, groups)
+    note = (f"{', '.join(results['settings']['only'])} re-measured on {results['machine']['date']}"
+            f" (commit {results['machine']['commit']}, {results['runtime_s']:.0f} s) with "
+            "`--merge`")
+    latest["merged"] = [*latest.get("merged", []), note]
+    latest["findings"] = findings(latest["figures"])
+    return dict(latest)
+
+
+def _merged_rows(old: Any, rows: Any, groups: list[str]) -> Any:
+    """A section several groups write (the sync table) keeps the other groups' rows, the new
+    ones where the re-measured group's stood."""
+    if not isinstance(old, list) or not all(isinstance(r, dict) and "reproduce" in r for r in old):
+        return rows
+    out: list[Any] = []
+    placed = False
+    for r in old:
+        if not any(g in r["reproduce"] for g in groups):
+            out.append(r)
+        elif not placed:
+            out += rows
+            placed = True
+    return out if placed else [*out, *rows]
+
+
 def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     s = results["settings"]
@@ -591,6 +644,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"- Load: {s['agents']} agents on one asyncio loop ({s['client']} HTTP/1.1 client, "
         f"kept-alive connections), {s['warmup_s']} s warm-up, {s['duration_s']} s measured; "
         "redis-server, the GitHub simulator, serve and the generator share the machine.",
+        *[f"- {note}" for note in results.get("merged", [])],
         "",
     ]
     for section in (
@@ -599,6 +653,7 @@ def markdown(results: dict[str, Any]) -> str:
         _latency,
         _costs,
         _sync,
+        _graph,
         _webhooks,
         _repositories,
         _first_sync,

@@ -12,7 +12,15 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import after_handout, checks, durability, report, repositories, scenarios
+from benchmarks import (
+    after_handout,
+    checks,
+    durability,
+    graph,
+    report,
+    repositories,
+    scenarios,
+)
 from benchmarks.load import CLIENTS
 from benchmarks.scenarios import GROUPS, Bench, Options
 from benchmarks.servers import RedisServer
@@ -52,6 +60,12 @@ def parse_args(argv: list[str] | None) -> tuple[Options, bool]:
         action="store_true",
         help="keep the process logs (their directory is printed)",
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --only: put these groups' figures into results/latest.json "
+        "and write docs/benchmarks.md again (the other figures kept)",
+    )
     args = parser.parse_args(argv)
     only = [g for g in args.only or GROUPS if g != "profile"]
     profile = args.profile or "profile" in (args.only or [])
@@ -62,7 +76,7 @@ def parse_args(argv: list[str] | None) -> tuple[Options, bool]:
         options = replace(options, duration_s=args.duration)
     if args.repeats:
         options = replace(options, repeats=args.repeats)
-    return options, args.keep_logs
+    return replace(options, merge=args.merge), args.keep_logs
 
 
 def measure(bench: Bench) -> None:
@@ -144,6 +158,9 @@ def measure(bench: Bench) -> None:
     if "checks" in only:
         logger.info("data set: %d issues (checks)", checks.PRS)
         checks.figures(bench)
+    if "graph" in only:
+        logger.info("data sets: %d issues without and with %d links", graph.ISSUES, graph.LINKS)
+        graph.graph_figures(bench)
     if "repositories" in only:
         repositories.repository_figures(bench)
         logger.info("first sync of %d repositories, an agent waiting", o.first_sync_repos)
@@ -244,6 +261,7 @@ def _more_findings(figures: dict[str, Any]) -> list[str]:
             f"held task per hour ({r['counted_per_task_hour']:.1f} counted against the "
             "quota, the rest free 304s)."
         )
+    out += graph.findings(figures.get("graph", []))
     for r in figures.get("durability", []):
         if r.get("skipped"):
             out.append(f"Durable acknowledgements: {r['skipped']}.")
@@ -285,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         parts += ["only", *options.only, *(["profile"] if options.profile else [])]
     name = "latest" if full else "-".join(parts)
     path = report.write_json(results, name)
+    if options.merge and not full and not options.quick:
+        results = report.merged(results, findings)
+        path = report.write_json(results, "latest")
+        full = True
     text = report.markdown(results)
     if full:
         report.DOCS_PATH.write_text(text + "\n", encoding="utf-8")

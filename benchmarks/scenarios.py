@@ -43,6 +43,7 @@ GROUPS = (
     "after-handout",
     "durability",
     "checks",
+    "graph",
 )
 #: Generator CPU (% of one core) above which its own speed may cap the measured rate.
 GENERATOR_LIMIT_PCT = 80.0
@@ -93,6 +94,8 @@ class Options:
     quick: bool = False
     profile: bool = False
     only: tuple[str, ...] = GROUPS
+    #: Merge this run's groups into results/latest.json and docs/benchmarks.md (`--merge`).
+    merge: bool = False
 
     def quick_version(self) -> Options:
         return replace(

@@ -328,10 +328,18 @@ class RedisServer(Process):
 class SimulatorProcess(Process):
     """`benchmarks.simserver` in a child process; counters through its /_sim control API.
     `repos`: that many repositories (`simserver.repo_names`), the issues in the one at
-    `work_in`; `people`: a maintainer's and an agent's token beside the broker's."""
+    `work_in`; `people`: a maintainer's and an agent's token beside the broker's; `links`:
+    that many dependencies among the issues (`simserver.link`)."""
 
     def __init__(
-        self, log_dir: Path, issues: int, *, repos: int = 0, work_in: int = -1, people: bool = False
+        self,
+        log_dir: Path,
+        issues: int,
+        *,
+        repos: int = 0,
+        work_in: int = -1,
+        people: bool = False,
+        links: int = 0,
     ) -> None:
         super().__init__(f"simulator-{issues}" + (f"-{repos}repos" if repos else ""), log_dir)
         self.issues = issues
@@ -340,6 +348,8 @@ class SimulatorProcess(Process):
             self.args += ["--repos", str(repos), "--work-in", str(work_in)]
         if people:
             self.args.append("--people")
+        if links:
+            self.args += ["--links", str(links)]
         self.base_url = ""
         self._http = httpx.Client(timeout=60)
 

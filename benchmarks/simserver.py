@@ -39,6 +39,15 @@ def seed(repos: list[str], issues: int, work_in: int, priority: str) -> dict[str
     return {"repositories": out}
 
 
+def link(sim: Simulator, repo: str, links: int, issues: int) -> None:
+    """`links` dependencies spread over the backlog: issue k*step+2 blocked by k*step+1."""
+    owner, name = repo.split("/", 1)
+    step = max(2, issues // max(1, links))
+    for k in range(links):
+        blocker = k * step + 1
+        sim.state.block(owner, name, blocker + 1, by=(owner, name, blocker))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.simserver")
     parser.add_argument("--repo", default="acme/widgets")
@@ -61,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="tokens for a maintainer and an agent beside the broker's",
     )
+    parser.add_argument(
+        "--links", type=int, default=0, help="that many dependencies among the issues (`link`)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     repos = repo_names(args.repos) if args.repos else [args.repo]
@@ -69,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         rate_limit=UNLIMITED_QUOTA,
         tokens={t: login for t, login in PEOPLE.items()} if args.people else None,
     )
+    if args.links:
+        link(sim, repos[args.work_in % len(repos)], args.links, args.issues)
     sim.start()
     print(sim.base_url, flush=True)
     # Serve until the parent closes our stdin (or dies, which closes it too).

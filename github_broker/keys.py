@@ -162,6 +162,20 @@ Added by this project (no TTL unless said):
                                  state, mergeable, files) and its verdict (running, failed,
                                  conflict, green, ...); entries of PRs no longer tracked
                                  are dropped by the leader's next pass (docs/checks.md)
+``graph:deps``           hash    issue -> JSON list of the refs (``owner/name#n``) of its
+                                 blockers as GitHub last listed them; ``?hidden`` / ``?error``
+                                 for one GitHub counts but did not show / could not be read
+``graph:dependents``     hash    blocker ref -> JSON list of the issues here it blocks (the
+                                 reverse of ``graph:deps``)
+``graph:state``          hash    blocker ref -> what the leader last learnt of it: ``open``,
+                                 ``completed``, ``not_planned``, ``duplicate``, ``unserved``
+                                 (a blocker of this repository is read from ``open`` first)
+``graph:blocked``        hash    issue -> ``<ref> <state>``: the blocker that keeps it from
+                                 being handed out, as the leader last judged (reports, metrics;
+                                 the claim judges again itself)
+``graph:order``          hash    sub-issue -> JSON ``{parent, pos, base_s}``: its place in its
+                                 parent's order (the task score's order time)
+``graph:cycles``         hash    issue -> JSON list of refs: the dependency cycle it is on
 =======================  ======  ==============================================================
 
 Deployment-wide keys: ``{key_prefix}:events`` (pub/sub: ``ready`` whenever a task becomes
@@ -186,7 +200,9 @@ pause of the whole broker), ``{key_prefix}:audit`` (stream: deployment-wide acti
 pausing an agent or the broker) and ``{key_prefix}:webhooks:refused`` (hash: ``at_ms``,
 ``reason``, ``count`` of webhook deliveries refused, e.g. for a wrong signature: their body is
 not trusted, so no repository is named) and ``{key_prefix}:audit:exported`` (hash: audit
-stream key -> the last entry id appended to the ``audit.file`` JSONL file).
+stream key -> the last entry id appended to the ``audit.file`` JSONL file) and
+``{key_prefix}:graph:repos`` (set: the repositories some of whose issues have blockers; the
+leader mirrors a blocker's state into these).
 
 The dashboard's keys share the hash tag ``{<key_prefix>:ui}`` (``login_attempt.lua`` counts
 against two of them): ``{<key_prefix>:ui}:logins`` (string, login attempts of every client in
@@ -277,6 +293,13 @@ class RepoKeys:
         self.kept_away = self.base + "kept_away"
         self.reserved_issues = self.base + "reserved_issues"
         self.audit = self.base + "audit"
+        # GitHub's dependency graph as the leader reads it (leader/graph.py, graph_save.lua).
+        self.graph_deps = self.base + "graph:deps"
+        self.graph_dependents = self.base + "graph:dependents"
+        self.graph_state = self.base + "graph:state"
+        self.graph_blocked = self.base + "graph:blocked"
+        self.graph_order = self.base + "graph:order"
+        self.graph_cycles = self.base + "graph:cycles"
 
     def _from_github(self) -> None:
         """What arrives from GitHub beside the sync: webhook deliveries, issue comments and
@@ -371,6 +394,7 @@ class GlobalKeys:
         self.webhooks_refused = f"{key_prefix}:webhooks:refused"
         self.audit_exported = f"{key_prefix}:audit:exported"
         self.history_sampled = f"{key_prefix}:history:sampled"
+        self.graph_repos = f"{key_prefix}:graph:repos"
         # One hash tag for the dashboard's keys: login_attempt.lua touches two of them.
         ui = f"{{{key_prefix}:ui}}"
         self.ui_logins = f"{ui}:logins"

@@ -267,6 +267,11 @@ async def _deployment_gauges(store: Store) -> list[Metric]:
     bucket = GaugeMetricFamily(
         "gb_priority_bucket", "Most urgent open priority (0 = P0).", labels=["repository"]
     )
+    blocked = GaugeMetricFamily(
+        "gb_blocked_issues",
+        "Open issues a blocker keeps from being handed out (open, unreadable, not planned).",
+        labels=["repository"],
+    )
     health = _health_families()
     now = now_ms()
     for name, rstore in store.repos.items():
@@ -284,10 +289,13 @@ async def _deployment_gauges(store: Store) -> list[Metric]:
         oldest = await rstore.outbox_oldest_due_ms()
         lag.add_metric([name], 0 if oldest is None else max(0, now - oldest) / 1000)
         skipped.add_metric([name], len(await rstore.skipped()))
+        blocked.add_metric([name], await rstore.blocked_count())
         current = await rstore.bucket()
         if current is not None:
             bucket.add_metric([name], current)
-    families: list[Metric] = [ready, leases, writes, lag, skipped, bucket, *health.values()]
+    families: list[Metric] = [
+        ready, leases, writes, lag, skipped, bucket, blocked, *health.values()
+    ]
     refused = await store.webhook_refused()
     refused_total = GaugeMetricFamily(
         "gb_webhook_deliveries_refused", "Webhook deliveries refused (bad signature, ...)."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Annotated, Any, TypeVar
@@ -161,6 +162,19 @@ class Issue(BaseModel):
     html_url: str = ""
     #: GraphQL node id (label writes address the issue by it).
     node_id: str = ""
+    #: GitHub's planning data (docs/dependencies.md), as the issue object says: its open and
+    #: total blockers, the open issues it blocks, its sub-issues and how many are closed, its
+    #: parent (`owner/name#n`; None: the answer did not say, as deliveries do not), its issue
+    #: type and its issue field values (field name -> value). `blocked_by_total` -1: the answer
+    #: had no dependency summary.
+    blocked_by: int = 0
+    blocked_by_total: int = 0
+    blocking: int = 0
+    sub_issues: int = 0
+    sub_issues_done: int = 0
+    parent: str | None = ""
+    issue_type: str = ""
+    fields: dict[str, str] = {}
 
     @classmethod
     def from_github(cls, data: dict[str, Any]) -> Issue:
@@ -169,6 +183,7 @@ class Issue(BaseModel):
         ]
         user = data.get("user") or {}
         return cls(
+            **_planning(data),
             number=data["number"],
             title=data.get("title") or "",
             body=data.get("body") or "",
@@ -184,6 +199,39 @@ class Issue(BaseModel):
     def cache_json(self) -> str:
         """Canonical JSON: equal issues give equal bytes, so unchanged ones are not rewritten."""
         return self.model_dump_json()
+
+
+#: `.../repos/{owner}/{name}/issues/{n}` (a parent_issue_url).
+_ISSUE_URL = re.compile(r"/repos/([^/]+)/([^/]+)/issues/(\d+)$")
+
+
+def _planning(data: dict[str, Any]) -> dict[str, Any]:
+    """The planning fields of an issue object (Issue's own names)."""
+    deps = data.get("issue_dependencies_summary") or {}
+    subs = data.get("sub_issues_summary") or {}
+    kind = data.get("type") or {}
+    fields: dict[str, str] = {}
+    for value in data.get("issue_field_values") or []:
+        name = value.get("issue_field_name") if isinstance(value, dict) else None
+        option = value.get("single_select_option") if isinstance(value, dict) else None
+        shown = option.get("name") if isinstance(option, dict) else value.get("value")
+        if isinstance(name, str) and shown is not None:
+            fields[name] = str(shown)
+    parent: str | None = None
+    if "parent_issue_url" in data:
+        m = _ISSUE_URL.search(str(data.get("parent_issue_url") or ""))
+        parent = f"{m.group(1)}/{m.group(2)}#{m.group(3)}" if m else ""
+    return {
+        "blocked_by": int(deps.get("blocked_by") or 0),
+        # -1: the answer has no summary (an older GitHub Enterprise): the links stay unknown.
+        "blocked_by_total": int(deps.get("total_blocked_by") or 0) if deps else -1,
+        "blocking": int(deps.get("blocking") or 0),
+        "sub_issues": int(subs.get("total") or 0),
+        "sub_issues_done": int(subs.get("completed") or 0),
+        "parent": parent,
+        "issue_type": str(kind.get("name") or "") if isinstance(kind, dict) else "",
+        "fields": fields,
+    }
 
 
 class SkipReason(BaseModel):

@@ -16,6 +16,7 @@ from github_broker.models import Claimed, NoTask, Outcome
 from github_broker.reports.explain import explain
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
+from github_broker.store.graph import GraphUpdate
 from tests.factories import issue
 
 pytestmark = pytest.mark.anyio
@@ -45,6 +46,23 @@ async def load(store: Store, name: str, issues: list[tuple[int, str, str]]) -> R
     )
     await rstore.save_sync_state({}, rebuilt=True)
     return rstore
+
+
+async def random_links(rng: random.Random, rstore: RepoStore, numbers: list[int]) -> None:
+    """Blockers on some issues (another issue here, or of elsewhere in any state), written
+    as the leader writes them but left out of the indexes: the claim and explain judge them
+    on their own (blocker_of)."""
+    links: dict[int, list[str]] = {}
+    states = {}
+    for n in numbers:
+        if rng.random() < 0.3:
+            if numbers and rng.random() < 0.5:
+                links[n] = [f"{rstore.repository}#{rng.choice(numbers)}"]
+            else:
+                ref = f"acme/elsewhere#{rng.randint(1, 5)}"
+                links[n] = [ref]
+                states[ref] = rng.choice(["open", "completed", "not_planned", "unserved"])
+    await rstore.save_graph(GraphUpdate(links=links, states=states))
 
 
 def the_next(verdicts: dict[str, list]) -> tuple[str, int] | None:
@@ -173,7 +191,8 @@ async def test_explain_and_the_claim_never_disagree_over_random_backlogs_and_his
                 (n, rng.choice(["P0", "P1", "P2"]), rng.choice(ROLES))
                 for n in rng.sample(range(1, 60), rng.randint(0, 12))
             ]
-            await load(store, name, issues)
+            rstore = await load(store, name, issues)
+            await random_links(rng, rstore, [n for n, *_ in issues])
         agents = [f"a{i}" for i in range(4)]
         # Histories: claims, failures (cool-downs), completions, held tasks.
         for _ in range(rng.randint(0, 15)):

@@ -9,10 +9,8 @@ cut from @octokit/openapi) and deliveries against @octokit/webhooks-schemas.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import github
@@ -22,8 +20,7 @@ from jsonschema import Draft7Validator
 
 from github_broker.simulator import Simulator, apply_seed
 from github_broker.simulator.commits import ZERO_SHA
-from github_broker.simulator.messages import Response
-from tests.test_conformance import leaves, openapi_to_jsonschema
+from tests.openapi_answers import Described, recorded
 from tests.test_webhooks import SCHEMAS, SECRET, Capture, sign
 
 OWNER, NAME = "acme", "widgets"
@@ -599,54 +596,13 @@ def test_merge_of_a_head_the_caller_did_not_review_is_409(sim: Simulator) -> Non
 
 # ----- the answers are GitHub's shapes ----------------------------------------------------------
 
-SPEC = json.loads((Path(__file__).parent / "fixtures" / "github_openapi_progress.json").read_text())
-COMPONENTS = openapi_to_jsonschema(SPEC["components"])
-
-
-def _template(method: str, path: str) -> str:
-    for template, operations in SPEC["paths"].items():
-        # The last parameter of a ref or basehead template may hold '/'.
-        last = r".+" if template.endswith(("{ref}", "{basehead}")) else r"[^/]+"
-        pattern = re.sub(r"\{[^}]+\}", "[^/]+", re.sub(r"\{[^}]+\}$", last, template))
-        if re.fullmatch(pattern, path) and method in operations:
-            return template
-    raise AssertionError(f"{method.upper()} {path} is not in the fixture")
-
-
-def violations(method: str, path: str, status: int, body: Any) -> list[str]:
-    where = f"{method} {path} -> {status}"
-    responses = SPEC["paths"][_template(method.lower(), path)][method.lower()]["responses"]
-    declared = responses.get(str(status))
-    if status == 304:
-        return [] if body is None else [f"{where}: a 304 with a body"]
-    if declared is None:
-        return [f"{where}: status not documented ({sorted(responses)})"]
-    while "$ref" in declared:
-        declared = SPEC["components"]["responses"][declared["$ref"].rsplit("/", 1)[-1]]
-    content = (declared.get("content") or {}).get("application/json")
-    if content is None:
-        return [] if body is None else [f"{where}: a body where GitHub documents none"]
-    schema = {**openapi_to_jsonschema(content["schema"]), "components": COMPONENTS}
-    return [
-        f"{where}: /{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}"
-        for top in Draft7Validator(schema).iter_errors(body)
-        for e in leaves(top)
-    ]
+DESCRIBED = Described("github_openapi_progress.json", greedy=("{ref}", "{basehead}"))
+violations = DESCRIBED.violations
+_template = DESCRIBED.template
 
 
 def test_every_answer_conforms_to_githubs_description(sim: Simulator) -> None:
-    seen: list[tuple[str, str, int, Any]] = []
-    inner = sim._gateway.process
-
-    def process(
-        method: str, target: str, headers: Mapping[str, str], raw: bytes, base: str
-    ) -> Response:
-        response = inner(method, target, headers, raw, base)
-        body = json.loads(response.encode()) if response.status not in (204, 304) else None
-        seen.append((method, target.split("?", 1)[0], response.status, body))
-        return response
-
-    sim._gateway.process = process  # type: ignore[method-assign]
+    seen = recorded(sim)
     main = tip(sim, "main")
     ref = call(sim, "GET", f"{API}/git/ref/heads/main")
     call(sim, "GET", f"{API}/git/ref/heads/main", headers={"If-None-Match": ref.headers["ETag"]})
@@ -687,4 +643,4 @@ def test_every_answer_conforms_to_githubs_description(sim: Simulator) -> None:
     statuses = {status for *_, status, _ in seen}
     assert {200, 201, 204, 304, 404, 405, 409, 422} <= statuses
     covered = {(m, _template(m.lower(), path)) for m, path, *_ in seen}
-    assert len(covered) == sum(len(ops) for ops in SPEC["paths"].values())
+    assert len(covered) == sum(len(ops) for ops in DESCRIBED.spec["paths"].values())

@@ -14,10 +14,32 @@ _BAD_REF_CHARS = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]")
 _AGENT_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$")
 
 
-def task_score(priority: int, task_type: TaskType, created_at: str) -> int:
-    return (priority * 4 + TASK_TYPE_RANK[task_type]) * SCORE_GROUP + ms_from_iso(
-        created_at
-    ) // 1000
+#: The dependency order inside a priority (docs/dependencies.md): a task whose issue blocks
+#: more open issues comes first (ORDER_TIERS tiers: 3 or more, 2, 1, none), then by its order
+#: time: its creation second, or for a sub-issue its parent's plus its place among its
+#: siblings. Both fit the creation second's room of the score (below SCORE_GROUP): seconds
+#: since ORDER_EPOCH_S (2008-01-01, before any GitHub issue) stay below ORDER_TIER_S until 2071.
+ORDER_TIERS = 4
+ORDER_TIER_S = 2_000_000_000
+ORDER_EPOCH_S = 1_199_145_600
+
+
+def task_score(
+    priority: int,
+    task_type: TaskType,
+    created_at: str,
+    *,
+    unblocks: int | None = None,
+    order_s: int | None = None,
+) -> int:
+    """`(priority * 4 + type rank) * SCORE_GROUP + creation second`; with `unblocks` (the
+    dependency order is on) the low part is the graph order instead (see ORDER_TIERS)."""
+    second = ms_from_iso(created_at) // 1000 if order_s is None else order_s
+    low = second
+    if unblocks is not None:
+        tier = ORDER_TIERS - 1 - min(max(unblocks, 0), ORDER_TIERS - 1)
+        low = tier * ORDER_TIER_S + min(max(second - ORDER_EPOCH_S, 0), ORDER_TIER_S - 1)
+    return (priority * 4 + TASK_TYPE_RANK[task_type]) * SCORE_GROUP + low
 
 
 def branch_problem(name: str, base_branch: str | None) -> str | None:
@@ -80,6 +102,11 @@ class Rules:
         self.known_agents = set(settings.server.resolved_agent_tokens().values())
         self.needs_review = labels.needs_review
         self.bucket_counts_unassignable = settings.bucket_counts_unassignable
+        self.planning = settings.planning
+        deps = settings.dependencies
+        self.parents_wait = deps.enabled and deps.parents_wait
+        #: Development tasks follow the dependency order (task_score's `unblocks`).
+        self.graph_order = deps.enabled
 
     def priority(self, labels: list[str]) -> int | None:
         found = [int(m.group(1)) for lab in labels if (m := self.priority_re.match(lab))]
@@ -88,6 +115,38 @@ class Rules:
     def role(self, labels: list[str]) -> str | None:
         present = set(labels)
         return next((r for r in self.roles if r in present), None)
+
+    def issue_priority(self, issue: Issue) -> int | None:
+        """The priority from the labels or the organization's Priority field
+        (`planning.prefer` decides when both say one)."""
+        return self.planned(issue)[0]
+
+    def issue_role(self, issue: Issue) -> str | None:
+        """The role from the labels or the issue type (`planning.type_roles`)."""
+        return self.planned(issue)[1]
+
+    def planned(self, issue: Issue) -> tuple[int | None, str | None, str]:
+        """(priority, role, what GitHub's planning data decided in words, '' if nothing)."""
+        plan = self.planning
+        label_prio, label_role = self.priority(issue.labels), self.role(issue.labels)
+        option = issue.fields.get(plan.priority_field) if plan.priority_field else None
+        field_prio = plan.priority_values.get(option) if option is not None else None
+        type_role = plan.type_roles.get(issue.issue_type) if issue.issue_type else None
+        github = plan.prefer == "github"
+        prio = field_prio if field_prio is not None and (github or label_prio is None) else None
+        role = type_role if type_role is not None and (github or label_role is None) else None
+        words = []
+        if prio is not None:
+            beside = f"; its label says P{label_prio}" if label_prio is not None else ""
+            words.append(f"P{prio} from the {plan.priority_field} field ({option}){beside}")
+        if role is not None:
+            beside = f"; its label says {label_role}" if label_role is not None else ""
+            words.append(f"role {role} from its issue type {issue.issue_type}{beside}")
+        return (
+            label_prio if prio is None else prio,
+            label_role if role is None else role,
+            "; ".join(words),
+        )
 
     def branch(self, issue: Issue) -> str | None:
         for pattern in self.branch_patterns:
@@ -148,8 +207,7 @@ class Rules:
         return f"labelled {self.in_progress} with no agent label and no live lease: {after}", []
 
     def analyse(self, issue: Issue, base_branch: str | None) -> Analysis:
-        priority = self.priority(issue.labels)
-        role = self.role(issue.labels)
+        priority, role, _ = self.planned(issue)
         if priority is None and role is None:
             return Analysis(None, None, None, None)  # not addressed to the broker at all
         branch = self.branch(issue)
@@ -157,6 +215,9 @@ class Rules:
             return Analysis(
                 None, role, branch, _skip("container", "story/epic issues are containers")
             )
+        parent = self._parent_skip(issue)
+        if parent is not None:
+            return Analysis(None, role, branch, parent)
         if self.needs_human in issue.labels:
             return Analysis(None, role, branch, _skip("needs_human", "labelled needs-human"))
         if priority is None:
@@ -173,6 +234,25 @@ class Rules:
         if problem:
             return Analysis(priority, role, branch, _skip("bad_branch", problem))
         return Analysis(priority, role, branch, None)
+
+    def _parent_skip(self, issue: Issue) -> SkipReason | None:
+        """A parent waits for its open sub-issues; once all are closed it is development work
+        only if its body asks for work of its own (deliverables and a branch)."""
+        if not self.parents_wait or issue.sub_issues <= 0:
+            return None
+        left = issue.sub_issues - issue.sub_issues_done
+        if left > 0:
+            return _skip(
+                "sub_issues_open",
+                f"a parent: waits for {left} of its {issue.sub_issues} sub-issues to close",
+            )
+        if any(p.search(issue.body) for p in self.deliverables) and self.branch(issue):
+            return None
+        return _skip(
+            "sub_issues_done",
+            f"all {issue.sub_issues} sub-issues are closed: for a person to review and close "
+            "(its body asks for no work of its own: no deliverables and branch)",
+        )
 
     def _role_skip(self, labels: list[str]) -> SkipReason:
         """No configured role label: name the labels that look like an unknown role."""

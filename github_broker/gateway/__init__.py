@@ -3,10 +3,12 @@
 Blocking by nature (PyGithub is synchronous): async callers run these methods in a worker
 thread (`asyncio.to_thread`), never on the event loop. `transport.py` makes the requests
 (quota, pacing, conditional cache, errors), `reads.py` and `writes.py` the endpoints,
-`checks.py` the reads of pull requests' CI and mergeability.
+`checks.py` the reads of pull requests' CI and mergeability, `planning.py` the dependency
+graph read in bulk (GraphQL).
 """
 
 from github_broker.gateway.checks import ChecksQuery, ChecksReads
+from github_broker.gateway.planning import IssueLinks, Linked, PlanningReads
 from github_broker.gateway.reads import Page, Reads
 from github_broker.gateway.transport import Transport, counting_calls, network_problem
 from github_broker.gateway.writes import Writes
@@ -14,6 +16,8 @@ from github_broker.gateway.writes import Writes
 __all__ = [
     "ChecksQuery",
     "GitHubGateway",
+    "IssueLinks",
+    "Linked",
     "Page",
     "Transport",
     "counting_calls",
@@ -21,5 +25,5 @@ __all__ = [
 ]
 
 
-class GitHubGateway(Reads, Writes, ChecksReads):
+class GitHubGateway(Reads, Writes, ChecksReads, PlanningReads):
     """Thin, typed access to the REST endpoints the broker uses."""

@@ -15,6 +15,7 @@ from github_broker.gateway import GitHubGateway, counting_calls
 from github_broker.leader.budget import GitHubBudget
 from github_broker.leader.checks import EVENTS as CHECK_EVENTS
 from github_broker.leader.checks import CheckKeeper
+from github_broker.leader.graph import GRAPH_EVENTS
 from github_broker.leader.progress import ProgressKeeper
 from github_broker.leader.reviews import ReviewKeeper
 from github_broker.leader.sync import Syncer
@@ -191,6 +192,9 @@ class WebhookWorker:
             outcome = await self._issue(repo, rstore, action, payload["issue"])
             if self._review_labelled(action, payload) and outcome == "upserted":
                 outcome += "; " + await self._review_due(repo)
+            await self._blocker_moved(rstore, action, payload["issue"])
+        elif event in GRAPH_EVENTS:
+            outcome = await self.syncer.graph.from_delivery(repo.full_name, event, payload)
         elif event == "issue_comment" and "pull_request" not in payload["issue"]:
             # A comment's own action (deleted, ...) says nothing about the issue's life.
             outcome = await self._issue(repo, rstore, "commented", payload["issue"])
@@ -218,6 +222,14 @@ class WebhookWorker:
         )
         return outcome
 
+    async def _blocker_moved(self, rstore: RepoStore, action: str, data: dict[str, Any]) -> None:
+        """The issue may block others (here or in another served repository): they learn its
+        state now, not at the next poll (leader/graph.py)."""
+        if action in GONE_ACTIONS:
+            await self.syncer.graph.note_gone(rstore, [int(data["number"])])
+        else:
+            await self.syncer.graph.note_states(rstore, [data])
+
     async def _issue(
         self, repo: Repository, rstore: RepoStore, action: str, data: dict[str, Any]
     ) -> str:
@@ -233,8 +245,11 @@ class WebhookWorker:
         updated = str(data["updated_at"])
         if updated < known:
             return "stale"
+        incoming = Issue.from_github(data)
+        if incoming.parent is None:  # deliveries name no parent: the mirror's stands
+            incoming = incoming.model_copy(update={"parent": cached.parent if cached else ""})
         if updated == known:
-            if cached is not None and cached == Issue.from_github(data):
+            if cached is not None and cached == incoming:
                 return "unchanged"
             # Two changes within one second (GitHub's resolution) arrive in either order:
             # only GitHub can say which came last, so read that one issue.
@@ -244,10 +259,11 @@ class WebhookWorker:
                 await rstore.remove_issues([n], epoch=self.syncer.epoch)
                 return "removed"
             data, updated = fresh, str(fresh["updated_at"])
+            incoming = Issue.from_github(data)
         if data.get("state") == "open":
             base = await self.syncer.base_branch(repo, rstore, await rstore.sync_state())
             # Fenced like the sync, and a vanished lease label is checked the same way.
-            await self.syncer.apply_issues(rstore, [Issue.from_github(data)], base)
+            await self.syncer.apply_issues(rstore, [incoming], base)
             outcome = "upserted"
         else:
             # The version before the removal: sync_upsert.lua refuses a page older than it,

@@ -283,7 +283,7 @@ class ReviewKeeper:
         result = await rstore.put_task(
             f"{TaskType.REVIEW}:{issue.number}",
             score=self._score(issue, TaskType.REVIEW),
-            role=self.review.review_role or self.rules.role(issue.labels) or "",
+            role=self.review.review_role or self.rules.issue_role(issue) or "",
             pr=pull["number"],
             author=state.get("dev_agent", ""),
             branch=pull["head"]["ref"],
@@ -372,7 +372,7 @@ class ReviewKeeper:
         if await rstore.put_task(
             f"{TaskType.FIX}:{issue.number}",
             score=self._score(issue, TaskType.FIX),
-            role=self.rules.role(issue.labels) or "",
+            role=self.rules.issue_role(issue) or "",
             pr=pull["number"],
             author="",
             branch=pull["head"]["ref"],
@@ -381,7 +381,7 @@ class ReviewKeeper:
             report.fixes_offered += 1
 
     def _score(self, issue: Issue, task_type: TaskType) -> int:
-        return task_score(self.rules.priority(issue.labels) or 0, task_type, issue.created_at)
+        return task_score(self.rules.issue_priority(issue) or 0, task_type, issue.created_at)
 
     # --- feedback (runs in a worker thread) ---------------------------------------------
 
@@ -472,8 +472,8 @@ async def post_fix(
     task_id = f"{TaskType.FIX}:{issue_number}"
     added = await rstore.put_task(
         task_id,
-        score=task_score(rules.priority(issue.labels) or 0, TaskType.FIX, issue.created_at),
-        role=rules.role(issue.labels) or "",
+        score=task_score(rules.issue_priority(issue) or 0, TaskType.FIX, issue.created_at),
+        role=rules.issue_role(issue) or "",
         pr=pr,
         author="",
         branch=branch,

@@ -14,6 +14,7 @@ from github_broker.claim.rules import Rules, task_score
 from github_broker.clock import iso_from_ms, now_ms
 from github_broker.errors import GitHubError
 from github_broker.gateway import GitHubGateway, Page
+from github_broker.leader.graph import GraphKeeper
 from github_broker.leader.reviews import linked_pulls
 from github_broker.logs import log_fields
 from github_broker.models import Issue, TaskType
@@ -101,6 +102,8 @@ class Syncer:
         #: Repositories whose mirror this process saw complete: one found missing later was
         #: lost (Redis lost its data), not built for the first time.
         self.seen_complete: set[str] = set()
+        #: GitHub's dependencies and sub-issues (leader/graph.py).
+        self.graph = GraphKeeper(settings, store, gateway, self, lambda: self.epoch)
 
     async def base_branch(self, repo: Repository, rstore: RepoStore, state: dict[str, str]) -> str:
         if repo.base_branch:
@@ -129,7 +132,11 @@ class Syncer:
             )
         report = SyncReport(repository=repo.full_name, full=full)
         if full:
-            await self._full(repo, rstore, state, base, report, progress)
+            self.graph.begin_pass(rstore, rebuilt=await rstore.mirror_rebuilt())
+            try:
+                await self._full(repo, rstore, state, base, report, progress)
+            finally:
+                self.graph.abandon_pass(rstore)
         else:
             await self._incremental(repo, rstore, state, base, report)
         report.seconds = time.monotonic() - started
@@ -184,6 +191,9 @@ class Syncer:
                 break
             page_no += 1
         await self._remove_confirmed(repo, rstore, await rstore.open_numbers() - seen, base, report)
+        # The links of every issue that has any, read in bulk before the mirror counts as
+        # rebuilt (no claim runs before that on a first pass).
+        await self.graph.end_pass(rstore, seen)
         pages = _FullPass(pass_id, started_iso, page_no, newest, saved)
         await self._end_full(repo, rstore, state, base, report, pages)
 
@@ -364,6 +374,7 @@ class Syncer:
         await self._remove(
             rstore, [int(d["number"]) for d in issues if d.get("state") != "open"], report
         )
+        await self.graph.note_states(rstore, issues)
 
     async def _remove_confirmed(
         self,
@@ -375,23 +386,40 @@ class Syncer:
     ) -> None:
         """Offset pages shift when an issue closes mid-pass, so an issue missing from the
         listing may still be open: ask GitHub about each one before removing it."""
-        gone = []
+        gone, closed, deleted = [], [], []
         for n in sorted(missing):
             data = await asyncio.to_thread(self.gateway.issue, repo.full_name, n)
             if data is None or data.get("state") != "open" or "pull_request" in data:
                 gone.append(n)
+                if data is None:
+                    deleted.append(n)
+                else:
+                    closed.append(data)
             else:
                 await self._upsert(rstore, [Issue.from_github(data)], base, report)
         await self._remove(rstore, gone, report)
+        await self.graph.note_states(rstore, closed)
+        await self.graph.note_gone(rstore, deleted)
 
     # --- writes -------------------------------------------------------------------------
 
     async def _upsert(
-        self, rstore: RepoStore, issues: list[Issue], base: str, report: SyncReport
+        self,
+        rstore: RepoStore,
+        issues: list[Issue],
+        base: str,
+        report: SyncReport,
+        *,
+        read_links: bool = True,
     ) -> None:
+        """`read_links`: read the links GitHub's summaries announce that the mirror lacks
+        (leader/graph.py); off when the graph itself indexes issues again."""
         for start in range(0, len(issues), UPSERT_BATCH):
             chunk = issues[start : start + UPSERT_BATCH]
-            batch = [index_item(self.rules, issue, base) for issue in chunk]
+            if read_links:
+                await self.graph.before_upsert(rstore, chunk)
+            orders = await self.graph.orders(rstore, chunk)
+            batch = [index_item(self.rules, i, base, orders.get(i.number)) for i in chunk]
             result = await rstore.sync_issues(batch, epoch=self.epoch)
             self._count(report, result)
             await self._point_holders(rstore, result.holders)
@@ -411,6 +439,16 @@ class Syncer:
         report = SyncReport(repository=rstore.repository, full=False)
         await self._upsert(rstore, issues, base, report)
         return report
+
+    async def mirror(
+        self, rstore: RepoStore, issues: list[Issue], *, read_links: bool = True
+    ) -> None:
+        """Mirror these issues as a pass would (the graph's and deliveries' updates)."""
+        repo = self.settings.repository(rstore.repository)
+        assert repo is not None
+        base = await self.base_branch(repo, rstore, await rstore.sync_state())
+        report = SyncReport(repository=rstore.repository, full=False)
+        await self._upsert(rstore, issues, base, report, read_links=read_links)
 
     async def reindex(self, rstore: RepoStore, issue: Issue) -> None:
         """Index one issue again as `issue` reads (its cache with the broker's queued label
@@ -477,12 +515,21 @@ class Syncer:
             report.revoked += revoked
 
 
-def index_item(rules: Rules, issue: Issue, base: str) -> dict[str, Any]:
-    """The sync_upsert.lua entry for one issue: its JSON and what the rules conclude."""
+def index_item(
+    rules: Rules, issue: Issue, base: str, order_s: int | None = None
+) -> dict[str, Any]:
+    """The sync_upsert.lua entry for one issue: its JSON and what the rules conclude.
+    `order_s`: a sub-issue's order time in its parent's order (leader/graph.py)."""
     analysis = rules.analyse(issue, base)
     assignable = analysis.assignable
     orphan, stray = rules.orphan(issue.labels)
-    score = task_score(analysis.priority or 0, TaskType.DEVELOPMENT, issue.created_at)
+    score = task_score(
+        analysis.priority or 0,
+        TaskType.DEVELOPMENT,
+        issue.created_at,
+        unblocks=issue.blocking if rules.graph_order else None,
+        order_s=order_s if rules.graph_order else None,
+    )
     return {
         "n": issue.number,
         "issue": issue.cache_json(),

@@ -151,6 +151,43 @@ local function unready(tasks_key, ready_key, ready_role_prefix, task_id, raw)
   end
 end
 
+-- Dependencies (docs/dependencies.md) ------------------------------------------------------
+-- The state of blocker `ref` ('owner/name#n') as this repository knows it at this moment. A
+-- blocker of this repository is open while the mirror holds it open: the sync and the webhook
+-- worker move `open` for the blocker itself, in the same script, so a blocker reopened after
+-- the dependent's last sync blocks at once. Otherwise graph:state holds what the leader last
+-- learnt ('completed', 'not_planned', 'duplicate', 'open', 'unserved', written for a blocker
+-- of another served repository whenever its own sync or webhook moves it); nothing known is
+-- 'unknown'.
+local function blocker_state(C, ref)
+  local repo, m = string.match(ref, '^(.+)#(%d+)$')
+  if repo and string.lower(repo) == C.repository_lower
+      and redis.call('SISMEMBER', C.K.open, m) == 1 then
+    return 'open'
+  end
+  return redis.call('HGET', C.dep_state, ref) or 'unknown'
+end
+
+-- The first blocker (and its state) that keeps issue n from being handed out, or nil. Only a
+-- blocker closed as completed lets it go (or closed as not planned, when dep_done says so):
+-- an open, unreadable, unserved or unknown one blocks (fail closed). Bounded: GitHub links 50
+-- blockers to an issue at most.
+local function blocker_of(C, n)
+  if not C.graph then return nil end
+  local raw = redis.call('HGET', C.deps, n)
+  if not raw then return nil end
+  for _, ref in ipairs(cjson.decode(raw)) do
+    local state = blocker_state(C, ref)
+    local done = false
+    for _, s in ipairs(C.dep_done) do
+      if s == state then done = true end
+    end
+    if not done then return ref, state end
+  end
+  return nil
+end
+-- -------------------------------------------------------------------------------------------
+
 -- Every repository script gets the same KEYS and ARGV[1]:
 -- KEYS: 1 tasks, 2 ready, 3 work, 4 leases, 5 intent, 6 outbox, 7 outbox:data,
 --       8 skipped, 9 open (all of one repository, so one Cluster slot)
@@ -314,7 +351,8 @@ local function end_wait(C, n)
   redis.call('HDEL', C.waiting, n)
   local cur = cjson.decode(raw)
   local prio = tonumber(cur.prio) or -1
-  if prio >= 0 and redis.call('SISMEMBER', C.K.open, n) == 1 then
+  -- An issue with an open blocker holds no bucket (blocker_of).
+  if prio >= 0 and redis.call('SISMEMBER', C.K.open, n) == 1 and not blocker_of(C, n) then
     redis.call('ZADD', C.K.work, arg(prio), n)
   end
   return cur.code
@@ -800,7 +838,7 @@ end
 
 -- A maintainer's reassignment waiting for `agent` (reserved:{agent}), decoded, while its task
 -- can still be handed out; a stale one (task gone, issue held by a lease) is dropped unless
--- `dry`.
+-- `dry`. One whose issue is blocked now waits (kept, not handed out).
 local function reservation(C, agent, dry)
   local raw = redis.call('GET', C.reserved .. agent)
   if not raw then return nil end
@@ -808,6 +846,7 @@ local function reservation(C, agent, dry)
   local n = tostring(r.n)
   if redis.call('EXISTS', C.lock .. n) == 0 and redis.call('HEXISTS', C.K.tasks, r.task_id) == 1
   then
+    if blocker_of(C, n) then return nil end
     return r
   end
   if not dry then
@@ -840,10 +879,10 @@ end
 -- judge): nil when the claim may hand it out, else why not: 'given_up' (the task the agent
 -- just gave up in this request), 'cooldown' (its cool-down on the issue: a failure, or a
 -- person revoked it from the agent), 'held' (a lease holds it though it is still indexed),
--- 'reserved' (reassigned to a named agent), 'review_author' (the review of its own work
--- while someone else may take it), 'author_first' (a fix of a failing check or a conflict,
--- offered to the PR's author alone for a while). Second value: the task's value when it was
--- read.
+-- 'reserved' (reassigned to a named agent), 'blocked' (an open or unreadable blocker: see
+-- blocker_of), 'review_author' (the review of its own work while someone else may take it),
+-- 'author_first' (a fix of a failing check or a conflict, offered to the PR's author alone
+-- for a while). Second value: the task's value when it was read.
 local function task_verdict(C, id, agent, skip_id, skip_n, now)
   local n = string.match(id, ':(%d+)$')
   if id == skip_id or n == skip_n then return 'given_up' end
@@ -855,6 +894,7 @@ local function task_verdict(C, id, agent, skip_id, skip_n, now)
   if redis.call('EXISTS', C.lock .. n) == 1 then return 'held' end
   -- A maintainer reassigned it: only the named agent takes it (through its reservation).
   if (tonumber(redis.call('ZSCORE', C.reservations, n)) or 0) > now then return 'reserved' end
+  if blocker_of(C, n) then return 'blocked' end
   if string.sub(id, 1, 7) == 'review:' then
     local raw = redis.call('HGET', C.K.tasks, id)
     if raw then
@@ -896,7 +936,7 @@ end
 -- The first task of one index the agent may get, with its score and (when read) its value:
 -- the head alone first (nearly always usable), then pages of `scan` entries up to `limit`.
 -- A held task still indexed (a lease re-adopted by the reconciler) is dropped here unless
--- `dry`.
+-- `dry`; so is a blocked one (its blocker's change indexes it again: graph_save.lua).
 local function first_usable(C, src, agent, skip_id, skip_n, now, scan, limit, dry)
   local start, size = 0, 1
   while start < limit do
@@ -906,7 +946,12 @@ local function first_usable(C, src, agent, skip_id, skip_n, now, scan, limit, dr
     for i = 1, #items, 2 do
       local id = items[i]
       local why, raw = task_verdict(C, id, agent, skip_id, skip_n, now)
-      if why == 'held' and not dry then unready(C.K.tasks, C.K.ready, C.ready_role, id) end
+      if (why == 'held' or why == 'blocked') and not dry then
+        unready(C.K.tasks, C.K.ready, C.ready_role, id)
+        -- The entries behind it moved up one place: the next page starts one earlier, and
+        -- the scan looks at as many entries as a dry one (explain) does.
+        start, limit = start - 1, limit - 1
+      end
       if not why then return id, tonumber(items[i + 1]), raw end
     end
   end

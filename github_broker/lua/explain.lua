@@ -9,8 +9,9 @@
 -- The agent's held task is left out of the pick, as the claim settles it first.
 -- Returns {bucket (-1 none), agent pause JSON or '', repository pause JSON or '',
 --          reservation JSON or '', held issue or '', next task id or '',
---          JSON list of {id, score, role, why}} where why is '' (the task `next` names),
---          'queued' (behind it), 'role', 'bucket', or task_verdict's cause.
+--          JSON list of {id, score, role, why, blocker}} where why is '' (the task `next`
+--          names), 'queued' (behind it), 'role', 'bucket', or task_verdict's cause; blocker
+--          ('<ref> <state>') with 'blocked'.
 local C = context()
 if mirror_missing(C) then return redis.error_reply(REBUILDING) end
 local agent, mode, scan, shown = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -55,9 +56,13 @@ for i = 1, #items, 2 do
     local _
     _, role = task_fields(raw)
   end
-  local why = ''
+  local why, blocker = '', nil
   if id ~= next_id then
     why = task_verdict(C, id, agent, skip_id, '', now)
+    if why == 'blocked' then
+      local ref, state = blocker_of(C, string.match(id, ':(%d+)$'))
+      if ref then blocker = ref .. ' ' .. state end
+    end
     if why == nil then
       if accepted and not accepted[role] then
         why = 'role'
@@ -69,7 +74,7 @@ for i = 1, #items, 2 do
       end
     end
   end
-  judged[#judged + 1] = {id = id, score = score, role = role, why = why}
+  judged[#judged + 1] = {id = id, score = score, role = role, why = why, blocker = blocker}
 end
 local reserved_json = ''
 if reserved then reserved_json = cjson.encode(reserved) end

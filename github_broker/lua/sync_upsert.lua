@@ -136,6 +136,9 @@ for _, it in ipairs(items) do
     written = written + 1
   end
   redis.call('SADD', C.K.open, n)
+  -- Dependencies: an issue with an open or unreadable blocker is claimable by no one and
+  -- holds no bucket (blocker_of; the claim judges again at the hand-out).
+  local blocked = blocker_of(C, n) ~= nil
   -- it.pin is false for work nobody can take (body skipped), unless settings say it counts.
   -- An issue that waits on a person keeps out of the bucket (wait_for_person), at its
   -- priority of now.
@@ -147,7 +150,7 @@ for _, it in ipairs(items) do
       redis.call('HSET', C.waiting, n, cjson.encode(w))
     end
   end
-  if it.prio >= 0 and it.pin ~= false and (not waits or C.people_hold) then
+  if it.prio >= 0 and it.pin ~= false and (not waits or C.people_hold) and not blocked then
     redis.call('ZADD', C.K.work, it.prio, n)
   else
     redis.call('ZREM', C.K.work, n)
@@ -327,8 +330,13 @@ for _, it in ipairs(items) do
       unready(C.K.tasks, C.K.ready, C.ready_role, kind .. ':' .. n)
     end
   end
-  -- ready = tasks - held, for review and fix tasks too.
-  if not held and not parked and it.prio >= 0 and not labels[C.in_progress] then
+  if blocked then
+    for _, kind in ipairs({'fix', 'review', 'development'}) do
+      unready(C.K.tasks, C.K.ready, C.ready_role, kind .. ':' .. n)
+    end
+  end
+  -- ready = tasks - held - blocked, for review and fix tasks too.
+  if not held and not parked and not blocked and it.prio >= 0 and not labels[C.in_progress] then
     for _, kind in ipairs({'fix', 'review'}) do
       make_ready(C.K.tasks, C.K.ready, C.ready_role, kind .. ':' .. n)
     end
@@ -352,7 +360,7 @@ for _, it in ipairs(items) do
       if old then unready(C.K.tasks, C.K.ready, C.ready_role, id) end
       redis.call('HSET', C.K.tasks, id, value)
     end
-    if not held and not contested and not parked then
+    if not held and not contested and not parked and not blocked then
       if redis.call('ZADD', C.K.ready, it.score, id) == 1 then readied = readied + 1 end
       redis.call('ZADD', C.ready_role .. it.role, it.score, id)
     end

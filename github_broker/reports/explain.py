@@ -13,9 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from github_broker.claim.rules import Rules
 from github_broker.claim.walk import judge
 from github_broker.clock import iso_from_ms, now_ms, span
 from github_broker.models import Issue, Judgement, priority_of_score
+from github_broker.reports.blockers import blocker_words, same_repository
 from github_broker.reports.status import waiting_reviews
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
@@ -64,8 +66,7 @@ class Verdict(BaseModel):
     url: str = ""
     priority: int | None
     #: next | queued | held | outside_bucket | role | cooldown | review_author | author_first |
-    #: paused |
-    #: repo_paused | skipped | waiting_on_person | waiting | out_of_service
+    #: paused | repo_paused | blocked | skipped | waiting_on_person | waiting | out_of_service
     verdict: str
     detail: str
     #: The issues this one waits for (outside_bucket: the open work that holds the bucket).
@@ -125,13 +126,18 @@ async def _verdicts(
     first_here = giver is j
     if j.out_of_service:
         verdicts.append(_v(0, None, "out_of_service", f"left out of claims: {j.out_of_service}"))
+    cycles = await rstore.cycles()
     for row in j.judged:
         task_id, score, role, why = row["id"], float(row["score"]), row["role"], row["why"]
         n = int(task_id.split(":")[1])
         if n in listed:
             continue  # a review and a fix of one issue: the first one is what it offers
         listed.add(n)
-        verdicts.append(_claimable(j, giver, first_here, task_id, n, score, role, why, blockers))
+        verdicts.append(
+            _blocked(rstore, n, priority_of_score(score), row.get("blocker"), cycles.get(n))
+            if why == "blocked"
+            else _claimable(j, giver, first_here, task_id, n, score, role, why, blockers)
+        )
     held_here = await rstore.leases()
     for lease in sorted(held_here, key=lambda lease: lease.issue):
         if lease.issue in listed:
@@ -143,6 +149,7 @@ async def _verdicts(
             detail += f"; stalled: {lease.stalled}"
         verdicts.append(_v(lease.issue, work.get(lease.issue), "held", detail))
         listed.add(lease.issue)
+    verdicts += await _blocked_rest(rstore, work, listed, cycles)
     now = now_ms()
     for n, w in sorted((await rstore.waiting()).items()):
         if n in listed:
@@ -165,11 +172,8 @@ async def _verdicts(
     for issue in issues:
         detail = await no_task_detail(rstore, settings, issue)
         verdicts.append(_v(issue.number, work.get(issue.number), "waiting", detail))
-    urls = {i.number: i.html_url for i in await rstore.get_issues(sorted(listed | set(rest)))}
-    for verdict in verdicts:
-        verdict.url = urls.get(verdict.issue, "")
-        for blocker in verdict.blocking:
-            blocker.url = blocker.url or urls.get(blocker.issue, "")
+    shown = {i.number: i for i in await rstore.get_issues(sorted(listed | set(rest)))}
+    _annotate(Rules(settings), verdicts, shown)
     return verdicts
 
 
@@ -194,6 +198,61 @@ async def no_task_detail(rstore: RepoStore, settings: Settings, issue: Issue) ->
             f"{ttl} unless its agent's heartbeat adopts it again"
         )
     return "no task for it now: the broker's next sync pass reads it again"
+async def _blocked_rest(
+    rstore: RepoStore, work: dict[int, int], listed: set[int], cycles: dict[int, list[str]]
+) -> list[Verdict]:
+    """Issues a blocker keeps out of the pool, as the leader last judged (not listed yet)."""
+    out = []
+    for n, b in sorted((await rstore.blocked()).items()):
+        if n not in listed:
+            out.append(_blocked(rstore, n, work.get(n), f"{b.ref} {b.state}", cycles.get(n)))
+            listed.add(n)
+    return out
+
+
+def _annotate(rules: Rules, verdicts: list[Verdict], shown: dict[int, Issue]) -> None:
+    """Each verdict's URL, its blockers' URLs and what GitHub's planning data decided."""
+    for verdict in verdicts:
+        mirrored = shown.get(verdict.issue)
+        verdict.url = mirrored.html_url if mirrored else ""
+        for blocker in verdict.blocking:
+            ahead = shown.get(blocker.issue)
+            blocker.url = blocker.url or (ahead.html_url if ahead else "")
+        if mirrored is not None:
+            _planning_words(rules, verdict, mirrored, shown)
+
+
+def _planning_words(
+    rules: Rules, verdict: Verdict, issue: Issue, shown: dict[int, Issue]
+) -> None:
+    """What GitHub's planning data decided for a claimable issue: a sub-issue behind its
+    sibling waits for its parent's order; a priority or role from a field or an issue type
+    says which rule won over the labels."""
+    if verdict.verdict not in ("next", "queued", "outside_bucket", "role"):
+        return
+    ahead = shown.get(verdict.blocking[0].issue) if verdict.blocking else None
+    if verdict.verdict == "queued" and ahead is not None and issue.parent and (
+        ahead.parent == issue.parent
+    ):
+        verdict.detail = (
+            f"claimable, waits for its parent's order: #{ahead.number} comes first in "
+            f"{issue.parent}"
+        )
+    planned = rules.planned(issue)[2]
+    if planned:
+        verdict.detail += f" ({planned})"
+
+
+def _blocked(
+    rstore: RepoStore, n: int, prio: int | None, blocker: str | None, cycle: list[str] | None
+) -> Verdict:
+    """An issue a blocker keeps waiting (explain.lua's judgement, or the leader's last)."""
+    ref, _, state = (blocker or "? unknown").rpartition(" ")
+    verdict = _v(n, prio, "blocked", blocker_words(ref, state, cycle))
+    other = same_repository(rstore, ref)
+    if other is not None:
+        verdict.blocking = [Blocker(issue=other, url="")]
+    return verdict
 
 
 def _claimable(

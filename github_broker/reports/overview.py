@@ -19,7 +19,13 @@ from github_broker.models import (
 )
 from github_broker.reports.explain import Verdict, explain, no_task_detail
 from github_broker.reports.health import RepoHealth, health, repo_health
-from github_broker.reports.status import OverlappingPR, overlapping, waiting_reviews
+from github_broker.reports.status import (
+    BlockedIssue,
+    OverlappingPR,
+    blocked_issues,
+    overlapping,
+    waiting_reviews,
+)
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
 
@@ -40,6 +46,8 @@ class IssueRef:
     number: int
     title: str
     url: str
+    #: Its place in the dependency graph, shown on its row: blocker, sub-issue progress.
+    graph: str = ""
 
 
 @dataclass
@@ -99,6 +107,16 @@ class SkippedRow:
 
 
 @dataclass
+class BlockedRow:
+    """An issue a blocker keeps from being handed out (docs/dependencies.md)."""
+
+    issue: IssueRef
+    blocker: str
+    state: str
+    detail: str
+
+
+@dataclass
 class ReviewRow:
     issue: IssueRef
     pr: int | None
@@ -140,6 +158,8 @@ class RepoOverview:
     health: RepoHealth | None = None
     #: Open agent PRs changing the same files, with a suggested merge order.
     overlaps: list[OverlappingPR] = field(default_factory=list)
+    #: Issues a blocker keeps waiting (open, unreadable, not planned, on a cycle).
+    blocked: list[BlockedRow] = field(default_factory=list)
 
 
 @dataclass
@@ -186,7 +206,7 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
     issues = {i.number: i for i in await rstore.get_issues(sorted(wanted))}
     ready_ids = {t for t, _ in ready}
     state = await rstore.sync_state()
-    return RepoOverview(
+    view = RepoOverview(
         repository=rstore.repository,
         strict=strict,
         bucket=bucket,
@@ -223,6 +243,39 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
         health=await repo_health(rstore, settings),
         overlaps=overlapping(await rstore.checks_records()),
     )
+    await _add_graph(rstore, view, issues)
+    return view
+
+
+async def _add_graph(rstore: RepoStore, view: RepoOverview, issues: dict[int, Issue]) -> None:
+    """The issues a blocker keeps waiting, and on every row the issue's place in the graph."""
+    found = await blocked_issues(rstore)
+    missing = [b.issue for b in found if b.issue not in issues]
+    issues.update({i.number: i for i in await rstore.get_issues(missing)})
+    view.blocked = [
+        BlockedRow(_ref(rstore, issues, b.issue), b.blocker, b.state, b.detail) for b in found
+    ]
+    _graph_notes(view, issues, {b.issue: b for b in found})
+
+
+def _graph_notes(
+    view: RepoOverview, issues: dict[int, Issue], blocked: dict[int, BlockedIssue]
+) -> None:
+    """Each row's issue with its blocker and its sub-issues' progress."""
+    rows: list[Any] = [
+        *view.leases, *view.queue, *view.skipped, *view.reviews, *view.waiting, *view.blocked
+    ]
+    for row in rows:
+        n = row.issue.number
+        parts = []
+        if n in blocked:
+            parts.append(f"blocked by {blocked[n].blocker} ({blocked[n].state})")
+        issue = issues.get(n)
+        if issue is not None and issue.sub_issues:
+            parts.append(f"sub-issues {issue.sub_issues_done}/{issue.sub_issues} closed")
+        if issue is not None and issue.parent:
+            parts.append(f"sub-issue of {issue.parent}")
+        row.issue.graph = "; ".join(parts)
 
 
 def _queue(

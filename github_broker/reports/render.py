@@ -25,6 +25,7 @@ VERDICT_ORDER = [
     "paused",
     "repo_paused",
     "out_of_service",
+    "blocked",
     "waiting_on_person",
     "skipped",
     "waiting",
@@ -107,6 +108,7 @@ def _repo_status(r: RepoOverview, now: int, rows: int) -> list[str]:
         _pause,
         _leases,
         _waiting,
+        _blocked,
         _queue,
         _reviews,
         _skipped,
@@ -186,6 +188,17 @@ def _waiting(r: RepoOverview, now: int, rows: int) -> list[str]:
         ],
     )
     return out + _more(min(rows, len(r.waiting)), len(r.waiting), "issues")
+
+
+def _blocked(r: RepoOverview, now: int, rows: int) -> list[str]:
+    if not r.blocked:
+        return []
+    out = [f"Blocked: {len(r.blocked)}"]
+    out += table(
+        ["ISSUE", "TITLE", "WHY"],
+        [[f"#{b.issue.number}", _title(b.issue), b.detail] for b in r.blocked[:rows]],
+    )
+    return out + _more(min(rows, len(r.blocked)), len(r.blocked), "blocked issues")
 
 
 def _queue(r: RepoOverview, now: int, rows: int) -> list[str]:

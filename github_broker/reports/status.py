@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from github_broker.clock import iso_from_ms, now_ms
 from github_broker.models import LeaseInfo, TaskPause, TaskState, priority_of_score
 from github_broker.reports import health as health_view
+from github_broker.reports.blockers import blocker_words
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
 
@@ -93,6 +94,19 @@ class WaitingOnPerson(BaseModel):
     detail: str
 
 
+class BlockedIssue(BaseModel):
+    """An issue a blocker keeps from being handed out (docs/dependencies.md)."""
+
+    issue: int
+    blocker: str
+    #: open | not_planned | duplicate | unserved | unknown | gone (and `?hidden` / `?error`
+    #: blockers: unreadable)
+    state: str
+    detail: str
+    #: The dependency cycle it is on, if any.
+    cycle: list[str] = []
+
+
 class RepoStatus(BaseModel):
     repository: str
     bucket: int | None
@@ -107,6 +121,8 @@ class RepoStatus(BaseModel):
     recent_tasks: list[EndedTask] = []
     #: Open agent PRs changing the same files, with a suggested merge order.
     overlapping_prs: list[OverlappingPR] = []
+    #: Issues a blocker keeps waiting, as the leader last judged (the claim judges again).
+    blocked: list[BlockedIssue] = []
     pending_github_writes: int
     #: Age in seconds of the oldest due GitHub write (0: GitHub is up to date).
     github_write_lag_s: float = 0.0
@@ -146,11 +162,26 @@ async def repo_status(rstore: RepoStore, settings: Settings) -> RepoStatus:
         ],
         recent_tasks=await recent_tasks(rstore),
         overlapping_prs=overlapping(await rstore.checks_records()),
+        blocked=await blocked_issues(rstore),
         pending_github_writes=await rstore.outbox_size(),
         github_write_lag_s=round(await rstore.outbox_lag_s(), 3),
         last_full_sync=iso_from_ms(int(float(full_at) * 1000)) if full_at else None,
         sync_cursor=state.get("since"),
     )
+
+
+async def blocked_issues(rstore: RepoStore) -> list[BlockedIssue]:
+    cycles = await rstore.cycles()
+    return [
+        BlockedIssue(
+            issue=n,
+            blocker=b.ref,
+            state=b.state,
+            detail=blocker_words(b.ref, b.state, cycles.get(n)),
+            cycle=cycles.get(n, []),
+        )
+        for n, b in sorted((await rstore.blocked()).items())
+    ]
 
 
 def lease_status(lease: LeaseInfo) -> LeaseStatus:

@@ -144,6 +144,14 @@ class _Reader:
         elif v.verdict == "waiting":
             code, text = await self._in_review(n, v)
             backlog.left.append(Left(n, title, BROKER, code, text))
+        elif v.verdict == "blocked":
+            # An open blocker closes once its PR is merged (by the simulated maintainer, or a
+            # person); a blocker not planned, unreadable or on a cycle waits for a person to
+            # change the links.
+            opened = v.detail.endswith("(open)")
+            who = MAINTAINER if opened and self.maintainer else PERSON
+            text = f"starts when its blocker closes: {v.detail}" if opened else v.detail
+            backlog.left.append(Left(n, title, who, "blocked", text))
 
     def _person(self, n: int, title: str, w: Waiting) -> Left:
         review = self.reviews.get(n)

@@ -207,6 +207,24 @@ class Sandbox:
         for loop in self.loops:
             loop.start()
         self._share_store()
+        self._wait_mirrored(settings)
+
+    def _wait_mirrored(self, settings: Settings, timeout_s: float = 60.0) -> None:
+        """Until the first sync has mirrored the demo backlog (and read its links): a request
+        before that would be answered 503 (the mirror is rebuilding)."""
+
+        async def mirrored() -> None:
+            store = Store.from_settings(settings)
+            try:
+                deadline = time.monotonic() + timeout_s
+                while not await store.repo(SANDBOX_REPO).mirror_rebuilt():
+                    if time.monotonic() > deadline:
+                        raise SandboxError("the first sync did not finish; the log says why")
+                    await asyncio.sleep(0.05)
+            finally:
+                await store.close()
+
+        asyncio.run(mirrored())
 
     def start_agents(self) -> None:
         for agent_id in self.agent_ids:

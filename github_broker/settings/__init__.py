@@ -7,8 +7,9 @@ the YAML itself being committed with them.
 
 Sections by what they configure: `connections` (GitHub, Redis), `work` (polling, leases,
 reviews, failures, progress, budgets), `checks` (CI and mergeability of the broker's PRs),
-`issues` (repositories, roles, labels, bodies),
-`server` (HTTP server, webhooks, commands, audit); `root` holds `Settings`, `loading` reads
+`issues` (repositories, roles, labels, bodies), `server` (HTTP server, webhooks, commands,
+audit), `planning` (dependencies and sub-issues, GitHub's Priority field and issue types);
+`root` holds `Settings`, `loading` reads
 the config directory, `messages` words a refused configuration.
 """
 
@@ -17,6 +18,7 @@ from github_broker.settings.checks import ChecksSettings
 from github_broker.settings.connections import GitHubSettings, RedisSettings
 from github_broker.settings.issues import BodyPatterns, LabelNames, Repository, Role, label_clash
 from github_broker.settings.loading import default_config_dir, load_settings
+from github_broker.settings.planning import DependencySettings, PlanningSettings
 from github_broker.settings.root import Settings
 from github_broker.settings.server import (
     AuditSettings,
@@ -43,10 +45,12 @@ __all__ = [
     "BudgetSettings",
     "ChecksSettings",
     "CommandSettings",
+    "DependencySettings",
     "FailureSettings",
     "GitHubSettings",
     "LabelNames",
     "LeaseSettings",
+    "PlanningSettings",
     "PollSettings",
     "ProgressSettings",
     "RedisSettings",

@@ -21,6 +21,7 @@ from github_broker.settings.base import AGENT_ID_RE, ENV_PREFIX
 from github_broker.settings.checks import ChecksSettings
 from github_broker.settings.connections import GitHubSettings, RedisSettings
 from github_broker.settings.issues import BodyPatterns, LabelNames, Repository, Role, label_clash
+from github_broker.settings.planning import DependencySettings, PlanningSettings
 from github_broker.settings.server import (
     AuditSettings,
     CommandSettings,
@@ -74,6 +75,8 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     webhooks: WebhookSettings = WebhookSettings()
     commands: CommandSettings = CommandSettings()
+    dependencies: DependencySettings = DependencySettings()
+    planning: PlanningSettings = PlanningSettings()
     agents: list[Role] = []
 
     @field_validator("repositories", mode="before")
@@ -116,6 +119,12 @@ class Settings(BaseSettings):
                 f"agent ids {clashing} are also labels the broker relies on (roles, priorities, "
                 "in-progress, ...), compared case-insensitively as GitHub does; the agent id "
                 "becomes a label that is removed after each task, so give those agents other ids"
+            )
+        unknown = sorted(set(self.planning.type_roles.values()) - set(roles))
+        if unknown and roles:
+            raise ValueError(
+                f"planning.type_roles maps issue types to {unknown}, not roles of agents.yml "
+                f"({', '.join(roles)}): name a configured role"
             )
         malformed = sorted(
             agent

@@ -11,7 +11,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from . import control
 from . import routes_checks as _routes_checks  # noqa: F401  (registers its routes)
+from . import routes_graph as _routes_graph  # noqa: F401  (registers its routes on ROUTER)
 from . import routes_people as _routes_people  # noqa: F401  (registers its routes on ROUTER)
+from . import routes_planning as _routes_planning  # noqa: F401  (registers its routes)
 from .faults import ERROR, PRIMARY_RATE_LIMIT, FaultRule, Faults
 from .messages import ApiError, Request, Response, decode_json
 from .ratelimit import Quota, RateLimiter
@@ -151,7 +153,10 @@ class Gateway:
             response = exc.to_response()
 
         if request.method == "GET" and response.status == 200:
-            etag = '"' + hashlib.sha256(response.encode()).hexdigest()[:40] + '"'
+            # A route may say what its ETag follows (routes_graph.py: the blocked_by list).
+            etag = response.headers.get("ETag") or (
+                '"' + hashlib.sha256(response.encode()).hexdigest()[:40] + '"'
+            )
             response.headers["ETag"] = etag
             response.headers["Cache-Control"] = "private, max-age=60, s-maxage=60"
             if _etag_matches(headers.get("if-none-match"), etag):

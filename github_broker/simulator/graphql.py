@@ -1,5 +1,6 @@
-"""GitHub's GraphQL endpoint, reduced to the label mutations the broker sends (queries:
-graphql_query.py).
+"""GitHub's GraphQL endpoint, reduced to the label mutations the broker sends; queries go to
+graphql_query.py (pull requests and their checks) and graphql_queries.py (issues and their
+relationships).
 
 `POST /graphql` takes ``{"query": ..., "variables": ...}``. Implemented: mutation documents
 whose root fields are ``addLabelsToLabelable`` and ``removeLabelsFromLabelable`` (aliases
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from .gateway import Services
 
 logger = logging.getLogger(__name__)
+#: A query about pull requests, their refs and checks (graphql_query.py); any other query is
+#: about issues and their relationships (graphql_queries.py).
+_PULL_QUERY = re.compile(r"\b(?:pullRequests?|ref|rateLimit)\s*[({]")
 
 #: The route key the pipeline charges to the graphql bucket.
 ROUTE_KEY = "POST /graphql"
@@ -52,12 +56,16 @@ def handle(svc: Services, req: Request) -> Response:
     variables = body.get("variables") or {}
     if not isinstance(query, str) or not isinstance(variables, dict):
         return _errors("A query attribute must be specified and must be a string.")
-    if query.lstrip().startswith(("query", "{")):
-        from . import graphql_query  # pull requests and their checks
+    if not query.lstrip().startswith("mutation"):
+        if _PULL_QUERY.search(query):
+            from . import graphql_query  # pull requests and their checks
 
-        return graphql_query.handle(svc, query, variables)
+            return graphql_query.handle(svc, query, variables)
+        from .graphql_queries import handle_query  # queries over issues and their links
+
+        return handle_query(svc, req, query, variables)
     try:
-        fields = _Parser(query).mutation()
+        fields = Parser(query).mutation()
         calls = [_resolve_call(f, variables) for f in fields]
     except GraphQLError as e:
         return _errors(str(e), e.code)
@@ -235,7 +243,9 @@ class _Field:
         self.alias, self.name, self.args, self.selection = alias, name, args, selection
 
 
-class _Parser:
+class Parser:
+    """Tokens and literals of a GraphQL document (graphql_queries.py parses queries on it)."""
+
     def __init__(self, text: str) -> None:
         self.tokens: list[str] = []
         pos = 0
@@ -299,23 +309,28 @@ class _Parser:
         if self._peek() == "!":
             self._next()
 
+    def field_head(self) -> tuple[str, str, dict[str, Any]]:
+        """A field's alias, name and arguments (its selection set follows when `{` comes)."""
+        name = self._next()
+        alias = name
+        if self._peek() == ":":
+            self._next()
+            name = self._next()
+        args: dict[str, Any] = {}
+        if self._peek() == "(":
+            self._next()
+            while self._peek() != ")":
+                arg = self._next()
+                self._expect(":")
+                args[arg] = self._literal()
+            self._next()
+        return alias, name, args
+
     def _selection_set(self, root: bool = False) -> list[Any]:
         self._expect("{")
         out: list[Any] = []
         while self._peek() != "}":
-            name = self._next()
-            alias = name
-            if self._peek() == ":":
-                self._next()
-                name = self._next()
-            args: dict[str, Any] = {}
-            if self._peek() == "(":
-                self._next()
-                while self._peek() != ")":
-                    arg = self._next()
-                    self._expect(":")
-                    args[arg] = self._literal()
-                self._next()
+            alias, name, args = self.field_head()
             sub = self._selection_set() if self._peek() == "{" else []
             out.append(_Field(alias, name, args, sub) if root else (alias, name, sub))
         self._next()

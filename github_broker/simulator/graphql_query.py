@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from . import commits
 from .checks import ACTIONS_APP
 from .graphql import GraphQLError, _Var
-from .graphql import _Parser as MutationParser
+from .graphql import Parser as MutationParser
 from .messages import ApiError, Response
 from .model import Record, Repo
 
@@ -66,7 +66,7 @@ class Missing(Exception):
 
 def handle(svc: Services, query: str, variables: dict[str, Any]) -> Response:
     try:
-        fields = _Parser(query).document()
+        fields = Parser(query).document()
     except GraphQLError as e:
         return _errors(str(e), e.code or "parseError")
     state = svc.state
@@ -534,7 +534,7 @@ class Fragment:
     selection: list[Field | Fragment]
 
 
-class _Parser(MutationParser):
+class Parser(MutationParser):
     """graphql.py's tokens and types, with query documents, inline fragments and numbers."""
 
     def document(self) -> list[Field]:

@@ -91,7 +91,7 @@ class ApiError(Exception):
         status: int,
         message: str,
         *,
-        errors: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(f"{status} {message}")

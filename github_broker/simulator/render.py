@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .model import Record, Repo
+from .render_planning import planning
 
 logger = logging.getLogger(__name__)
 
@@ -237,6 +238,8 @@ def issue(ctx: Ctx, repo: Repo, rec: Record) -> dict[str, Any]:
             "patch_url": f"{ctx.html(repo)}/pull/{number}.patch",
             "merged_at": pull["merged_at"],
         }
+    else:
+        data.update(planning(ctx, rec))
     return data
 
 

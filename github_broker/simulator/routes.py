@@ -230,6 +230,9 @@ def create_issue(svc: Services, req: Request, p: Params) -> Response:
         assignees=assignees,
         base_url=req.base_url,
     )
+    if body.get("type") is not None:  # an issue type of the owner, by name (planning.py)
+        svc.state.set_issue_type(p["owner"], p["repo"], issue["number"], body["type"], actor=login)
+        issue = svc.state.get_issue(p["owner"], p["repo"], issue["number"], base_url=req.base_url)
     return Response(201, issue)
 
 
@@ -257,6 +260,9 @@ def update_issue(svc: Services, req: Request, p: Params) -> Response:
         assignees=None if assignees is None else list(assignees),
         base_url=req.base_url,
     )
+    if "type" in body:  # an issue type of the owner by name, or null (planning.py)
+        svc.state.set_issue_type(p["owner"], p["repo"], int(p["number"]), body["type"])
+        issue = svc.state.get_issue(p["owner"], p["repo"], int(p["number"]), base_url=req.base_url)
     return Response(200, issue)
 
 

@@ -106,7 +106,35 @@ def apply_seed(state: SimState, seed: Mapping[str, Any]) -> None:
             _seed_issue(state, owner, name, issue)
         for pull in repo.get("pulls") or []:
             _seed_pull(state, owner, name, pull)
+    # Relationships may name issues of repositories seeded after theirs: they come last.
+    for repo in seed.get("repositories") or []:
+        for issue in repo.get("issues") or []:
+            _seed_planning(state, repo["owner"], repo["name"], issue)
     logger.info("seeded %d repositories", len(seed.get("repositories") or []))
+
+
+def _seed_planning(state: SimState, owner: str, repo: str, issue: Mapping[str, Any]) -> None:
+    """An issue's `blocked_by` and `sub_issues` (numbers, or `owner/name#n` elsewhere), in
+    order, its `type` (a name) and its `fields` (field name -> value)."""
+    number = issue.get("number")
+    if number is None:
+        return
+
+    def ref(item: Any) -> tuple[str, str, int]:
+        if isinstance(item, int):
+            return owner, repo, item
+        full, _, n = str(item).partition("#")
+        other_owner, _, other_repo = full.partition("/")
+        return other_owner, other_repo, int(n)
+
+    for blocker in issue.get("blocked_by") or []:
+        state.block(owner, repo, number, ref(blocker))
+    for sub in issue.get("sub_issues") or []:
+        state.nest(owner, repo, number, ref(sub))
+    if issue.get("type"):
+        state.set_issue_type(owner, repo, number, str(issue["type"]))
+    for name, value in (issue.get("fields") or {}).items():
+        state.set_field(owner, repo, number, str(name), value)
 
 
 def _seed_issue(state: SimState, owner: str, repo: str, issue: Mapping[str, Any]) -> None:

@@ -13,6 +13,7 @@ from .collaborators import CollaboratorStore
 from .issues import TimeLike
 from .messages import ApiError, NotFound, validation_failed
 from .model import Record, Repo, normalize_time
+from .planning import PlanningStore
 from .reactions import ReactionStore
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ _CLOSING_KEYWORD = re.compile(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s*:?
 _PULL_SORTS = {"created": "created", "updated": "updated", "popularity": "comments"}
 
 
-class SimState(CheckStore, CollaboratorStore, ReactionStore):
+class SimState(CheckStore, CollaboratorStore, ReactionStore, PlanningStore):
     """Thread-safe store of the simulated GitHub; see IssueStore for the conventions."""
 
     # ----- pull requests ---------------------------------------------------------------------

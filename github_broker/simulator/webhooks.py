@@ -147,6 +147,7 @@ class WebhookDispatcher:
                 state.observer = self.observe
                 state.push_observer = self.pushed
                 state.event_observer = self.emitted
+                state.graph_observer = self.graph_event
             with self._lock:
                 self._hooks.append(hook)
             for repo in state.repo_records():
@@ -264,6 +265,15 @@ class WebhookDispatcher:
         for c in repo.review_comments.get(n, [])[before["review_comments"] :]:
             payload = {"comment": render.review_comment(ctx, repo, n, c), "pull_request": simple}
             self._emit(state, repo, "pull_request_review_comment", "created", payload)
+
+    def graph_event(
+        self, state: Any, repo: Repo, event: str, action: str, fields: dict[str, Any], sender: str
+    ) -> None:
+        """A relationship, issue type or issue field changed (simulator/graph.py, planning.py):
+        `issue_dependencies`, `sub_issues`, `issues.typed` ... sent as GitHub sends them."""
+        if self._hooks:
+            org = {"organization": _organization(state.ctx(None), repo.owner)}
+            self._emit(state, repo, event, action, {**fields, **org}, sender=sender)
 
     def pushed(self, state: Any, repo: Repo, push: Record) -> None:
         """A ref moved (simulator/refs.py): GitHub's `push`, then `synchronize` for each open
@@ -420,6 +430,26 @@ def _ping_fields(hook: Hook) -> dict[str, Any]:
     }
 
 
+def _organization(ctx: Any, login: str) -> dict[str, Any]:
+    """The owner as the `organization` of a delivery (organization-simple-webhooks)."""
+    user = ctx.user(login, "Organization")
+    api = f"{ctx.base}/orgs/{login}"
+    return {
+        "login": login,
+        "id": user["id"],
+        "node_id": f"O_{user['id']}",
+        "url": api,
+        "repos_url": f"{api}/repos",
+        "events_url": f"{api}/events",
+        "hooks_url": f"{api}/hooks",
+        "issues_url": f"{api}/issues",
+        "members_url": f"{api}/members{{/member}}",
+        "public_members_url": f"{api}/public_members{{/member}}",
+        "avatar_url": user["avatar_url"],
+        "description": None,
+    }
+
+
 def _shape(repo: Repo, rec: Record) -> dict[str, Any]:
     """What a later change is compared against."""
     n = rec["number"]
@@ -449,6 +479,8 @@ def _hook_shape(value: Any) -> Any:
     if "full_name" in out and "default_branch" in out:
         out = _hook_repository(out)
     if "comments_url" in out and "events_url" in out and "repository_url" in out:
+        # An issue in a delivery names no parent (GitHub's webhook issue schema has no field).
+        out.pop("parent_issue_url", None)
         out.setdefault("timeline_url", f"{out['url']}/timeline")
         out.setdefault("reactions", _reactions(out["url"]))
     if "issue_url" in out and "performed_via_github_app" in out:

@@ -6,9 +6,9 @@ in agents.py.
 A `RepoStore` is made of one class per concern, as rq splits its registries: the issue
 mirror (mirror.py), claims and leases (leases.py), review and fix tasks (reviews.py), the
 GitHub write queue (write_queue.py), webhook deliveries (webhooks.py), the timeline
-(timeline.py) and its history (history.py), over what they share (base.py);
-`Store.logins` (logins.py) is the dashboard's login throttle and sessions. Connections are
-in connection.py, the Lua scripts' loading in scripts.py; key names live in
+(timeline.py) and its history (history.py), the dependency graph (graph.py), over what they
+share (base.py); `Store.logins` (logins.py) is the dashboard's login throttle and sessions.
+Connections are in connection.py, the Lua scripts' loading in scripts.py; key names live in
 `github_broker.keys`, the scripts in `github_broker/lua/`.
 """
 

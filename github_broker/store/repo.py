@@ -14,6 +14,7 @@ from github_broker.settings import Settings
 from github_broker.store.checks import ChecksStore
 from github_broker.store.control import ControlStore
 from github_broker.store.ended import EndedLeases
+from github_broker.store.graph import GraphStore
 from github_broker.store.history import HISTORY_HOUR_TTL_S, HISTORY_MINUTE_TTL_S, History
 from github_broker.store.leases import LeaseRegistry
 from github_broker.store.mirror import IssueMirror
@@ -38,6 +39,7 @@ class RepoStore(
     ControlStore,
     History,
     ChecksStore,
+    GraphStore,
 ):
     """Redis state of one repository: every part's reads and writes."""
 
@@ -137,6 +139,13 @@ def _key_context(keys: RepoKeys) -> dict[str, Any]:
         "history": keys.history_minute_prefix,
         "history_hour": keys.history_hour_prefix,
         "history_total": keys.history_total,
+        "deps": keys.graph_deps,
+        "dependents": keys.graph_dependents,
+        "dep_state": keys.graph_state,
+        "blocked": keys.graph_blocked,
+        "order": keys.graph_order,
+        "cycles": keys.graph_cycles,
+        "repository_lower": keys.full_name.lower(),
     }
 
 
@@ -170,7 +179,17 @@ def _rule_context(settings: Settings) -> dict[str, Any]:
         # Whether any cool-down can exist (failures or revokes): the claim reads them only then.
         "cools": settings.failures.cooldown_s > 0
         or settings.steering.revoke_keeps_agent_away_s > 0,
+        **_graph_context(settings),
     }
+
+
+def _graph_context(settings: Settings) -> dict[str, Any]:
+    """The dependency rules the claim and graph_save.lua apply (docs/dependencies.md)."""
+    deps = settings.dependencies
+    done = ["completed"]
+    if deps.not_planned == "unblock":
+        done += ["not_planned", "duplicate"]
+    return {"graph": deps.enabled, "dep_done": done, "after_handout": deps.after_handout}
 
 
 def durability_command(settings: Settings) -> tuple[Any, ...]:

@@ -70,6 +70,7 @@ class Scripts:
         "sync_save",
         "outbox_take",
         "outbox_done",
+        "graph_save",
     )
 
     def __init__(self, client: aioredis.Redis, context: dict[str, Any] | None = None) -> None:

@@ -303,6 +303,17 @@ class Store(AgentState):
         await self.client.hset(self.global_keys.audit_exported, key, last_id)
 
     @translate_errors
+    async def graph_repos(self) -> set[str]:
+        """The repositories some of whose issues have blockers (leader/graph.py pushes the
+        states of blockers to these alone)."""
+        members = await awaited(self.client.smembers(self.global_keys.graph_repos))
+        return {as_text(v) for v in members}
+
+    @translate_errors
+    async def note_graph_repo(self, full_name: str) -> None:
+        await self.client.sadd(self.global_keys.graph_repos, full_name)
+
+    @translate_errors
     async def index_lines(self) -> dict[str, str]:
         """Every repository's line in the index of repositories with work (one pipeline)."""
         async with self.client.pipeline(transaction=False) as pipe:

@@ -22,6 +22,9 @@ EVENTS = frozenset(
         "check_suite",
         "status",
         "workflow_run",
+        # GitHub's dependencies and sub-issues (leader/graph.py).
+        "issue_dependencies",
+        "sub_issues",
     }
 )
 #: Check events: the object each carries, with the fields the worker reads.
@@ -30,6 +33,11 @@ _CHECK_OBJECTS = {
     "check_suite": ("check_suite", ("head_sha",)),
     "workflow_run": ("workflow_run", ("head_sha",)),
     "status": (None, ("sha", "context", "state")),
+}
+#: The issues each relationship delivery names (both are mirrored).
+LINKED = {
+    "issue_dependencies": ("blocked_issue", "blocking_issue"),
+    "sub_issues": ("parent_issue", "sub_issue"),
 }
 
 
@@ -50,19 +58,32 @@ def check_shape(event: str, payload: dict[str, Any]) -> None:
         if not isinstance(payload.get("ref"), str) or not isinstance(payload.get("after"), str):
             raise InvalidRequest("push delivery without `ref` and `after`")
         return
-    key = "pull_request" if event.startswith("pull_request") else "issue"
-    item = payload.get(key)
+    if event in LINKED:
+        for key in LINKED[event]:
+            _issue_shape(event, key, payload.get(key))
+        return
+    if not event.startswith("pull_request"):
+        _issue_shape(event, "issue", payload.get("issue"))
+        return
+    _number(event, "pull_request", payload.get("pull_request"))
+
+
+def _number(event: str, key: str, item: Any) -> None:
     number = item.get("number") if isinstance(item, dict) else None
     if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number < 2**53:
         raise InvalidRequest(f"{event} delivery without a valid `{key}.number`")
-    if key != "issue":
-        return
+
+
+def _issue_shape(event: str, key: str, item: Any) -> None:
+    """An issue object of a delivery: its number, `updated_at` and labels as the worker reads
+    them."""
+    _number(event, key, item)
     assert isinstance(item, dict)
     updated = item.get("updated_at")
     if not isinstance(updated, str) or not _ISO_UTC.match(updated):
-        raise InvalidRequest(f"{event} delivery without `issue.updated_at` (ISO 8601 UTC)")
+        raise InvalidRequest(f"{event} delivery without `{key}.updated_at` (ISO 8601 UTC)")
     labels = item.get("labels", [])
     if not isinstance(labels, list) or not all(
         isinstance(lab, dict) and isinstance(lab.get("name"), str) for lab in labels
     ):
-        raise InvalidRequest(f"{event} delivery with `issue.labels` that are not label objects")
+        raise InvalidRequest(f"{event} delivery with `{key}.labels` that are not label objects")
