@@ -28,3 +28,18 @@ def issue(number: int, *labels: str, text: str | None = None, minute: int | None
         created_at=at,
         updated_at=at,
     )
+
+
+def make_known(redis_url: str, *agents: str, prefix: str = "gb") -> None:
+    """Agents the broker knows as if each had asked for work lately: steering actions name
+    known agents only (`Steering.known_agents`)."""
+    import time
+
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        now = int(time.time() * 1000)
+        client.zadd(f"{prefix}:agents:seen", dict.fromkeys(agents, now))
+    finally:
+        client.close()

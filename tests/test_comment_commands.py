@@ -20,7 +20,7 @@ from github_broker.models import Outcome
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator
 from github_broker.steering.commands import grammar
-from tests.factories import body
+from tests.factories import body, make_known
 from tests.test_review_loop import REVIEW, developed
 from tests.test_webhooks import SECRET, Capture, deliver, hooked
 from tests.world import ONE_ISSUE, REPO, World, running_world, simulated
@@ -184,6 +184,7 @@ async def test_reassign_moves_the_task_to_the_named_agent_with_its_branch(
     capture: Capture,
     path: str,
 ) -> None:
+    make_known(redis_url, "a2")
     async with broker(sim, redis_url, make_settings, capture, path) as b:
         task = b.claim("a1")
         n = task["issue_id"]

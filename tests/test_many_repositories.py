@@ -172,6 +172,7 @@ async def test_a_task_reassigned_in_a_repository_the_agent_never_claimed_in_reac
         tasks = TaskService(settings, store, Prompts.load(None), ReadyWaker(1.0))
         held = await tasks.request_task("a1")
         assert held is not None and held.repository == names(30)[-1]
+        await store.note_seen("newcomer")  # a reassignment names an agent the broker knows
         await Steering(settings, store).reassign(names(30)[-1], 1, "newcomer", Actor.admin("alice"))
         moved = await tasks.request_task("newcomer")
         assert moved is not None and moved.issue_id == 1

@@ -234,6 +234,12 @@ def test_the_steering_verbs_reach_the_running_sandbox(
     assert f"lease of {revoked_agent} revoked" in said
     output.index(rf"{revoked_agent} lost demo/sandbox#{revoked} \(revoked\).*wrong approach", 15)
 
+    # A reassignment names an agent the broker knows: my-agent asks once first (and gives
+    # back what it got).
+    with BrokerClient(url, "my-agent") as client:
+        first = client.request_task()
+        if first is not None:
+            client.release(first, "abandoned")
     said = terminal("reassign", str(noted), "my-agent", "--reason", "fresh eyes", capsys=capsys)
     assert f"lease of {noted_agent} revoked" in said
     with BrokerClient(url, "my-agent") as client:

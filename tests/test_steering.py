@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from github_broker.api.app import create_app
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
-from tests.factories import body
+from tests.factories import body, make_known
 from tests.processes import BrokerProcess, broker_env, post, start_all, wait_for
 from tests.test_api import synced
 
@@ -48,6 +48,7 @@ def client(
         leases={"settle_grace_s": 0},
     )
     synced(settings)
+    make_known(redis_url, *(f"{x}{i}" for x in "abx" for i in range(10)))
     with TestClient(create_app(settings)) as c:
         yield c
 
@@ -379,3 +380,21 @@ def test_the_audit_file_gets_every_entry_once_as_json_lines(
     assert [row["action"] for row in lines] == ["pause_agent", "revoke", "resume_agent"]
     assert {row["reason"] for row in lines} >= {"r1", "r2"}
     assert all(row["at"].endswith("Z") and row["actor"] == "admin" for row in lines)
+
+
+def test_an_agent_the_broker_does_not_know_is_refused_404_naming_the_known_ones(
+    client: TestClient,
+) -> None:
+    """Reassigning to, stopping or resuming an agent id nobody uses would be a silent no-op
+    (the task reserved for a name that never asks; `A1` stopped while `a1` works on)."""
+    task = claim(client, "a1")
+    n = task["issue_id"]
+    typo = client.post(f"/admin/tasks/{REPO}/{n}/reassign", json={"agent_id": "nobody-yet"})
+    assert typo.status_code == 404 and "no agent 'nobody-yet'" in typo.json()["detail"]
+    assert "known: a0, a1" in typo.json()["detail"]
+    case = client.post("/admin/agents/A1/stop", json={"reason": "runaway"})
+    assert case.status_code == 404 and "did you mean 'a1'?" in case.json()["detail"]
+    assert lease_call(client, task, "a1", "heartbeat").status_code == 200  # a1 works on
+    assert client.post("/admin/agents/A1/resume", json={}).status_code == 404
+    assert client.post("/admin/agents/a1/stop", json={"reason": "runaway"}).status_code == 200
+    assert lease_call(client, task, "a1", "heartbeat").status_code == 409

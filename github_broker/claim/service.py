@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -11,7 +12,7 @@ from github_broker.claim.handout import Handout
 from github_broker.claim.prompts import Prompts
 from github_broker.claim.rules import Rules
 from github_broker.claim.walk import Attempt, ClaimWalk
-from github_broker.errors import InvalidRequest, LeaseError, NotFound
+from github_broker.errors import InvalidRequest, LeaseError, NotFound, StoreUnavailable
 from github_broker.logs import log_fields
 from github_broker.models import Beat, Outcome, Task
 from github_broker.settings import Settings
@@ -72,6 +73,8 @@ class TaskService:
         asked = self._asked(repositories)
         roles = self.check_roles(roles)
         self._check_agent(agent_id)
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.note_seen(agent_id)
         deadline = time.monotonic() + wait_s
         attempt = Attempt(previous.value, request_id)
         while True:

@@ -23,9 +23,12 @@ from github_broker.steering.authority import (
     require_repository,
 )
 from github_broker.store import RepoStore, Store
+from github_broker.store.agents import SEEN_KEEP_DAYS
 
 logger = logging.getLogger(__name__)
 
+#: Known agent ids a refusal names at most.
+KNOWN_SHOWN = 20
 #: Longest reason or note a maintainer may give (characters).
 MAX_TEXT = 1000
 
@@ -87,6 +90,7 @@ class Steering:
         the current holder's lease is revoked."""
         _check_agent(self.settings, agent_id)
         rstore = await self._issue(repository, number, actor)
+        await self._known(agent_id)
         if len(self.store.repos) > 1:
             # Its next request must look there, even if it never claimed there before.
             keep_ms = self.settings.leases.agent_task_ttl_s * 1000
@@ -139,6 +143,7 @@ class Steering:
         everywhere the actor may steer (an administrator: the whole deployment)."""
         _check_agent(self.settings, agent_id)
         scope = agent_scope(actor, self.store.repos)
+        await self._known(agent_id)
         per_repo = await self.store.pause_agent(
             agent_id, actor_arg(actor), _text(reason), stop=stop, scope=scope
         )
@@ -162,6 +167,7 @@ class Steering:
     async def resume_agent(self, agent_id: str, actor: Actor, reason: str = "") -> ActionResult:
         _check_agent(self.settings, agent_id)
         scope = agent_scope(actor, self.store.repos)
+        await self._known(agent_id)
         outcome = await self.store.resume_agent(agent_id, actor_arg(actor), scope=scope)
         await self.store.record_audit(
             actor_arg(actor), "resume_agent", agent=agent_id, reason=_text(reason),
@@ -210,6 +216,30 @@ class Steering:
         if number not in await rstore.open_numbers_of([number]):
             raise NotFound(f"#{number} is not an open issue of {repository} (as mirrored)")
         return rstore
+
+    async def known_agents(self) -> list[str]:
+        """Agents the broker knows: those with a token, those that asked for work lately
+        (store/agents.py `note_seen`) and paused ones."""
+        known = dict.fromkeys(self.settings.server.resolved_agent_tokens().values())
+        known.update(dict.fromkeys(await self.store.seen_agents()))
+        known.update(dict.fromkeys(await self.store.paused_agents()))
+        return list(known)
+
+    async def _known(self, agent_id: str) -> None:
+        """An action naming an agent the broker does not know is refused (404), never a
+        silent no-op: agent ids are compared as written (`A1` is not `a1`), and a near miss
+        is named."""
+        known = await self.known_agents()
+        if agent_id in known:
+            return
+        near = [a for a in known if a.lower() == agent_id.lower()]
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        shown = ", ".join(sorted(known)[:KNOWN_SHOWN]) or "none yet"
+        more = f" and {len(known) - KNOWN_SHOWN} more" if len(known) > KNOWN_SHOWN else ""
+        raise NotFound(
+            f"no agent {agent_id!r} is known to this broker (a token, or a request for work in "
+            f"the last {SEEN_KEEP_DAYS} days){hint}; known: {shown}{more}"
+        )
 
     @staticmethod
     def _result(action: str, target: str, done: ControlOutcome) -> ActionResult:

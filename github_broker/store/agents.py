@@ -34,6 +34,12 @@ AGENT_MUTEX_REPLAY_CALLS = 4
 AGENT_MUTEX_RETRY_S = 60.0
 #: Pause between those retries (s).
 AGENT_MUTEX_RETRY_PAUSE_S = 0.1
+#: Seconds between two notes that an agent asked for work (per agent, per process).
+SEEN_NOTE_S = 60.0
+#: Days an agent that asked for work stays known (a name maintainers may reassign to).
+SEEN_KEEP_DAYS = 30
+#: Most agents that stay known (the oldest forgotten first).
+SEEN_MAX = 10_000
 #: The background retries in flight (a strong reference, so none is garbage-collected).
 _MUTEX_RETRIES: set[asyncio.Task[None]] = set()
 
@@ -58,6 +64,30 @@ class AgentState:
     repos: dict[str, RepoStore]
     #: Longest one store call may take, reconnects included (seconds).
     call_timeout_s: float
+    #: agent -> when this process last noted it asked for work (time.monotonic()).
+    _seen_noted: dict[str, float]
+
+    @translate_errors
+    async def note_seen(self, agent_id: str) -> None:
+        """The agent asked for work: it is known (reassignments name known agents only). One
+        write per agent a minute per process, off the claim's own round trips."""
+        now = time.monotonic()
+        if now - self._seen_noted.get(agent_id, -SEEN_NOTE_S) < SEEN_NOTE_S:
+            return
+        self._seen_noted[agent_id] = now
+        stamp = now_ms()
+        key = self.global_keys.agents_seen
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zadd(key, {agent_id: stamp})
+            pipe.zremrangebyscore(key, "-inf", stamp - SEEN_KEEP_DAYS * 86_400_000)
+            pipe.zremrangebyrank(key, 0, -SEEN_MAX - 1)
+            await pipe.execute()
+
+    @translate_errors
+    async def seen_agents(self) -> list[str]:
+        """Agents that asked for work in the last SEEN_KEEP_DAYS days, newest first."""
+        raw = await self.client.zrevrange(self.global_keys.agents_seen, 0, -1)
+        return [as_text(a) for a in raw]
 
     @asynccontextmanager
     async def agent_mutex(

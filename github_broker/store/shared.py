@@ -75,6 +75,7 @@ class Store(AgentState):
             )
             for r in settings.repositories
         }
+        self._seen_noted = {}
         #: The lease ends this process heard on the events channel (claim/events.py), shared
         #: by every repository's store.
         self.ended = EndedLeases()
