@@ -84,6 +84,8 @@ class Daemon:
         self._last_error: dict[str, BrokerError] = {}
         #: Repositories this process marked sync:failing (cleared after a good pass).
         self._marked_failing: set[str] = set()
+        #: The deployment's decisions as the last sweep read them (store `decisions`).
+        self._decisions: dict[str, dict[str, str]] | None = None
         self._quota_published_s = 0.0
         #: The redis-server whose data this process last checked, and the mark it wrote per
         #: repository then (see _forget_stale_data).
@@ -176,6 +178,7 @@ class Daemon:
                     return
                 if repo.full_name in self.syncer.seen_complete:
                     logger.warning("the mirror of %s is gone: rebuilding it now", repo.full_name)
+                    await self._restore_decisions()
                 else:
                     # A first start on empty Redis (or this process's first look at it).
                     logger.info("building the mirror of %s", repo.full_name)
@@ -361,10 +364,28 @@ class Daemon:
                 await self.store.save_quota(quota)
                 self._quota_published_s = quota.seen_s
 
+    async def _restore_decisions(self) -> None:
+        """Redis lost its data: the deployment's decisions this leader last read (paused and
+        stopped agents, a broker pause) are written back, where nothing newer stands, before
+        anything is handed out again (the rebuild's hold-back covers the rest)."""
+        if self._decisions is None:
+            return
+        with contextlib.suppress(BrokerError):
+            restored = await self.store.restore_decisions(self._decisions)
+            if restored:
+                logger.warning(
+                    "Redis lost its data: %d maintainers' and breaker decisions written back "
+                    "(paused agents, a broker pause)",
+                    restored,
+                )
+
     async def reap_all(self) -> None:
         epoch = self.epoch  # kept for the whole sweep, as the syncer and drainer keep theirs
         if not self.is_leader:
             return
+        with contextlib.suppress(BrokerError):
+            # What to write back if Redis loses its data (_restore_decisions).
+            self._decisions = await self.store.decisions()
         for rstore in self.store.repos.values():
             try:
                 expired, trips, revived = await rstore.sweep(epoch=epoch)

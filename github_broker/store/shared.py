@@ -236,6 +236,38 @@ class Store(AgentState):
         )
 
     @translate_errors
+    async def decisions(self) -> dict[str, dict[str, str]]:
+        """The deployment's standing decisions as stored: paused agents (agent -> record) and
+        the broker pause (`control`), for the leader to write back after a loss."""
+        agents = await awaited(self.client.hgetall(self.global_keys.agents))
+        control = await awaited(self.client.hgetall(self.global_keys.control))
+        return {
+            "agents": {as_text(k): as_text(v) for k, v in agents.items()},
+            "control": {as_text(k): as_text(v) for k, v in control.items()},
+        }
+
+    @translate_errors
+    async def restore_decisions(self, decisions: dict[str, dict[str, str]]) -> int:
+        """Write `decisions` back where nothing stands (HSETNX: a decision taken since the
+        loss is kept), in the deployment's record and every repository's copy. Returns how
+        many the deployment's record lacked."""
+        restored = 0
+        async with self.client.pipeline(transaction=False) as pipe:
+            for agent, record in decisions.get("agents", {}).items():
+                pipe.hsetnx(self.global_keys.agents, agent, record)
+            for scope, record in decisions.get("control", {}).items():
+                pipe.hsetnx(self.global_keys.control, scope, record)
+            restored = sum(int(bool(x)) for x in await pipe.execute())
+        for rstore in self.repos.values():
+            async with self.client.pipeline(transaction=False) as pipe:
+                for agent, record in decisions.get("agents", {}).items():
+                    pipe.hsetnx(rstore.keys.paused_agents, agent, record)
+                if "broker" in decisions.get("control", {}):
+                    pipe.hsetnx(rstore.keys.control, "broker", decisions["control"]["broker"])
+                await pipe.execute()
+        return restored
+
+    @translate_errors
     async def broker_pause(self) -> dict[str, Any] | None:
         raw = await awaited(self.client.hget(self.global_keys.control, "broker"))
         return json.loads(raw) if raw else None
