@@ -390,6 +390,7 @@ class GlobalKeys:
         self.agent_repos_prefix = f"{key_prefix}:agent_repos:"
         self.agents = f"{key_prefix}:agents"
         self.agents_seen = f"{key_prefix}:agents:seen"
+        self.kept_away = f"{key_prefix}:kept_away"
         self.control = f"{key_prefix}:control"
         self.audit = f"{key_prefix}:audit"
         self.webhooks_refused = f"{key_prefix}:webhooks:refused"

@@ -478,6 +478,9 @@ class ControlOutcome(BaseModel):
     #: The issue's tasks must be indexed again from its cache (a retry after the failure
     #: budget dropped them).
     reindex: bool = False
+    #: The agent a person just took the issue from and until when (ms) it is kept from it:
+    #: `<agent>|<ms>`, or "".
+    kept_away: str = ""
 
 
 def constructed(cls: type[M], fields: dict[str, Any]) -> M:

@@ -24,6 +24,7 @@ import requests
 
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
+from tests.factories import make_known
 from tests.processes import BrokerProcess, broker_env, start_all
 from tests.test_durability import SIGNING, RedisNode
 from tests.waiting import wait_until
@@ -110,6 +111,7 @@ def end_every_way(stack: Stack, client: redis.Redis, lease_ttl_s: int) -> tuple[
     assert taker.n == released.n
     stack.admin(f"/tasks/{REPO}/{revoked.n}/revoke", {"reason": "wrong approach"})
     stack.admin(f"/tasks/{REPO}/{held.n}/revoke", {"reason": "wait for me", "hold": True}, 1)
+    make_known(stack.node.url, "to")  # a reassignment names an agent the broker knows
     stack.admin(f"/tasks/{REPO}/{reassigned.n}/reassign", {"agent_id": "to"})
     to = stack.claim("to")
     assert to.n == reassigned.n

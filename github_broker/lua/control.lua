@@ -23,7 +23,8 @@
 -- Agent actions and the broker-wide pause are audited by the caller, once for the deployment
 -- (store/control.py); what they did in this repository (a stopped agent's lease) here.
 -- Returns {outcome in words, agent concerned or '', '1' when the issue must be indexed again
--- from its cache (retry after the failure budget dropped its tasks) else ''}.
+-- from its cache (retry after the failure budget dropped its tasks) else '', the agent a person
+-- took the issue from and until when it is kept from it ('<agent>|<ms>', '' none)}.
 local C = context()
 local action, target, reason = ARGV[2], ARGV[4], ARGV[5]
 local rank, actor = parse_actor(ARGV[3])
@@ -62,10 +63,12 @@ end
 -- Audited here, with the issue concerned (`n`, '' for the repository itself); `ended`: the
 -- action ended a lease (its task is then `cancelled` for that agent).
 local ended = nil
+-- `kept`: the agent a person just took issue n from (keep_away), '' none.
+local kept = ''
 local function done(outcome, agent, reindex)
   audit(C, actor, action, n, agent or '', reason, outcome, rank, ended)
   publish_index(C)
-  return {outcome, agent or '', reindex and '1' or ''}
+  return {outcome, agent or '', reindex and '1' or '', kept}
 end
 
 -- A person took issue m from `agent`: it is not handed m again for keep_away_ms, or until a
@@ -74,6 +77,7 @@ local KEPT_AWAY_MAX = 20
 local function keep_away(agent, m)
   if C.keep_away_ms <= 0 then return '' end
   cool_down(C, agent, m, now + C.keep_away_ms, now)
+  kept = agent .. '|' .. arg(now + C.keep_away_ms)
   local list = cjson.decode(redis.call('HGET', C.kept_away, m) or '[]')
   if not list_find(list, agent) then
     if #list >= KEPT_AWAY_MAX then table.remove(list, 1) end

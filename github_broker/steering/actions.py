@@ -81,7 +81,7 @@ class Steering:
         done = await rstore.control(
             "revoke", actor_arg(actor), str(number), _text(reason), "1" if hold else ""
         )
-        return self._result("revoke", f"{repository}#{number}", done)
+        return await self._result("revoke", f"{repository}#{number}", done)
 
     async def reassign(
         self, repository: str, number: int, agent_id: str, actor: Actor, reason: str = ""
@@ -98,7 +98,7 @@ class Steering:
         done = await rstore.control(
             "reassign", actor_arg(actor), str(number), _text(reason), agent_id
         )
-        return self._result("reassign", f"{repository}#{number}", done)
+        return await self._result("reassign", f"{repository}#{number}", done)
 
     async def note(self, repository: str, number: int, actor: Actor, text: str) -> ActionResult:
         """A message to the agent holding the issue, delivered with its next heartbeat."""
@@ -106,7 +106,7 @@ class Steering:
             raise InvalidRequest("a note needs text")
         rstore = await self._issue(repository, number, actor)
         done = await rstore.control("note", actor_arg(actor), str(number), _text(text))
-        return self._result("note", f"{repository}#{number}", done)
+        return await self._result("note", f"{repository}#{number}", done)
 
     async def retry(
         self,
@@ -132,7 +132,7 @@ class Steering:
                 # As GitHub will show it once the queued removal lands.
                 labels = [lab for lab in issue.labels if lab != self.settings.labels.needs_human]
                 await self.reindex(rstore, issue.model_copy(update={"labels": labels}))
-        return self._result("retry", f"{repository}#{number}", done)
+        return await self._result("retry", f"{repository}#{number}", done)
 
     # --- agents -------------------------------------------------------------------------
 
@@ -184,7 +184,7 @@ class Steering:
         rstore = self._repo(repository, actor)
         action = "resume_repo" if resume else "pause_repo"
         done = await rstore.control(action, actor_arg(actor), "", _text(reason), "repo")
-        return self._result(action, repository, done)
+        return await self._result(action, repository, done)
 
     async def pause_broker(
         self, actor: Actor, reason: str = "", *, resume: bool = False
@@ -241,9 +241,17 @@ class Steering:
             f"the last {SEEN_KEEP_DAYS} days){hint}; known: {shown}{more}"
         )
 
-    @staticmethod
-    def _result(action: str, target: str, done: ControlOutcome) -> ActionResult:
+    async def _result(self, action: str, target: str, done: ControlOutcome) -> ActionResult:
+        """The action's result; a keep-away it made is also recorded for the deployment
+        (written back by the leader if Redis loses its data)."""
         logger.info("%s %s: %s", action, target, done.outcome)
+        if done.kept_away:
+            agent, _, until = done.kept_away.rpartition("|")
+            repository, _, number = target.rpartition("#")
+            await self.store.note_kept_away(repository, int(number), agent, int(until))
+        if action == "retry" and "may take it again" in done.outcome:
+            repository, _, number = target.rpartition("#")
+            await self.store.forget_kept_away(repository, int(number))
         return ActionResult(action, target, done.outcome)
 
 

@@ -63,11 +63,14 @@ class ControlStore(RepoBase):
     ) -> ControlOutcome:
         """Run one maintainer action (see control.lua), audited with its real outcome; durable
         like a claim (`redis.durability`): a lease it ends stays ended."""
-        outcome, agent, reindex = await self._run_durable(
-            "control", action, actor, target, reason, *extra
-        )
+        reply = await self._run_durable("control", action, actor, target, reason, *extra)
+        outcome, agent, reindex = reply[:3]
+        kept = as_text(reply[3]) if len(reply) > 3 else ""
         return ControlOutcome(
-            outcome=as_text(outcome), agent=as_text(agent), reindex=as_text(reindex) == "1"
+            outcome=as_text(outcome),
+            agent=as_text(agent),
+            reindex=as_text(reindex) == "1",
+            kept_away=kept,
         )
 
     @translate_errors

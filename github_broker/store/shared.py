@@ -236,14 +236,41 @@ class Store(AgentState):
         )
 
     @translate_errors
+    async def note_kept_away(self, repository: str, number: int, agent: str, until_ms: int) -> None:
+        """The deployment's copy of a keep-away (a person took issue `number` from `agent`),
+        which the leader writes back after a loss; entries past `until_ms` are dropped."""
+        key = self.global_keys.kept_away
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hset(key, f"{repository}#{number}#{agent}", until_ms)
+            await pipe.execute()
+
+    @translate_errors
+    async def forget_kept_away(self, repository: str, number: int) -> None:
+        """A retry let the agents issue `number` was taken from back (control.lua did it in
+        the repository): the deployment's copies go too."""
+        key = self.global_keys.kept_away
+        fields = [
+            f async for f, _ in self.client.hscan_iter(key, match=f"{repository}#{number}#*")
+        ]
+        if fields:
+            await self.client.hdel(key, *fields)
+
+    @translate_errors
     async def decisions(self) -> dict[str, dict[str, str]]:
-        """The deployment's standing decisions as stored: paused agents (agent -> record) and
-        the broker pause (`control`), for the leader to write back after a loss."""
+        """The deployment's standing decisions as stored: paused agents (agent -> record),
+        the broker pause (`control`) and keep-aways (`repo#n#agent` -> until ms), for the
+        leader to write back after a loss."""
         agents = await awaited(self.client.hgetall(self.global_keys.agents))
         control = await awaited(self.client.hgetall(self.global_keys.control))
+        kept = await awaited(self.client.hgetall(self.global_keys.kept_away))
+        now = now_ms()
+        expired = [k for k, v in kept.items() if int(v) <= now]
+        if expired:
+            await self.client.hdel(self.global_keys.kept_away, *expired)
         return {
             "agents": {as_text(k): as_text(v) for k, v in agents.items()},
             "control": {as_text(k): as_text(v) for k, v in control.items()},
+            "kept_away": {as_text(k): as_text(v) for k, v in kept.items() if int(v) > now},
         }
 
     @translate_errors
@@ -265,6 +292,30 @@ class Store(AgentState):
                 if "broker" in decisions.get("control", {}):
                     pipe.hsetnx(rstore.keys.control, "broker", decisions["control"]["broker"])
                 await pipe.execute()
+        restored += await self._restore_kept_away(decisions.get("kept_away", {}))
+        return restored
+
+    async def _restore_kept_away(self, kept: dict[str, str]) -> int:
+        """Keep-aways written back: each agent's cool-down on its issue, and the issue's
+        `kept_away` list (a retry lets them back)."""
+        now, restored = now_ms(), 0
+        for field, until in kept.items():
+            repository, _, rest = field.partition("#")
+            number, _, agent = rest.partition("#")
+            rstore = self.repos.get(repository)
+            if rstore is None or int(until) <= now:
+                continue
+            key = rstore.keys.cooldowns(agent)
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.zadd(key, {number: int(until)})
+                pipe.pexpire(key, int(until) - now)
+                await pipe.execute()
+            raw = await awaited(self.client.hget(rstore.keys.kept_away, number))
+            agents = json.loads(raw) if raw else []
+            if agent not in agents:
+                agents.append(agent)
+                await self.client.hset(rstore.keys.kept_away, number, json.dumps(agents))
+                restored += 1
         return restored
 
     @translate_errors
