@@ -84,7 +84,7 @@ class Daemon:
         self._last_error: dict[str, BrokerError] = {}
         #: Repositories this process marked sync:failing (cleared after a good pass).
         self._marked_failing: set[str] = set()
-        #: The deployment's decisions as the last sweep read them (store `decisions`).
+        #: The deployment's decisions as the last drain read them (store `decisions`).
         self._decisions: dict[str, dict[str, str]] | None = None
         self._quota_published_s = 0.0
         #: The redis-server whose data this process last checked, and the mark it wrote per
@@ -166,6 +166,10 @@ class Daemon:
             except BrokerError:
                 return
         if not lost:
+            with contextlib.suppress(BrokerError):
+                # What to write back if Redis loses its data (_restore_decisions): read at
+                # every drain, so a loss forgets at most one drain interval of decisions.
+                self._decisions = await self.store.decisions()
             return
         async with self._sync_lock:
             # Only the lost ones: a repository whose sync keeps failing must not make the
@@ -383,9 +387,6 @@ class Daemon:
         epoch = self.epoch  # kept for the whole sweep, as the syncer and drainer keep theirs
         if not self.is_leader:
             return
-        with contextlib.suppress(BrokerError):
-            # What to write back if Redis loses its data (_restore_decisions).
-            self._decisions = await self.store.decisions()
         for rstore in self.store.repos.values():
             try:
                 expired, trips, revived = await rstore.sweep(epoch=epoch)

@@ -260,9 +260,11 @@ class Store(AgentState):
         """The deployment's standing decisions as stored: paused agents (agent -> record),
         the broker pause (`control`) and keep-aways (`repo#n#agent` -> until ms), for the
         leader to write back after a loss."""
-        agents = await awaited(self.client.hgetall(self.global_keys.agents))
-        control = await awaited(self.client.hgetall(self.global_keys.control))
-        kept = await awaited(self.client.hgetall(self.global_keys.kept_away))
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.global_keys.agents)
+            pipe.hgetall(self.global_keys.control)
+            pipe.hgetall(self.global_keys.kept_away)
+            agents, control, kept = await pipe.execute()
         now = now_ms()
         expired = [k for k, v in kept.items() if int(v) <= now]
         if expired:
