@@ -85,6 +85,14 @@ def _as_settled(j: Judgement) -> NoTask:
     return NoTask(reason="settled", bucket=j.bucket, detail="1" if j.reserved else "")
 
 
+def scoped(detail: str) -> bool:
+    """Whether a pause (its record as JSON) covers some repositories only (`scope: repo`)."""
+    try:
+        return bool(json.loads(detail).get("scope") == "repo")
+    except (ValueError, AttributeError):
+        return False
+
+
 def agent_paused(agent_id: str, detail: str) -> AgentPaused:
     """The refusal a paused agent's request-task gets: who paused it, why, how to resume."""
     try:
@@ -316,6 +324,7 @@ class ClaimWalk:
         agent holds nothing (not in `pointed`) or its sync keeps failing: only what is
         mirrored is served."""
         proving = 0
+        paused_here, paused_in = "", 0
         for rstore in stores:
             got = await self._claim_one(rstore, agent_id, roles, attempt, pointed, noted)
             if got is None:
@@ -335,11 +344,18 @@ class ClaimWalk:
                 return got
             attempt.note(rstore.repository, got)
             if got.reason == "agent_paused":
-                raise agent_paused(agent_id, got.detail)
+                if not scoped(got.detail):
+                    raise agent_paused(agent_id, got.detail)
+                # Paused in this repository alone (a maintainer or a comment there): the
+                # others may still hand it work.
+                paused_here, paused_in = paused_here or got.detail, paused_in + 1
+                continue
             if got.reason == "quarantine":
                 proving = max(proving, int(got.detail or 0))
             if attempt.replayed:
                 return None
+        if paused_here and paused_in == len(stores):
+            raise agent_paused(agent_id, paused_here)
         if proving:
             wait_s = max(1, (proving - now_ms()) // 1000)
             raise MirrorRebuilding(
