@@ -250,9 +250,10 @@ def test_reviews_and_fixes_follow_webhooks_alone_with_no_poll_pass(
             "needs-review written to GitHub",
         )
         labelled_s = time.monotonic()
-        got = wait_until(lambda: claimed(broker, "reviewer"), 1 + 2.0, "the review when due")
+        # When due (1 s), give or take a loaded machine; the poll would take an hour.
+        got = wait_until(lambda: claimed(broker, "reviewer"), 1 + 5.0, "the review when due")
         assert got["task_type"] == "review" and got["issue_id"] == 1
-        assert time.monotonic() - labelled_s < 1 + 1.5
+        assert time.monotonic() - labelled_s < 1 + 5.0
         requests.post(
             f"{broker.url}/tasks/acme/widgets/1/complete",
             json={"agent_id": "reviewer", "token": got["lease"]["token"]},
@@ -274,9 +275,9 @@ def test_reviews_and_fixes_follow_webhooks_alone_with_no_poll_pass(
             )
             return got.json() if got.status_code == 200 else None
 
-        fixed = wait_until(fix, 1 + 3.0, "the fix task offered when its debounce ended")
+        fixed = wait_until(fix, 1 + 5.0, "the fix task offered when its debounce ended")
         assert fixed["task_type"] == "fix"
-        assert time.monotonic() - reviewed_s < 1 + 2.0
+        assert time.monotonic() - reviewed_s < 1 + 5.0
         assert issue_lists(sim) == lists  # no poll pass listed the issues meanwhile
     finally:
         broker.stop()
