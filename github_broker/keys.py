@@ -318,11 +318,13 @@ class GlobalKeys:
         self.audit = f"{key_prefix}:audit"
         self.webhooks_refused = f"{key_prefix}:webhooks:refused"
         self.audit_exported = f"{key_prefix}:audit:exported"
-        # One hash tag for the dashboard's keys: login_attempt.lua touches two of them.
+        # One hash tag for the dashboard's keys.
         ui = f"{{{key_prefix}:ui}}"
-        self.ui_logins = f"{ui}:logins"
         self.ui_logins_prefix = f"{ui}:logins:"
         self.ui_session_prefix = f"{ui}:session:"
+        self.ui_secret = f"{ui}:secret"
+        self.ui_device_prefix = f"{ui}:device:"
+        self.rights_prefix = f"{key_prefix}:rights:"
 
     def agent_repos(self, agent_id: str) -> str:
         """Where `agent_id` may hold a task: repository -> when it last claimed there (ms)."""
@@ -338,3 +340,11 @@ class GlobalKeys:
 
     def ui_session(self, session_id: str) -> str:
         return f"{self.ui_session_prefix}{session_id}"
+
+    def ui_device(self, attempt: str) -> str:
+        """A GitHub device-flow sign-in waiting for the person to enter its code."""
+        return f"{self.ui_device_prefix}{attempt}"
+
+    def rights(self, login: str) -> str:
+        """Where GitHub makes `login` a maintainer: repository -> role, as last read."""
+        return f"{self.rights_prefix}{login.lower()}"

@@ -24,7 +24,7 @@ from github_broker.ui.controls import CONTROLS
 from tests.conftest import free_port
 from tests.world import ONE_ISSUE, simulated
 
-AGENT = {"Authorization": "Bearer tok-1"}
+AGENT = {"Authorization": "Bearer tok-1-0123456789ab"}
 ADMIN = {"Authorization": "Bearer adm"}
 
 
@@ -55,7 +55,7 @@ def app(
         github = {"base_url": sim.base_url, **overrides.pop("github", {})}
         server = {
             "run_poller": False,
-            "agent_tokens": {"tok-1": "a1", "tok-2": "a2"},
+            "agent_tokens": {"a1": "tok-1-0123456789ab", "a2": "tok-2-0123456789ab"},
             "admin_token": "adm",
             **overrides.pop("server", {}),
         }
@@ -127,7 +127,7 @@ def test_configured_token_ids_that_cannot_be_labels_stop_startup(
     make_settings: Callable[..., Settings], agent_id: str
 ) -> None:
     with pytest.raises(ConfigError) as err:
-        make_settings(server={"agent_tokens": {"tok": agent_id}})
+        make_settings(server={"agent_tokens": {agent_id: "tok-0123456789abcdef"}})
     assert repr(agent_id) in str(err.value)
 
 
@@ -445,7 +445,7 @@ def test_openapi_declares_every_status_each_route_answers(
     dead = make_settings(
         redis={"url": f"redis://127.0.0.1:{free_port()}/0", "socket_timeout_s": 0.5},
         github={"base_url": sim.base_url},
-        server={"run_poller": False, "agent_tokens": {"tok-1": "a1"}, "admin_token": "adm"},
+        server={"run_poller": False, "agent_tokens": {"a1": "tok-1-0123456789ab"}, "admin_token": "adm"},
     )
     with TestClient(create_app(dead)) as c:
         for op in declared:

@@ -18,7 +18,7 @@ from github_broker.ui import live, session
 from tests.conftest import free_port
 from tests.test_api import app_factory, sim  # noqa: F401  (fixtures)
 
-TOKENS = {"admin_token": "boss-token", "agent_tokens": {"t1": "a1"}}
+TOKENS = {"admin_token": "boss-token", "agent_tokens": {"a1": "t1-0123456789abcdef"}}
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_dashboard_needs_a_login_when_tokens_are_configured(
         r = c.get("/ui", follow_redirects=False)
         assert r.status_code == 303 and r.headers["location"] == "/ui/login"
         assert "Admin token" in c.get("/ui/login").text
-        wrong = c.post("/ui/login", data={"token": "t1"}, follow_redirects=False)
+        wrong = c.post("/ui/login", data={"token": "t1-0123456789abcdef"}, follow_redirects=False)
         assert wrong.status_code == 401 and "not the admin token" in wrong.text
         assert session.COOKIE not in wrong.cookies
         ok = c.post("/ui/login", data={"token": "boss-token"}, follow_redirects=False)
@@ -146,9 +146,9 @@ def test_dashboard_shows_failure_streaks(client: TestClient) -> None:
 
 # --- the maintainers' controls, CSRF, the agent page, live updates ------------------------
 
-STEER = {"admin_token": "boss-token", "agent_tokens": {"t1": "a1", "t2": "a2"}}
+AGENT_TOKENS = {"a1": "t1-0123456789abcdef", "a2": "t2-0123456789abcdef"}
+STEER = {"admin_token": "boss-token", "agent_tokens": AGENT_TOKENS}
 ADMIN = {"Authorization": "Bearer boss-token"}
-AGENT_TOKENS = {"a1": "t1", "a2": "t2"}
 JSON = {"Accept": "application/json"}
 
 
@@ -311,7 +311,7 @@ def test_issue_controls_act_and_each_lands_once_in_the_audit_log(steer: TestClie
 
 def test_agent_controls_and_the_agent_page(steer: TestClient) -> None:
     failed = claim(steer, "a2")
-    bearer = {"Authorization": "Bearer t2"}
+    bearer = {"Authorization": f"Bearer {AGENT_TOKENS['a2']}"}
     body = {"agent_id": "a2", "token": failed["lease"]["token"], "reason": "failed"}
     r = steer.post(f"/tasks/acme/widgets/{failed['issue_id']}/release", json=body, headers=bearer)
     assert r.status_code == 200
@@ -366,7 +366,7 @@ def test_repository_and_broker_pauses_from_the_dashboard(steer: TestClient) -> N
     repo_paused = r.json()["outcome"]
     page = steer.get("/ui").text
     assert "Paused by dashboard: migrating" in page and 'class="badge paused"' in page
-    bearer = {"Authorization": "Bearer t1"}
+    bearer = {"Authorization": f"Bearer {AGENT_TOKENS['a1']}"}
     assert steer.post("/request-task", json={"agent_id": "a1"}, headers=bearer).status_code == 204
     assert act(steer, "resume_repo", csrf, repository="acme/widgets").json()["outcome"] == (
         "resumed"

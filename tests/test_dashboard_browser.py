@@ -91,7 +91,7 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 #: Who may log in, and the agents' tokens (the stack is not open: the page needs a login).
 ADMIN_TOKEN = "boss-token"
-AGENTS = {"coder-ann": "t-ann", "designer-bo": "t-bo", "tester-cy": "t-cy"}
+AGENTS = {a: f"t-{a}-0123456789" for a in ("coder-ann", "designer-bo", "tester-cy")}
 
 
 class Browser:
@@ -266,7 +266,7 @@ def running_stack(
     with Simulator(
         {"repositories": [{"owner": "acme", "name": "widgets", "issues": ISSUES}]}
     ) as sim:
-        tokens = json.dumps({t: a for a, t in AGENTS.items()})
+        tokens = json.dumps(AGENTS)
         settings = broker_env(
             redis_url,
             sim.base_url,

@@ -16,7 +16,7 @@ from github_broker.store import Store
 from github_broker.ui import session
 from tests.test_api import app_factory, sim  # noqa: F401  (fixtures)
 
-TOKENS = {"admin_token": "boss-token", "agent_tokens": {"t1": "a1"}}
+TOKENS = {"admin_token": "boss-token", "agent_tokens": {"a1": "t1-0123456789abcdef"}}
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 

@@ -29,6 +29,7 @@ from github_broker.gateway import GitHubGateway
 from github_broker.leader.poller import Daemon
 from github_broker.leader.sync import Syncer
 from github_broker.metrics import Metrics
+from github_broker.people.rights import GitHubRights
 from github_broker.settings import Settings, default_config_dir, load_settings
 from github_broker.steering.actions import Steering
 from github_broker.store import Store
@@ -50,6 +51,8 @@ class Services:
     daemon: Daemon | None
     metrics: Metrics
     steering: Steering
+    #: Where GitHub makes people maintainers (sign-in, `github_rights` in the file).
+    rights: GitHubRights
     _github_ok: tuple[bool, float, str] = (False, 0.0, "not checked yet")
 
     async def github_reachable(self) -> tuple[bool, str]:
@@ -137,19 +140,22 @@ def _lifespan(
         if daemon is not None:
             await daemon.hold_leadership()
             daemon.start()
+        auth = Authenticator(settings.server, [r.full_name for r in settings.repositories])
         app.state.services = Services(
             settings=settings,
             store=store,
             gateway=gateway,
             tasks=TaskService(settings, store, prompts, waker),
-            auth=Authenticator(settings.server),
+            auth=auth,
             daemon=daemon,
             metrics=Metrics(),
             steering=Steering(settings, store, Syncer(settings, store, gateway).reindex),
+            rights=GitHubRights(settings, store, gateway, auth.people),
         )
         try:
             yield
         finally:
+            app.state.services.rights.close()
             if daemon is not None:
                 await daemon.stop()
             restore_signals()

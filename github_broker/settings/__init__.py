@@ -15,6 +15,7 @@ from github_broker.settings.base import AGENT_ID_RE, DEFAULTS_DIR, ENV_PREFIX
 from github_broker.settings.connections import GitHubSettings, RedisSettings
 from github_broker.settings.issues import BodyPatterns, LabelNames, Repository, Role, label_clash
 from github_broker.settings.loading import default_config_dir, load_settings
+from github_broker.settings.people import MaintainerEntry, SignInSettings
 from github_broker.settings.root import Settings
 from github_broker.settings.server import (
     AuditSettings,
@@ -43,6 +44,7 @@ __all__ = [
     "GitHubSettings",
     "LabelNames",
     "LeaseSettings",
+    "MaintainerEntry",
     "PollSettings",
     "ProgressSettings",
     "RedisSettings",
@@ -51,6 +53,7 @@ __all__ = [
     "Role",
     "ServerSettings",
     "Settings",
+    "SignInSettings",
     "WebhookSettings",
     "default_config_dir",
     "label_clash",

@@ -20,6 +20,7 @@ from pydantic_settings import (
 from github_broker.settings.base import AGENT_ID_RE, ENV_PREFIX
 from github_broker.settings.connections import GitHubSettings, RedisSettings
 from github_broker.settings.issues import BodyPatterns, LabelNames, Repository, Role, label_clash
+from github_broker.settings.people import SignInSettings
 from github_broker.settings.server import (
     AuditSettings,
     CommandSettings,
@@ -70,6 +71,7 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     webhooks: WebhookSettings = WebhookSettings()
     commands: CommandSettings = CommandSettings()
+    signin: SignInSettings = SignInSettings()
     agents: list[Role] = []
 
     @field_validator("repositories", mode="before")
@@ -99,6 +101,8 @@ class Settings(BaseSettings):
         names = [r.full_name for r in self.repositories]
         if len(set(names)) != len(names):
             raise ValueError(f"repositories lists a repository twice: {names}")
+        if self.repositories:
+            self.server.resolved_maintainers(set(names))
         roles = [a.role for a in self.agents]
         if len(set(roles)) != len(roles):
             raise ValueError(f"agents.yml lists a role twice: {roles}")
