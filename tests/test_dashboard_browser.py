@@ -402,7 +402,7 @@ def test_dashboard_in_a_real_browser_revoke_and_live_updates(
     flash = browser.js("document.getElementById('flash').textContent")
     assert flash == "revoke acme/widgets#12: lease of designer-bo revoked; task back in the pool"
     audit = browser.js("document.querySelector('table.audit tbody').textContent")
-    assert "dashboard" in audit and "revoke" in audit and "duplicate of #11" in audit
+    assert "admin" in audit and "revoke" in audit and "duplicate of #11" in audit
 
     # Work done elsewhere reaches the open page over its stream.
     tester = agent(broker, "tester-cy")

@@ -18,7 +18,8 @@ from fastapi import FastAPI
 
 from github_broker import __version__
 from github_broker.api import admin, errors, routes, webhooks
-from github_broker.api.auth import Authenticator
+from github_broker.api.auth import Authenticator, open_deployment
+from github_broker.api.hosts import SAFE_METHODS, HostGuard
 from github_broker.api.hotpath import BrokerApp
 from github_broker.api.limits import BodyLimit
 from github_broker.claim.events import ReadyWaker
@@ -178,6 +179,8 @@ def _install_handlers(app: BrokerApp, settings: Settings) -> None:
 
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.server.trusted_proxies)
     app.take_request_task(settings.server.max_body_bytes)
+    if open_deployment(settings.server):
+        app.host_guard = HostGuard(settings.server.allowed_hosts)
     app.include_router(routes.router)
     app.include_router(webhooks.router)
     app.include_router(admin.router)
@@ -185,12 +188,13 @@ def _install_handlers(app: BrokerApp, settings: Settings) -> None:
 
 
 def _declare_openapi(app: BrokerApp, settings: Settings) -> None:
-    """The OpenAPI, built once: this deployment's roles and repositories, HEAD routes."""
+    """The OpenAPI, built once: this deployment's roles and repositories, the open
+    deployment's 421 and cross-origin 403, HEAD routes."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             spec = declare_deployment(FastAPI.openapi(app), settings)
-            app.openapi_schema = declare_head(spec)
+            app.openapi_schema = declare_head(declare_hosts(spec))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -215,6 +219,35 @@ def declare_deployment(spec: dict[str, Any], settings: Settings) -> dict[str, An
     for param in spec["paths"]["/explain"]["get"]["parameters"]:
         if param["name"] == "roles" and roles:
             items_of(param["schema"])["enum"] = roles
+    return spec
+
+
+#: How the open deployment's refusals are declared on every operation (api/hosts.py).
+MISDIRECTED = {
+    "description": "No token is configured and the request's Host is neither a loopback name "
+    "nor one of server.allowed_hosts (a DNS-rebinding page): nothing is done.",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+}
+CROSS_ORIGIN = (
+    " Also, while no token is configured: a state-changing request whose Origin is not this "
+    "broker's own host."
+)
+
+
+def declare_hosts(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every operation may answer 421 (and every state-changing one 403) while no token is
+    configured: declared on each."""
+    for ops in spec["paths"].values():
+        for method, op in ops.items():
+            answers = op.setdefault("responses", {})
+            answers.setdefault("421", MISDIRECTED)
+            if method.upper() in SAFE_METHODS:
+                continue
+            forbidden = answers.setdefault(
+                "403",
+                {"description": "Refused.", "content": MISDIRECTED["content"]},
+            )
+            forbidden["description"] = forbidden.get("description", "") + CROSS_ORIGIN
     return spec
 
 

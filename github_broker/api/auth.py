@@ -42,11 +42,7 @@ class Authenticator:
     @property
     def open(self) -> bool:
         """No tokens configured: loopback-only deployments (settings refuse anything else)."""
-        return (
-            not self.server.agent_tokens
-            and self.server.agent_tokens_file is None
-            and not self.people.configured
-        )
+        return open_deployment(self.server)
 
     def _bearer(self, request: Request) -> str | None:
         header = request.headers.get("authorization", "")
@@ -99,6 +95,17 @@ class Authenticator:
 
 #: Who acts when no token is configured (loopback only): the administrator.
 OPEN_ADMIN = Person(ADMIN_NAME, Authority.ADMIN)
+
+
+def open_deployment(server: ServerSettings) -> bool:
+    """No token configured (agents', the admin's, a maintainers file): loopback only, and the
+    Host and Origin rules of api/hosts.py apply."""
+    return not (
+        server.agent_tokens
+        or server.agent_tokens_file
+        or server.admin_token
+        or server.maintainers_file
+    )
 
 
 def _raw(token: str) -> bytes:

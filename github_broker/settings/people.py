@@ -116,3 +116,25 @@ class SignInSettings(Section):
     github_rights_s: int = Field(3600, ge=60, le=86400)
     #: Pages of 100 repositories read of a person's GitHub repositories at sign-in at most.
     github_max_pages: int = Field(30, ge=1, le=1000)
+    #: The dashboard login's throttle, per client (an IPv6 client: its /64): wrong
+    #: credentials free of any delay, then a delay of `login_first_delay_s` that doubles with
+    #: each further one up to `login_max_delay_s`; forgotten `login_forget_s` after the last.
+    #: Only the client's own failures count: nobody else's guesses delay a correct login.
+    login_free_attempts: int = Field(5, ge=1, le=100)
+    login_first_delay_s: float = Field(1.0, gt=0, le=3600)
+    login_max_delay_s: float = Field(60.0, gt=0, le=86400)
+    login_forget_s: float = Field(900.0, gt=0, le=7 * 86400)
+    #: The OAuth scope the device flow asks for (an OAuth App: `repo` lists private
+    #: repositories with the person's permissions; a GitHub App ignores it).
+    github_scope: str = Field("repo", pattern=r"^[a-z:_ ,]{0,100}$")
+
+    @model_validator(mode="after")
+    def _delays_fit(self) -> SignInSettings:
+        if self.login_first_delay_s > self.login_max_delay_s:
+            raise ValueError("login_first_delay_s must be <= login_max_delay_s")
+        if self.login_max_delay_s > self.login_forget_s:
+            raise ValueError(
+                "login_max_delay_s must be <= login_forget_s, or a client would be forgotten "
+                "while it waits"
+            )
+        return self

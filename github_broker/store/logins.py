@@ -35,6 +35,18 @@ class Throttle:
     forget_ms: int
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What the throttle says of one login attempt."""
+
+    #: Let it in (or, when only asked, it may try).
+    allowed: bool
+    #: Refused unchecked: the client waits out a delay.
+    waiting: bool
+    #: Seconds until the client may try again (0: at once).
+    wait_s: float
+
+
 class DashboardLogins:
     """Login throttle, sessions and secret of the dashboard, shared by every serve process."""
 
@@ -65,22 +77,22 @@ class DashboardLogins:
         return hashlib.sha256(part.encode("utf-8", "replace")).hexdigest()[:32]
 
     @translate_errors
-    async def attempt(self, address: str, correct: bool, throttle: Throttle) -> tuple[bool, float]:
-        """One login attempt of `address`, its credential already checked: (let it in, seconds
-        to wait before the next attempt). Refused during the client's delay, whatever the
-        credential."""
-        allowed, wait_ms = await self.scripts.login_attempt(
+    async def attempt(self, address: str, correct: bool | None, throttle: Throttle) -> Verdict:
+        """One login attempt of `address`, its credential already checked (`correct`; None:
+        only ask whether the client may try now). Refused during the client's delay, whatever
+        the credential."""
+        code, wait_ms = await self.scripts.login_attempt(
             keys=[self.keys.ui_client_logins(self.client_id(address))],
             args=[
                 now_ms(),
-                1 if correct else 0,
+                "?" if correct is None else "1" if correct else "0",
                 throttle.free,
                 throttle.first_delay_ms,
                 throttle.max_delay_ms,
                 throttle.forget_ms,
             ],
         )
-        return bool(int(allowed)), int(wait_ms) / 1000
+        return Verdict(allowed=int(code) == 1, waiting=int(code) == 2, wait_s=int(wait_ms) / 1000)
 
     @translate_errors
     async def secret(self) -> bytes:

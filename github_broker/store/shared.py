@@ -199,13 +199,17 @@ class Store(AgentState):
         await xadd_event(self.client, self.global_keys.timeline, kind, number, agent, detail)
 
     @translate_errors
-    async def timeline(self, count: int = 50) -> list[Event]:
-        """Recent events of every repository and the deployment, newest first."""
+    async def timeline(
+        self, count: int = 50, repositories: Collection[str] | None = None
+    ) -> list[Event]:
+        """Recent events of every repository (or of `repositories` alone) and the
+        deployment, newest first."""
         events = events_of(
             await self.client.xrevrange(self.global_keys.timeline, count=count), None
         )
-        for rstore in self.repos.values():
-            events += await rstore.timeline(count)
+        for name, rstore in self.repos.items():
+            if repositories is None or name in repositories:
+                events += await rstore.timeline(count)
         return sorted(events, key=lambda e: e.at_ms, reverse=True)[:count]
 
     # --- steering across repositories (each repository keeps a copy the claim reads) -------

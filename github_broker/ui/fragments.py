@@ -12,12 +12,12 @@ from github_broker.ui.views import AgentView, DashboardView
 
 
 def dashboard_context(v: DashboardView, who: Visitor) -> dict[str, Any]:
-    return {"v": v, "o": v.o, "csrf": who.csrf, "back": "/ui", "CONTROLS": CONTROLS}
+    return {"v": v, "o": v.o, "csrf": who.csrf, "back": "/ui", "CONTROLS": CONTROLS, "who": who}
 
 
 def agent_context(a: AgentView, who: Visitor) -> dict[str, Any]:
     back = f"/ui/agents/{a.agent.agent_id}"
-    return {"a": a, "csrf": who.csrf, "back": back, "CONTROLS": CONTROLS}
+    return {"a": a, "csrf": who.csrf, "back": back, "CONTROLS": CONTROLS, "who": who}
 
 
 def dashboard(v: DashboardView, who: Visitor) -> str:

@@ -229,14 +229,20 @@ async def live(
 
     live_feed = feed(request)
 
+    # Pages are read once per change for every viewer who sees the same: the whole
+    # deployment, or one person's repositories.
+    mine = who.actor.repositories
+    seen = "all" if mine is None else f"{who.actor.name}:{hash(mine)}"
+
     async def render() -> str:
         board = await live_feed.data(
-            "dashboard", lambda: views.dashboard_view(svc.store, svc.settings)
+            f"dashboard:{seen}", lambda: views.dashboard_view(svc.store, svc.settings, who.actor)
         )
         if agent is None:
             return fragments.dashboard(board, who)
         page = await live_feed.data(
-            f"agent:{agent}", lambda: views.agent_view(svc.store, board, agent)
+            f"agent:{seen}:{agent}",
+            lambda: views.agent_view(svc.store, board, agent, who.actor),
         )
         return fragments.agent(page, who)
 

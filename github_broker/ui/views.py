@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from github_broker.clock import iso_from_ms
-from github_broker.models import AgentPause, AuditEntry, Event
+from github_broker.models import Actor, AgentPause, AuditEntry, Event
 from github_broker.reports.health import RefusedDelivery
 from github_broker.reports.overview import LeaseRow, Overview, overview
 from github_broker.settings import Settings
@@ -69,8 +69,13 @@ def agents_of(o: Overview) -> list[AgentSummary]:
     return sorted(found.values(), key=lambda a: a.agent_id)
 
 
-async def dashboard_view(store: Store, settings: Settings) -> DashboardView:
-    data = await overview(store, settings)
+async def dashboard_view(
+    store: Store, settings: Settings, who: Actor | None = None
+) -> DashboardView:
+    """The dashboard of `who` (None: the whole deployment): a maintainer sees their
+    repositories."""
+    only = who.repositories if who is not None else None
+    data = await overview(store, settings, only, who.name if who is not None else "")
     refused = await store.webhook_refused()
     return DashboardView(
         o=data,
@@ -81,11 +86,18 @@ async def dashboard_view(store: Store, settings: Settings) -> DashboardView:
     )
 
 
-async def agent_view(store: Store, dashboard: DashboardView, agent_id: str) -> AgentView:
-    """One agent's page, from the dashboard's data and its own timeline and audit entries."""
+async def agent_view(
+    store: Store, dashboard: DashboardView, agent_id: str, who: Actor | None = None
+) -> AgentView:
+    """One agent's page, from the dashboard's data and its own timeline and audit entries
+    (`who`: as a maintainer sees them, in their repositories)."""
     summary = next((a for a in dashboard.agents if a.agent_id == agent_id), AgentSummary(agent_id))
-    events = [e for e in await store.timeline(AGENT_EVENTS_SCANNED) if e.agent == agent_id]
-    audit = [a for a in await store.audit_log(AGENT_AUDIT_SCANNED) if a.agent == agent_id]
+    only = who.repositories if who is not None else None
+    by = who.name if who is not None else None
+    scanned = await store.timeline(AGENT_EVENTS_SCANNED, only)
+    events = [e for e in scanned if e.agent == agent_id]
+    logged = await store.audit_log(AGENT_AUDIT_SCANNED, repositories=only, also_by=by)
+    audit = [a for a in logged if a.agent == agent_id]
     return AgentView(
         now_ms=dashboard.o.now_ms,
         agent=summary,
