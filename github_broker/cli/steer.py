@@ -1,6 +1,7 @@
 """`github-broker` verbs of maintainers steering running work: revoke, reassign, note, retry,
 pause, stop, resume, audit. Short functions over `steering.Steering`, talking to Redis as
-`status` does; each action is recorded in the audit log as `cli:<user>`."""
+`status` does; each action is recorded in the audit log as `cli:<user>`. With `--broker-url`
+they go through the broker's API as the person a token names instead (remote.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from github_broker.cli import remote
 from github_broker.errors import ConfigError
 from github_broker.models import Actor
 from github_broker.settings import Settings, load_settings
@@ -46,6 +48,8 @@ def issue_ref(text: str, settings: Settings) -> tuple[str, int]:
 
 
 def _run(args: argparse.Namespace, act: Callable[[Steering, Settings], Awaitable[Any]]) -> int:
+    if remote.wanted(args):
+        return remote.run(args)
     from github_broker.gateway import GitHubGateway
     from github_broker.leader.sync import Syncer
     from github_broker.store import Store
@@ -122,7 +126,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """The audit log, newest first: actions by maintainers and by the broker."""
-    from github_broker.clock import iso_from_ms
+    if remote.wanted(args):
+        return remote.run(args)
     from github_broker.store import Store
 
     settings = load_settings(args.config)
@@ -134,10 +139,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
         finally:
             await store.close()
 
-    entries = asyncio.run(run())
-    if args.json:
+    print_audit(asyncio.run(run()), as_json=args.json)
+    return 0
+
+
+def print_audit(entries: list[Any], *, as_json: bool) -> None:
+    """Audit entries as text lines (or JSON), newest first."""
+    from github_broker.clock import iso_from_ms
+
+    if as_json:
         print(json.dumps([e.model_dump() for e in entries], indent=2, ensure_ascii=False))
-        return 0
+        return
     for e in entries:
         where = f"{e.repository}#{e.issue}" if e.issue else (e.repository or "broker")
         who = f" {e.agent}" if e.agent else ""
@@ -145,7 +157,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(
             f"{iso_from_ms(e.at_ms)}  {e.actor:<16} {e.action:<14} {where}{who}{why}: {e.outcome}"
         )
-    return 0
 
 
 def add_steer_commands(sub: Any) -> None:
@@ -154,6 +165,7 @@ def add_steer_commands(sub: Any) -> None:
             name, help=(func.__doc__ or "").strip().splitlines()[0]
         )
         p.set_defaults(func=func)
+        remote.add_options(p)
         return p
 
     def reason(p: argparse.ArgumentParser) -> None:

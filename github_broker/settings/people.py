@@ -23,7 +23,7 @@ _LOGIN_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$")
 #: An example line, for the messages that refuse a file.
 EXAMPLE = (
     "`alice: {token_sha256: <sha256 hex of her token>, authority: maintainer, "
-    "repositories: [acme/widgets]}` (`github-broker people token alice` prints one)"
+    "repositories: [acme/widgets]}` (the digest: `printf %s \"$TOKEN\" | sha256sum`)"
 )
 
 
