@@ -127,6 +127,7 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        _say_how_leases_are_signed(settings)
         store = Store.from_settings(settings)
         try:
             logger.info("durability %s", await store.check_durability())
@@ -165,6 +166,20 @@ def _lifespan(
             await asyncio.to_thread(gateway.close)
 
     return lifespan
+
+
+def _say_how_leases_are_signed(settings: Settings) -> None:
+    """A warning at start when lease tokens are unsigned: after Redis loses its data, nothing
+    but GitHub's labels then proves who holds a lease."""
+    keys = settings.leases.resolved_signing_keys(settings.server)
+    if not keys:
+        logger.warning(
+            "lease tokens are unsigned (no token and no signing key configured): after Redis "
+            "loses its data a lease is proven only by GitHub's labels; set "
+            "leases.signing_keys or leases.signing_keys_file"
+        )
+    else:
+        logger.info("lease tokens are signed with key %r", next(iter(keys)))
 
 
 def _install_handlers(app: BrokerApp, settings: Settings) -> None:

@@ -100,12 +100,7 @@ OPEN_ADMIN = Person(ADMIN_NAME, Authority.ADMIN)
 def open_deployment(server: ServerSettings) -> bool:
     """No token configured (agents', the admin's, a maintainers file): loopback only, and the
     Host and Origin rules of api/hosts.py apply."""
-    return not (
-        server.agent_tokens
-        or server.agent_tokens_file
-        or server.admin_token
-        or server.maintainers_file
-    )
+    return not server.tokens_configured
 
 
 def _raw(token: str) -> bytes:

@@ -65,6 +65,14 @@ class ServerSettings(Section):
             tokens.update({token: agent for agent, token in _agent_map(loaded, where)})
         return tokens
 
+    @property
+    def tokens_configured(self) -> bool:
+        """Whether any token is configured (agents', the admin's, a maintainers file): a
+        deployment without is open, loopback only (api/hosts.py)."""
+        return bool(
+            self.agent_tokens or self.agent_tokens_file or self.admin_token or self.maintainers_file
+        )
+
     def resolved_maintainers(self, served: set[str] | None = None) -> dict[str, MaintainerEntry]:
         if self.maintainers_file is None:
             return {}
