@@ -9,10 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
-from . import control
+from . import control, oauth
 from . import routes_people as _routes_people  # noqa: F401  (registers its routes on ROUTER)
 from .faults import ERROR, PRIMARY_RATE_LIMIT, FaultRule, Faults
 from .messages import ApiError, Request, Response, decode_json
+from .oauth import DeviceFlow
 from .ratelimit import Quota, RateLimiter
 from .routes import ROUTER, Route
 from .state import SimState
@@ -53,6 +54,8 @@ class Services:
     apps: dict[int, str] | None = None
     #: Webhook hooks and deliveries (simulator/webhooks.py).
     webhooks: WebhookDispatcher | None = None
+    #: The OAuth device flow of GitHub's web host (simulator/oauth.py).
+    device: DeviceFlow | None = None
 
 
 class Gateway:
@@ -75,6 +78,12 @@ class Gateway:
             except Exception:
                 logger.exception("control call failed: %s %s", method, target)
                 return ApiError(500, "Internal Server Error").to_response()
+        if path in oauth.PATHS and self.svc.device is not None:
+            # GitHub's web host, not its API: no token, no quota, a form body.
+            try:
+                return self.svc.device.handle(method, path, raw_body, base_url)
+            except ApiError as e:
+                return e.to_response()
 
         if not headers.get("user-agent", "").strip():
             # GitHub refuses anonymous clients before anything else, quota included.
