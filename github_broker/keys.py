@@ -130,6 +130,10 @@ Added by this project (no TTL unless said):
 ``permission:{login}``   string  the repository permission GitHub reported for that login
                                  (lower case): ``admin``, ``write``, ``read``, ``none``;
                                  TTL ``commands.permission_cache_s``
+``credential:{n}``       string  JSON ``{nonce, token, expires_at, permissions}``: the scoped
+                                 GitHub token minted for the lease on n (its nonce); TTL the
+                                 token's own expiry; taken when the lease completes or is
+                                 released (and the token revoked)
 =======================  ======  ==============================================================
 
 Deployment-wide keys: ``{key_prefix}:events`` (pub/sub: ``ready`` whenever a task becomes
@@ -248,6 +252,7 @@ class RepoKeys:
         self.comments = self.base + "comments"
         self.comment_prefix = self.base + "comment:"
         self.permission_prefix = self.base + "permission:"
+        self.credential_prefix = self.base + "credential:"
 
     def issue(self, number: int) -> str:
         return f"{self.issue_prefix}{number}"
@@ -299,6 +304,10 @@ class RepoKeys:
 
     def permission(self, login: str) -> str:
         return f"{self.permission_prefix}{login.lower()}"
+
+    def credential(self, number: int) -> str:
+        """The GitHub token minted for the lease on issue n (to hand it again, to revoke it)."""
+        return f"{self.credential_prefix}{number}"
 
 
 class GlobalKeys:

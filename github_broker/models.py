@@ -373,6 +373,21 @@ class Task(BaseModel):
     lease: LeaseGrant
     #: A task a maintainer reassigned to you: continue that agent's work on this branch/PR.
     continues: Continuation | None = None
+    #: Where this lease's short-lived GitHub token is fetched (POST with the lease, as a
+    #: heartbeat), when the deployment hands them out; None otherwise.
+    credential_path: str | None = None
+
+
+class AgentCredential(BaseModel):
+    """A GitHub token for one task: this repository alone, the permissions an agent needs;
+    it expires by itself, and the broker revokes it when the lease completes or is released."""
+
+    token: str
+    #: ISO 8601 UTC, as GitHub says.
+    expires_at: str
+    repository: str
+    #: permission -> read or write (contents, pull_requests, issues).
+    permissions: dict[str, str]
 
 
 class Event(BaseModel):

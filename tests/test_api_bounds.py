@@ -333,6 +333,7 @@ EXTRA_STATUSES: dict[tuple[str, str], set[int]] = {
         }
         for verb in ("heartbeat", "complete", "release")
     },
+    ("POST", "/tasks/{owner}/{repo}/{number}/credential"): {401, 403, 404, 409, 413, 422, 503},
     ("POST", "/tasks/fix"): {401, 403, 404, 413, 422, 503},
     ("GET", "/metrics"): {413, 503},
     ("GET", "/status"): {401, 403, 413, 503},

@@ -18,7 +18,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from github_broker import __version__
-from github_broker.models import AgentPause, Note, Task, TaskPause, TaskState
+from github_broker.models import AgentCredential, AgentPause, Note, Task, TaskPause, TaskState
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +188,17 @@ class BrokerClient:
         if response.status_code != 200:
             raise _error(response)
         return heartbeat_from_answer(response)
+
+    def credential(self, task: Task) -> AgentCredential | None:
+        """The task's short-lived GitHub token (its repository alone), when the broker hands
+        them out (`task.credential_path`); None when it does not. LeaseLost if the lease is
+        gone. Give it to the agent's command as GH_TOKEN / GITHUB_TOKEN (`github_env`)."""
+        if not task.credential_path:
+            return None
+        response, _ = self._post(
+            task_path(task, "credential"), lambda _: self._lease_body(task), self.timeout_s
+        )
+        return credential_from_answer(response, _error)
 
     def complete(self, task: Task) -> None:
         """Report the task done; development work moves on to review."""
@@ -398,8 +409,31 @@ def heartbeat_from_answer(response: Any) -> HeartbeatAnswer:
         ) from e
 
 
+def credential_from_answer(
+    response: Any, error: Callable[[Any], BrokerClientError]
+) -> AgentCredential:
+    """A credential call's answer (requests or httpx response), or `error(response)` raised."""
+    if response.status_code != 200:
+        raise error(response)
+    try:
+        return AgentCredential.model_validate(response.json())
+    except (ValueError, ValidationError) as e:
+        raise BrokerClientError(
+            f"unexpected credential from the broker: {e}", status=response.status_code
+        ) from e
+
+
+def github_env(credential: AgentCredential | None) -> dict[str, str]:
+    """The variables GitHub's tools read a token from (`gh`, git credential helpers, most
+    SDKs): GH_TOKEN and GITHUB_TOKEN; nothing without a credential."""
+    if credential is None:
+        return {}
+    return {"GH_TOKEN": credential.token, "GITHUB_TOKEN": credential.token}
+
+
 def task_path(task: Task, action: str) -> str:
-    """The path of a lease call (`heartbeat`, `complete`, `release`) on `task`."""
+    """The path of a lease call (`heartbeat`, `complete`, `release`, `credential`) on
+    `task`."""
     owner, _, repo = task.repository.partition("/")
     return f"/tasks/{quote(owner, safe='')}/{quote(repo, safe='')}/{task.issue_id}/{action}"
 

@@ -22,11 +22,13 @@ from github_broker.api.auth import Authenticator, open_deployment
 from github_broker.api.hosts import SAFE_METHODS, HostGuard
 from github_broker.api.hotpath import BrokerApp
 from github_broker.api.limits import BodyLimit
+from github_broker.claim.credentials import AgentCredentials
 from github_broker.claim.events import ReadyWaker
 from github_broker.claim.prompts import Prompts
 from github_broker.claim.service import TaskService
 from github_broker.errors import BrokerError, StoreUnavailable
 from github_broker.gateway import GitHubGateway
+from github_broker.gateway.credentials import AppTokens
 from github_broker.leader.poller import Daemon
 from github_broker.leader.sync import Syncer
 from github_broker.metrics import Metrics
@@ -54,6 +56,8 @@ class Services:
     steering: Steering
     #: Where GitHub makes people maintainers (sign-in, `github_rights` in the file).
     rights: GitHubRights
+    #: Agents' scoped GitHub tokens (None: github.agent_credentials is off).
+    credentials: AgentCredentials | None = None
     _github_ok: tuple[bool, float, str] = (False, 0.0, "not checked yet")
 
     async def github_reachable(self) -> tuple[bool, str]:
@@ -154,10 +158,18 @@ def _lifespan(
             steering=Steering(settings, store, Syncer(settings, store, gateway).reindex),
             rights=GitHubRights(settings, store, gateway, auth.people),
         )
+        app_tokens = AppTokens(settings.github) if settings.github.agent_credentials else None
+        if app_tokens is not None:
+            app.state.services.credentials = AgentCredentials(
+                store, app_tokens.mint, app_tokens.revoke
+            )
         try:
             yield
         finally:
             app.state.services.rights.close()
+            if app_tokens is not None:
+                await app.state.services.credentials.close()
+                app_tokens.close()
             if daemon is not None:
                 await daemon.stop()
             restore_signals()

@@ -38,7 +38,7 @@ from github_broker.errors import (
     Problem,
 )
 from github_broker.leader import reviews
-from github_broker.models import Outcome, ReviewComment, Task
+from github_broker.models import AgentCredential, Outcome, ReviewComment, Task
 from github_broker.reports import explain as explain_view
 from github_broker.reports import status as status_view
 from github_broker.steering.authority import require_repository
@@ -226,6 +226,8 @@ async def answer_complete(
     svc.auth.agent(request, body.agent_id)
     async with counting_refusals(svc):
         await svc.tasks.finish(repository, number, body.agent_id, body.token, Outcome.COMPLETED)
+    if svc.credentials is not None:
+        await svc.credentials.lease_ended(repository, number)
     return Done(status="completed")
 
 
@@ -237,7 +239,41 @@ async def answer_release(
     outcome = Outcome(body.reason)
     async with counting_refusals(svc):
         await svc.tasks.finish(repository, number, body.agent_id, body.token, outcome)
+    if svc.credentials is not None:
+        await svc.credentials.lease_ended(repository, number)
     return Done(status=outcome.value)
+
+
+@router.post(
+    "/tasks/{owner}/{repo}/{number}/credential",
+    response_model=AgentCredential,
+    responses={
+        **ERRORS,
+        404: {
+            "model": Problem,
+            "description": "Not served here, or this broker hands out no GitHub tokens "
+            "(github.agent_credentials is off).",
+        },
+        503: {
+            "model": Problem,
+            "description": "Redis or GitHub unavailable: retry (the lease is not affected).",
+        },
+    },
+)
+async def credential(
+    owner: str, repo: str, number: IssueNumber, body: LeaseRequest, request: Request, svc: Services
+) -> AgentCredential:
+    """A short-lived GitHub token for this lease's task: its repository alone, the
+    permissions an agent needs (github.agent_permissions); the same one again while the lease
+    lives, revoked when it completes or is released (else it expires within the hour)."""
+    svc.auth.agent(request, body.agent_id)
+    if svc.credentials is None:
+        raise NotFound("this broker hands out no GitHub tokens (github.agent_credentials)")
+    async with counting_refusals(svc):
+        found: AgentCredential = await svc.credentials.for_lease(
+            f"{owner}/{repo}", number, body.agent_id, body.token
+        )
+    return found
 
 
 @router.post("/tasks/fix", status_code=202, response_model=FixAccepted, responses=ERRORS)

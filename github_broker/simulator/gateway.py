@@ -6,12 +6,13 @@ import hashlib
 import itertools
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 from . import control, oauth
 from . import routes_people as _routes_people  # noqa: F401  (registers its routes on ROUTER)
 from .faults import ERROR, PRIMARY_RATE_LIMIT, FaultRule, Faults
+from .installations import TokenScope
 from .messages import ApiError, Request, Response, decode_json
 from .oauth import DeviceFlow
 from .ratelimit import Quota, RateLimiter
@@ -56,6 +57,10 @@ class Services:
     webhooks: WebhookDispatcher | None = None
     #: The OAuth device flow of GitHub's web host (simulator/oauth.py).
     device: DeviceFlow | None = None
+    #: Installation tokens limited to some repositories and permissions (installations.py).
+    scopes: dict[str, TokenScope] = field(default_factory=dict)
+    #: Revoked tokens, when any token is accepted (`tokens` None).
+    revoked: set[str] = field(default_factory=set)
 
 
 class Gateway:
@@ -125,7 +130,7 @@ class Gateway:
         if decision.delay > 0:
             self.svc.faults.sleep(decision.delay)
 
-        token = _token(headers.get("authorization"))
+        token = request.token = _token(headers.get("authorization"))
         quota_key = request.quota_key = token or ANONYMOUS
         if route_key == GRAPHQL_ROUTE:
             # GitHub charges GraphQL to its own hourly bucket, apart from REST's "core".
@@ -141,6 +146,11 @@ class Gateway:
             return self._with_quota(ApiError(401, "Bad credentials").to_response(), ANONYMOUS)
         if decision.rule is not None:
             return self._fault_response(decision.rule, quota_key, login, outcome)
+        scope = self.svc.scopes.get(token) if token is not None else None
+        if scope is not None and route is not None:
+            refused = scope.refusal(request.method, route.template, params.get("repo"))
+            if refused is not None:
+                return self._with_quota(refused.to_response(), quota_key)
 
         free = route_key in _FREE_ROUTES
         if not free:
@@ -185,7 +195,7 @@ class Gateway:
         return f"app-{app_id}[bot]"
 
     def _login(self, token: str | None) -> str | None:
-        if token is None:
+        if token is None or token in self.svc.revoked:
             return None
         if self.svc.tokens is None:
             return DEFAULT_LOGIN
