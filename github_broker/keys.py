@@ -158,11 +158,18 @@ pausing an agent or the broker) and ``{key_prefix}:webhooks:refused`` (hash: ``a
 not trusted, so no repository is named) and ``{key_prefix}:audit:exported`` (hash: audit
 stream key -> the last entry id appended to the ``audit.file`` JSONL file).
 
-The dashboard's keys share the hash tag ``{<key_prefix>:ui}`` (``login_attempt.lua`` counts
-against two of them): ``{<key_prefix>:ui}:logins`` (string, login attempts of every client in
-the current window; TTL the window), ``{<key_prefix>:ui}:logins:<client>`` (the same for one
-client, named by a digest of its address) and ``{<key_prefix>:ui}:session:<id>`` (string, a
-dashboard session; deleted by logout, TTL the session's 12 h).
+The dashboard's keys share the hash tag ``{<key_prefix>:ui}``: ``{<key_prefix>:ui}:logins:<client>``
+(hash ``fails``, ``until_ms``: one client's failed logins and the end of its delay, the client
+named by a digest of its address, an IPv6 one of its /64; TTL ``signin.login_forget_s``),
+``{<key_prefix>:ui}:session:<id>`` (string, JSON: whom a dashboard session names, ``{via:
+token, name, stamp}`` or ``{via: github, login}``; deleted by logout, TTL the session's),
+``{<key_prefix>:ui}:secret`` (string: the dashboard's secret, the HMAC key of its cookies and
+CSRF tokens, made once with SET NX; never expires) and ``{<key_prefix>:ui}:device:<id>``
+(string, JSON: a GitHub device-flow sign-in waiting for its code; TTL the code's).
+
+``{key_prefix}:rights:<login>`` (hash: served repository -> ``role|read_ms``, the role GitHub
+gave that GitHub login there when last read, at sign-in or per repository; entries older than
+``signin.github_rights_s`` are ignored, the key expires after it).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from github_broker.claim.credentials import AgentCredentials
 from github_broker.claim.events import ReadyWaker
 from github_broker.claim.prompts import Prompts
 from github_broker.claim.service import TaskService
-from github_broker.errors import BrokerError, StoreUnavailable
+from github_broker.errors import BrokerError, ConfigError, StoreUnavailable
 from github_broker.gateway import GitHubGateway
 from github_broker.gateway.credentials import AppTokens
 from github_broker.leader.poller import Daemon
@@ -183,7 +183,10 @@ def _lifespan(
 def _say_how_leases_are_signed(settings: Settings) -> None:
     """A warning at start when lease tokens are unsigned: after Redis loses its data, nothing
     but GitHub's labels then proves who holds a lease."""
-    keys = settings.leases.resolved_signing_keys(settings.server)
+    try:
+        keys = settings.leases.resolved_signing_keys(settings.server)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     if not keys:
         logger.warning(
             "lease tokens are unsigned (no token and no signing key configured): after Redis "

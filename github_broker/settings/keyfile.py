@@ -32,8 +32,19 @@ def default_keys_file() -> Path:
 
 def read_or_create(path: Path) -> dict[str, str]:
     """The keys of `path` (key id -> secret); a missing file is created first with one fresh
-    key. Several processes starting at once agree: the file appears whole (a link of a
-    finished temporary file) or not at all, and the one that loses the race reads it."""
+    key. ValueError naming the file and the fix when it can be neither read nor made."""
+    try:
+        return _read_or_create(path)
+    except OSError as e:
+        raise ValueError(
+            f"lease signing keys file {path}: {e.strerror or e}; make its directory writable, "
+            f"set {STATE_ENV} to one that is, or configure leases.signing_keys"
+        ) from e
+
+
+def _read_or_create(path: Path) -> dict[str, str]:
+    """Several processes starting at once agree: the file appears whole (a link of a finished
+    temporary file) or not at all, and the one that loses the race reads it."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         kid = time.strftime("k%Y%m%d", time.gmtime())
