@@ -7,6 +7,7 @@ restart."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -26,6 +27,7 @@ from tests.processes import BrokerProcess, broker_env, wait_for
 ALICE = "alice-token-0123456789abcdef"
 BOSS = "boss-token-0123456789abcdef"
 AGENT = "agent-token-0123456789abcdef"
+AGENTS = {"a1": AGENT, "a2": "agent-two-token-0123456789"}
 REPOS = ("acme/widgets", "acme/gadgets")
 
 
@@ -63,11 +65,11 @@ class Deployment:
         entries: list[dict[str, Any]] = r.json()
         return entries
 
-    def claim(self, repository: str) -> dict[str, Any]:
+    def claim(self, repository: str, agent: str = "a1") -> dict[str, Any]:
         r = requests.post(
             self.broker.url + "/request-task",
-            json={"agent_id": "a1", "repositories": [repository]},
-            headers={"Authorization": f"Bearer {AGENT}"},
+            json={"agent_id": agent, "repositories": [repository]},
+            headers={"Authorization": f"Bearer {AGENTS[agent]}"},
             timeout=10,
         )
         assert r.status_code == 200, r.text
@@ -91,7 +93,7 @@ def deployment(redis_url: str, tmp_path: Path) -> Iterator[Deployment]:
             sim.base_url,
             ",".join(REPOS),
             GITHUB_BROKER_SERVER__MAINTAINERS_FILE=str(file),
-            GITHUB_BROKER_SERVER__AGENT_TOKENS=f'{{"a1": "{AGENT}"}}',
+            GITHUB_BROKER_SERVER__AGENT_TOKENS=json.dumps(AGENTS),
             GITHUB_BROKER_LEASES__SETTLE_GRACE_S="0",
         )
         broker = BrokerProcess(env, tmp_path, "broker", single_process=True).start()
@@ -116,7 +118,7 @@ def test_a_maintainer_steers_their_repository_and_is_refused_and_audited_elsewhe
     deployment: Deployment,
 ) -> None:
     up = deployment
-    widget = up.claim("acme/widgets")
+    widget = up.claim("acme/widgets", "a2")
     gadget = up.claim("acme/gadgets")
     theirs = f"/admin/tasks/acme/gadgets/{gadget['issue_id']}/revoke"
     r = up.call(ALICE, "POST", theirs, {"reason": "not mine"})
@@ -148,12 +150,12 @@ def test_a_maintainer_steers_their_repository_and_is_refused_and_audited_elsewhe
     )
     assert beat.status_code == 200, beat.text
     # Every entry names a person (or the broker, or an agent).
-    assert all(e["actor"] in ("alice", "bob", "broker", "a1") for e in entries), entries
+    assert all(e["actor"] in ("alice", "bob", "broker", "a1", "a2") for e in entries), entries
 
 
 def test_a_maintainer_reads_only_their_repositories(deployment: Deployment) -> None:
     up = deployment
-    up.claim("acme/widgets")
+    widget = up.claim("acme/widgets", "a2")
     gadget = up.claim("acme/gadgets")
     revoke = f"/admin/tasks/acme/gadgets/{gadget['issue_id']}/revoke"
     assert up.call(BOSS, "POST", revoke, {"reason": "boss did it"}).status_code == 200
@@ -163,8 +165,11 @@ def test_a_maintainer_reads_only_their_repositories(deployment: Deployment) -> N
     seen = up.audit(ALICE)
     assert all(e["repository"] == "acme/widgets" or e["actor"] == "alice" for e in seen)
     assert any(e["actor"] == "bob" for e in up.audit(BOSS))
-    holds = [h for a in up.call(ALICE, "GET", "/admin/agents").json() for h in a["holds"]]
-    assert len(holds) == 1 and holds[0].startswith("acme/widgets#")
+    rows = up.call(ALICE, "GET", "/admin/agents").json()
+    assert [(a["agent_id"], a["holds"]) for a in rows] == [
+        ("a2", [f"acme/widgets#{widget['issue_id']}"])
+    ]
+    assert {a["agent_id"] for a in up.call(BOSS, "GET", "/admin/agents").json()} == {"a2"}
     explained = up.call(ALICE, "GET", "/explain?agent_id=a2").json()
     assert list(explained) == ["acme/widgets"]
     assert up.call(ALICE, "GET", "/explain?repository=acme/gadgets").status_code == 403
@@ -173,7 +178,7 @@ def test_a_maintainer_reads_only_their_repositories(deployment: Deployment) -> N
 def test_the_cli_acts_as_the_person_of_its_token_through_the_api(deployment: Deployment) -> None:
     up = deployment
     gadget = up.claim("acme/gadgets")
-    widget = up.claim("acme/widgets")
+    widget = up.claim("acme/widgets", "a2")
     env = {**os.environ, "GITHUB_BROKER_TOKEN": ALICE, "GITHUB_BROKER_URL": up.broker.url}
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -191,7 +196,7 @@ def test_the_cli_acts_as_the_person_of_its_token_through_the_api(deployment: Dep
     done = cli("revoke", f"acme/widgets#{widget['issue_id']}", "--reason", "from the cli")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"revoke acme/widgets#{widget['issue_id']}: ")
-    stop = cli("stop", "a1", "--reason", "everywhere?")
+    stop = cli("stop", "a2", "--reason", "everywhere?")
     assert stop.returncode == 0, stop.stderr
     assert "stopped in acme/widgets" in stop.stdout
     entries = up.audit()

@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import requests
@@ -378,14 +378,7 @@ def task_from_answer(response: Any, error: Callable[[Any], BrokerClientError]) -
     `error(response)` raised."""
     if response.status_code == 204:
         return None
-    if response.status_code != 200:
-        raise error(response)
-    try:
-        return Task.model_validate(response.json())
-    except (ValueError, ValidationError) as e:
-        raise BrokerClientError(
-            f"unexpected task from the broker: {e}", status=response.status_code
-        ) from e
+    return answer_of(response, Task, "task", error)
 
 
 def heartbeat_extras(note: str | None, usage: Usage | None) -> dict[str, Any]:
@@ -401,26 +394,38 @@ def heartbeat_extras(note: str | None, usage: Usage | None) -> dict[str, Any]:
 
 def heartbeat_from_answer(response: Any) -> HeartbeatAnswer:
     """A heartbeat's 200 answer (requests or httpx response) as a HeartbeatAnswer."""
-    try:
-        return HeartbeatAnswer.model_validate(response.json())
-    except (ValueError, ValidationError) as e:
-        raise BrokerClientError(
-            f"unexpected heartbeat answer from the broker: {e}", status=response.status_code
-        ) from e
+    return answer_of(response, HeartbeatAnswer, "heartbeat answer", _unexpected)
 
 
 def credential_from_answer(
     response: Any, error: Callable[[Any], BrokerClientError]
 ) -> AgentCredential:
     """A credential call's answer (requests or httpx response), or `error(response)` raised."""
+    return answer_of(response, AgentCredential, "credential", error)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def answer_of(
+    response: Any, model: type[M], what: str, error: Callable[[Any], BrokerClientError]
+) -> M:
+    """A 200 answer (requests or httpx response) as `model`; `error(response)` raised for any
+    other status, BrokerClientError for a body that is not one."""
     if response.status_code != 200:
         raise error(response)
     try:
-        return AgentCredential.model_validate(response.json())
+        return model.model_validate(response.json())
     except (ValueError, ValidationError) as e:
         raise BrokerClientError(
-            f"unexpected credential from the broker: {e}", status=response.status_code
+            f"unexpected {what} from the broker: {e}", status=response.status_code
         ) from e
+
+
+def _unexpected(response: Any) -> BrokerClientError:
+    return BrokerClientError(
+        f"unexpected answer from the broker: {response.status_code}", status=response.status_code
+    )
 
 
 def github_env(credential: AgentCredential | None) -> dict[str, str]:

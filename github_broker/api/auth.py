@@ -80,14 +80,6 @@ class Authenticator:
             raise Forbidden("this endpoint needs a maintainer's or the admin token, not an agent's")
         raise AuthError("unknown token (this endpoint needs a maintainer's or the admin token)")
 
-    def admin(self, request: Request) -> None:
-        """Allow only an administrator (the deployment-wide reads and writes), or raise."""
-        found = self.person(request)
-        if found.repositories is not None:
-            raise Forbidden(
-                f"{found.name} maintains some repositories; this needs an administrator"
-            )
-
     def _agent_of(self, raw: bytes) -> str | None:
         found = self._agent_file.current().get(_digest(raw))
         return found[1] if found is not None and hmac.compare_digest(found[0], raw) else None

@@ -13,8 +13,8 @@ from typing import Any
 import requests
 from github import Auth
 
-from github_broker.errors import GitHubError, GitHubUnavailable
-from github_broker.gateway.transport import network_problem
+from github_broker.errors import GitHubError
+from github_broker.gateway.people import plain_call
 from github_broker.settings import GitHubSettings
 
 logger = logging.getLogger(__name__)
@@ -63,14 +63,7 @@ class AppTokens:
     def _call(
         self, verb: str, url: str, headers: dict[str, str], body: Any = None
     ) -> tuple[int, Any]:
-        try:
-            r = self.http.request(verb, url, headers=headers, json=body, timeout=self.timeout_s)
-        except requests.exceptions.RequestException as e:
-            logger.warning("GitHub %s %s failed: %s", verb, url, e)
-            raise GitHubUnavailable(network_problem(e)) from e
-        if r.status_code >= 500:
-            raise GitHubUnavailable(f"GitHub answered {r.status_code}")
-        try:
-            return r.status_code, r.json() if r.content else None
-        except ValueError:
-            return r.status_code, None
+        status, data, _ = plain_call(
+            self.http, verb, url, self.timeout_s, headers=headers, json=body
+        )
+        return status, data

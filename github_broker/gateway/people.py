@@ -46,6 +46,25 @@ def role_of(permissions: dict[str, Any] | None) -> str:
     return next((role for flag, role in _ROLES if flags.get(flag)), "read")
 
 
+def plain_call(
+    http: requests.Session, verb: str, url: str, timeout_s: float, **kwargs: Any
+) -> tuple[int, Any, requests.Response]:
+    """One request outside PyGithub's requester: (status, JSON or None, response);
+    GitHubUnavailable when GitHub cannot be reached or answers 5xx (its address only logged)."""
+    try:
+        response = http.request(verb, url, timeout=timeout_s, **kwargs)
+    except requests.exceptions.RequestException as e:
+        logger.warning("GitHub %s %s failed: %s", verb, url, e)
+        raise GitHubUnavailable(network_problem(e)) from e
+    if response.status_code >= 500:
+        raise GitHubUnavailable(f"GitHub answered {response.status_code}")
+    try:
+        data = response.json() if response.content else None
+    except ValueError:
+        data = None
+    return response.status_code, data, response
+
+
 class PersonalGitHub:
     """Calls made with a person's own GitHub token (or for it, the device flow)."""
 
@@ -60,18 +79,7 @@ class PersonalGitHub:
         self.http.close()
 
     def _call(self, verb: str, url: str, **kwargs: Any) -> tuple[int, Any, requests.Response]:
-        try:
-            response = self.http.request(verb, url, timeout=self.timeout_s, **kwargs)
-        except requests.exceptions.RequestException as e:
-            logger.warning("GitHub %s %s failed: %s", verb, url, e)
-            raise GitHubUnavailable(network_problem(e)) from e
-        if response.status_code >= 500:
-            raise GitHubUnavailable(f"GitHub answered {response.status_code}")
-        try:
-            data = response.json() if response.content else None
-        except ValueError:
-            data = None
-        return response.status_code, data, response
+        return plain_call(self.http, verb, url, self.timeout_s, **kwargs)
 
     def _get(self, token: str, path: str, **params: Any) -> tuple[Any, requests.Response]:
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json"}

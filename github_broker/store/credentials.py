@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from github_broker.store.connection import as_text, awaited, translate_errors
+from github_broker.store.connection import awaited, json_object, translate_errors
 
 
 class CredentialLedger:
@@ -20,9 +20,7 @@ class CredentialLedger:
     @translate_errors
     async def held(self, number: int) -> dict[str, Any] | None:
         """The record of the token minted for the lease on `number`, if it has not expired."""
-        raw = await awaited(self.client.get(self.keys.credential(number)))
-        found = json.loads(as_text(raw)) if raw is not None else None
-        return found if isinstance(found, dict) else None
+        return json_object(await awaited(self.client.get(self.keys.credential(number))))
 
     @translate_errors
     async def remember(self, number: int, record: dict[str, Any], ttl_ms: int) -> None:
@@ -31,6 +29,4 @@ class CredentialLedger:
     @translate_errors
     async def take(self, number: int) -> dict[str, Any] | None:
         """The record, removed: its token is to be revoked."""
-        raw = await awaited(self.client.getdel(self.keys.credential(number)))
-        found = json.loads(as_text(raw)) if raw is not None else None
-        return found if isinstance(found, dict) else None
+        return json_object(await awaited(self.client.getdel(self.keys.credential(number))))

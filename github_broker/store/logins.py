@@ -14,7 +14,7 @@ from typing import Any
 
 from github_broker.clock import now_ms
 from github_broker.keys import GlobalKeys
-from github_broker.store.connection import as_text, awaited, translate_errors
+from github_broker.store.connection import as_text, awaited, json_object, translate_errors
 from github_broker.store.scripts import Scripts
 
 #: Bytes of the dashboard's secret (HMAC key of its cookies and CSRF tokens).
@@ -113,14 +113,7 @@ class DashboardLogins:
     @translate_errors
     async def session(self, session_id: str) -> dict[str, Any] | None:
         """Whom an open session names, or None once it ended (logout, expiry)."""
-        raw = await awaited(self.client.get(self.keys.ui_session(session_id)))
-        if raw is None:
-            return None
-        try:
-            found = json.loads(as_text(raw))
-        except ValueError:
-            return None
-        return found if isinstance(found, dict) else None
+        return json_object(await awaited(self.client.get(self.keys.ui_session(session_id))))
 
     @translate_errors
     async def session_alive(self, session_id: str) -> bool:
@@ -139,9 +132,7 @@ class DashboardLogins:
 
     @translate_errors
     async def device_pending(self, attempt: str) -> dict[str, Any] | None:
-        raw = await awaited(self.client.get(self.keys.ui_device(attempt)))
-        found = json.loads(as_text(raw)) if raw is not None else None
-        return found if isinstance(found, dict) else None
+        return json_object(await awaited(self.client.get(self.keys.ui_device(attempt))))
 
     @translate_errors
     async def device_done(self, attempt: str) -> None:

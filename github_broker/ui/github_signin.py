@@ -23,6 +23,7 @@ from github_broker.ui.routes import (
     HTML,
     LOGIN_BODY_MAX,
     attempt,
+    form_body,
     login_page,
     refused_login,
     signed_in,
@@ -66,20 +67,7 @@ async def _form(request: Request) -> dict[str, list[str]] | None:
     "/ui/login/github",
     response_class=HTMLResponse,
     responses=_ANSWERS,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/x-www-form-urlencoded": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {"github_token": {"type": "string"}},
-                        "required": ["github_token"],
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=form_body("github_token"),
 )
 async def with_token(request: Request) -> Response:
     """Sign in with a GitHub token of the person's (read once, never kept): a maintainer of
@@ -147,16 +135,7 @@ async def device_start(request: Request) -> Response:
     except BrokerError as e:
         return guard.unavailable(e)
     response = _device_page(pending, None)
-    response.set_cookie(
-        DEVICE_COOKIE,
-        attempt_id,
-        max_age=ttl_s,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-        path="/ui/login",
-    )
-    return response
+    return guard.strict_cookie(response, request, DEVICE_COOKIE, attempt_id, "/ui/login", ttl_s)
 
 
 @router.post("/ui/login/github/device/poll", response_class=HTMLResponse, responses=_ANSWERS)

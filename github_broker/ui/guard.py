@@ -139,14 +139,28 @@ def csrf_refused(who: Visitor, given: str | None) -> str | None:
 
 def keep_csrf_cookie(response: Response, who: Visitor, request: Request) -> Response:
     if who.new_csrf_cookie is not None:
-        response.set_cookie(
-            CSRF_COOKIE,
-            who.new_csrf_cookie,
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-            path="/ui",
-        )
+        strict_cookie(response, request, CSRF_COOKIE, who.new_csrf_cookie, "/ui")
+    return response
+
+
+def strict_cookie(
+    response: Response,
+    request: Request,
+    name: str,
+    value: str,
+    path: str,
+    max_age: int | None = None,
+) -> Response:
+    """Set a dashboard cookie: HttpOnly, SameSite=Strict, `Secure` over HTTPS."""
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path=path,
+    )
     return response
 
 

@@ -29,6 +29,13 @@ HTML: dict[str, Any] = {"content": {"text/html": {}}}
 AgentId = Annotated[str, PathParam(pattern=AGENT_ID_PATTERN, description="agent id")]
 
 
+def form_body(field: str) -> dict[str, Any]:
+    """The OpenAPI of a login form with one required text `field`."""
+    schema = {"type": "object", "properties": {field: {"type": "string"}}, "required": [field]}
+    content = {"application/x-www-form-urlencoded": {"schema": schema}}
+    return {"requestBody": {"required": True, "content": content}}
+
+
 @router.get("/", include_in_schema=True, status_code=307, response_class=RedirectResponse)
 async def root() -> RedirectResponse:
     """The dashboard lives at /ui."""
@@ -122,20 +129,7 @@ async def login_form(request: Request) -> HTMLResponse:
         },
         415: {"description": "Not an application/x-www-form-urlencoded form.", **HTML},
     },
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/x-www-form-urlencoded": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {"token": {"type": "string"}},
-                        "required": ["token"],
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=form_body("token"),
 )
 async def login(request: Request) -> Response:
     """Check a person's token (the admin token or a maintainers file entry; a client's wrong
@@ -189,16 +183,8 @@ async def signed_in(request: Request, record: dict[str, Any], ttl_s: int) -> Res
     session_id = await services(request).store.logins.open_session(ttl_s, record)
     key = await guard.secret(request)
     response = RedirectResponse("/ui", status_code=303)
-    response.set_cookie(
-        session.COOKIE,
-        session.issue(key, session_id, ttl_s),
-        max_age=ttl_s,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-        path="/ui",
-    )
-    return response
+    cookie = session.issue(key, session_id, ttl_s)
+    return guard.strict_cookie(response, request, session.COOKIE, cookie, "/ui", ttl_s)
 
 
 def login_page(
