@@ -136,3 +136,28 @@ def test_a_start_without_a_signing_key_says_leases_are_unsigned(
         pass
     assert not any("unsigned" in r.getMessage() for r in caplog.records)
     assert any("lease tokens are signed with key" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("entries", "says"),
+    [
+        ("alice:\n  token_sha256: {a}\n  repositories: [acme/gadgets]\n", "does not serve"),
+        ("alice:\n  token_sha256: {a}\n", "needs `repositories"),
+        ("alice:\n  token_sha256: nope\n  repositories: [acme/widgets]\n", "token_sha256"),
+        (
+            "alice:\n  token_sha256: {a}\n  authority: admin\nbob:\n  token_sha256: {a}\n"
+            "  authority: admin\n",
+            "two people share one token",
+        ),
+        ("admin:\n  token_sha256: {a}\n  authority: admin\n", "rename them, or drop admin_token"),
+        ("broker:\n  token_sha256: {a}\n  authority: admin\n", "not a usable name"),
+    ],
+)
+def test_a_wrong_maintainers_file_stops_start_up_naming_the_file_and_the_fix(
+    make_settings: Callable[..., Settings], tmp_path: Path, entries: str, says: str
+) -> None:
+    file = tmp_path / "maintainers.yml"
+    file.write_text(entries.format(a="ab" * 32))
+    with pytest.raises(ConfigError) as refused:
+        make_settings(server={"maintainers_file": str(file), "admin_token": "boss-token"})
+    assert str(file) in str(refused.value) and says in str(refused.value)

@@ -158,18 +158,13 @@ def _lifespan(
             steering=Steering(settings, store, Syncer(settings, store, gateway).reindex),
             rights=GitHubRights(settings, store, gateway, auth.people),
         )
-        app_tokens = AppTokens(settings.github) if settings.github.agent_credentials else None
-        if app_tokens is not None:
-            app.state.services.credentials = AgentCredentials(
-                store, app_tokens.mint, app_tokens.revoke
-            )
+        app.state.services.credentials = _agent_credentials(settings, store)
         try:
             yield
         finally:
             app.state.services.rights.close()
-            if app_tokens is not None:
+            if app.state.services.credentials is not None:
                 await app.state.services.credentials.close()
-                app_tokens.close()
             if daemon is not None:
                 await daemon.stop()
             restore_signals()
@@ -178,6 +173,14 @@ def _lifespan(
             await asyncio.to_thread(gateway.close)
 
     return lifespan
+
+
+def _agent_credentials(settings: Settings, store: Store) -> AgentCredentials | None:
+    """Agents' scoped GitHub tokens, minted from the App's installation, when configured."""
+    if not settings.github.agent_credentials:
+        return None
+    app_tokens = AppTokens(settings.github)
+    return AgentCredentials(store, app_tokens.mint, app_tokens.revoke, app_tokens.close)
 
 
 def _say_how_leases_are_signed(settings: Settings) -> None:

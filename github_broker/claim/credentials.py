@@ -30,6 +30,10 @@ Mint = Callable[[str], dict[str, Any]]
 Revoke = Callable[[str], None]
 
 
+def _nothing() -> None:
+    return None
+
+
 def credential_path(repository: str, number: int) -> str:
     return f"/tasks/{repository}/{number}/credential"
 
@@ -37,10 +41,13 @@ def credential_path(repository: str, number: int) -> str:
 class AgentCredentials:
     """Tokens minted per lease; `mint(repository)` and `revoke(token)` call GitHub."""
 
-    def __init__(self, store: Store, mint: Mint, revoke: Revoke) -> None:
+    def __init__(
+        self, store: Store, mint: Mint, revoke: Revoke, closing: Callable[[], None] = _nothing
+    ) -> None:
         self.store = store
         self.mint = mint
         self.revoke = revoke
+        self._closing = closing
         self._revoking: set[asyncio.Task[None]] = set()
 
     async def for_lease(
@@ -100,9 +107,10 @@ class AgentCredentials:
             logger.warning("an agent token was not revoked (it expires by itself): %s", e)
 
     async def close(self) -> None:
-        """Let revocations under way finish."""
+        """Let revocations under way finish, then close the GitHub side."""
         if self._revoking:
             await asyncio.gather(*self._revoking, return_exceptions=True)
+        self._closing()
 
 
 def _credential(repository: str, record: dict[str, Any]) -> AgentCredential:

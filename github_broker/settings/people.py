@@ -68,35 +68,36 @@ def read_maintainers(path: Path, served: set[str] | None = None) -> dict[str, Ma
         loaded = {}
     if not isinstance(loaded, dict):
         raise ValueError(f"maintainers_file {path}: maps each person's name to {EXAMPLE}")
-    people: dict[str, MaintainerEntry] = {}
-    for name, raw in loaded.items():
-        name = str(name)
-        if not PERSON_NAME_RE.match(name) or name in RESERVED_NAMES:
-            raise ValueError(
-                f"maintainers_file {path}: {name!r} is not a usable name (1-39 characters from "
-                f"A-Z a-z 0-9 . _ @ -; not {', '.join(sorted(RESERVED_NAMES))})"
-            )
-        try:
-            entry = MaintainerEntry.model_validate(raw)
-        except ValidationError as e:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'entry'}: {err['msg']}"
-                for err in e.errors()
-            )
-            raise ValueError(
-                f"maintainers_file {path}: {name}: {problems}. Each person: {EXAMPLE}"
-            ) from e
-        unserved = sorted(set(entry.repositories) - served) if served is not None else []
-        if unserved:
-            raise ValueError(
-                f"maintainers_file {path}: {name} maintains {unserved}, which this broker does "
-                "not serve; list them in `repositories` or remove them there"
-            )
-        people[name] = entry
+    people = {str(name): _entry(path, str(name), raw, served) for name, raw in loaded.items()}
     digests = [e.token_sha256.lower() for e in people.values()]
     if len(set(digests)) != len(digests):
         raise ValueError(f"maintainers_file {path}: two people share one token; give each theirs")
     return people
+
+
+def _entry(path: Path, name: str, raw: object, served: set[str] | None) -> MaintainerEntry:
+    """One person of the file, or ValueError naming the file, the person and the fix."""
+    if not PERSON_NAME_RE.match(name) or name in RESERVED_NAMES:
+        raise ValueError(
+            f"maintainers_file {path}: {name!r} is not a usable name (1-39 characters from "
+            f"A-Z a-z 0-9 . _ @ -; not {', '.join(sorted(RESERVED_NAMES))})"
+        )
+    try:
+        entry = MaintainerEntry.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'entry'}: {err['msg']}"
+            for err in e.errors()
+        )
+        why = f"maintainers_file {path}: {name}: {problems}. Each person: {EXAMPLE}"
+        raise ValueError(why) from e
+    unserved = sorted(set(entry.repositories) - served) if served is not None else []
+    if unserved:
+        raise ValueError(
+            f"maintainers_file {path}: {name} maintains {unserved}, which this broker does "
+            "not serve; list them in `repositories` or remove them there"
+        )
+    return entry
 
 
 class SignInSettings(Section):

@@ -146,11 +146,9 @@ class Gateway:
             return self._with_quota(ApiError(401, "Bad credentials").to_response(), ANONYMOUS)
         if decision.rule is not None:
             return self._fault_response(decision.rule, quota_key, login, outcome)
-        scope = self.svc.scopes.get(token) if token is not None else None
-        if scope is not None and route is not None:
-            refused = scope.refusal(request.method, route.template, params.get("repo"))
-            if refused is not None:
-                return self._with_quota(refused.to_response(), quota_key)
+        refused = self._out_of_scope(request, route, params)
+        if refused is not None:
+            return self._with_quota(refused.to_response(), quota_key)
 
         free = route_key in _FREE_ROUTES
         if not free:
@@ -178,6 +176,15 @@ class Gateway:
                     outcome.cost = 0
                 response = Response(304, None, {"ETag": etag})
         return self._with_quota(response, quota_key)
+
+    def _out_of_scope(
+        self, request: Request, route: Route | None, params: dict[str, str]
+    ) -> ApiError | None:
+        """GitHub's refusal of a scoped installation token used beyond its scope."""
+        scope = self.svc.scopes.get(request.token) if request.token is not None else None
+        if scope is None or route is None:
+            return None
+        return scope.refusal(request.method, route.template, params.get("repo"))
 
     def _app_login(self, token: str | None) -> str | None:
         """The App's bot login when `token` is a JWT signed by a registered App's key."""
