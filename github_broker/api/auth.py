@@ -8,7 +8,6 @@ gets 403.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Collection
 
@@ -16,7 +15,7 @@ from fastapi import Request
 
 from github_broker.errors import AuthError, Forbidden
 from github_broker.models import Authority
-from github_broker.people.directory import People, Person
+from github_broker.people.directory import People, Person, token_digest
 from github_broker.people.watched import WatchedFile
 from github_broker.settings import ServerSettings
 from github_broker.settings.people import ADMIN_NAME
@@ -25,7 +24,6 @@ from github_broker.settings.people import ADMIN_NAME
 class Authenticator:
     def __init__(self, server: ServerSettings, served: Collection[str] = ()) -> None:
         self.server = server
-        self.admin_token = server.admin_token.get_secret_value() if server.admin_token else None
         self.people = People(server, served)
         self._agent_file = WatchedFile(
             server.agent_tokens_file,
@@ -37,7 +35,7 @@ class Authenticator:
     def _index(tokens: dict[str, str]) -> dict[bytes, tuple[bytes, str]]:
         # Found by their SHA-256 (one dict lookup, however many agents), then compared in
         # constant time as bytes: hmac.compare_digest refuses non-ASCII str (a 500 otherwise).
-        return {_digest(_raw(tok)): (_raw(tok), agent) for tok, agent in tokens.items()}
+        return {token_digest(_raw(tok)): (_raw(tok), agent) for tok, agent in tokens.items()}
 
     @property
     def open(self) -> bool:
@@ -81,7 +79,7 @@ class Authenticator:
         raise AuthError("unknown token (this endpoint needs a maintainer's or the admin token)")
 
     def _agent_of(self, raw: bytes) -> str | None:
-        found = self._agent_file.current().get(_digest(raw))
+        found = self._agent_file.current().get(token_digest(raw))
         return found[1] if found is not None and hmac.compare_digest(found[0], raw) else None
 
 
@@ -100,5 +98,3 @@ def _raw(token: str) -> bytes:
     return token.encode("utf-8", "surrogateescape")
 
 
-def _digest(raw: bytes) -> bytes:
-    return hashlib.sha256(raw).digest()
