@@ -21,10 +21,14 @@ RUN pip install --no-deps . && rm -rf build *.egg-info
 # The deployment config; mount your own over /app/config.
 COPY config ./config
 
-RUN useradd --system --uid 10001 --home-dir /app broker
+RUN useradd --system --uid 10001 --home-dir /app broker \
+    && mkdir -p /var/lib/github-broker && chown broker /var/lib/github-broker
 USER broker
 
+# The state directory keeps the lease signing key the broker generates when none is
+# configured: mount a volume there (every serve and poll container the same one).
 ENV GITHUB_BROKER_CONFIG_DIR=/app/config \
+    GITHUB_BROKER_STATE_DIR=/var/lib/github-broker \
     GITHUB_BROKER_SERVER__HOST=0.0.0.0
 EXPOSE 8080
 

@@ -104,10 +104,12 @@ class Forbidden(AuthError):
 #: What `Problem.reason` says, per status; the OpenAPI carries it as the field's description.
 REASON_DOC = (
     "Why, for programs: 401 `unauthorized` (no or an unknown token, or a webhook signature "
-    "that does not match), 403 `forbidden` (a token of another agent), 404 `not_found` (a "
-    "repository, issue, path or organization the broker does not serve), 405 "
+    "that does not match), 403 `forbidden` (a token of another agent, a maintainer outside "
+    "their repositories, a cross-origin request while no token is configured), 404 "
+    "`not_found` (a repository, issue, path or organization the broker does not serve), 405 "
     "`method_not_allowed`, 409 the lease refusal (`expired`, `revoked`, `not_owner`, "
-    "`issue_closed`, `label_removed`, ...) or `conflict`, 413 `too_large`, 422 "
+    "`issue_closed`, `label_removed`, ...) or `conflict`, 413 `too_large`, 421 `misdirected` "
+    "(no token is configured and the Host is neither a loopback name nor an allowed one), 422 "
     "`invalid_request`, 429 `too_many_attempts` (dashboard login), 500 `internal`, 503 "
     "`unavailable` (Redis or GitHub cannot be reached), `rebuilding` (Redis lost its data "
     "and the mirror is being rebuilt) or `rate_limited` (GitHub's rate limit)."

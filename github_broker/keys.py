@@ -176,6 +176,10 @@ Added by this project (no TTL unless said):
 ``graph:order``          hash    sub-issue -> JSON ``{parent, pos, base_s}``: its place in its
                                  parent's order (the task score's order time)
 ``graph:cycles``         hash    issue -> JSON list of refs: the dependency cycle it is on
+``credential:{n}``       string  JSON ``{nonce, token, expires_at, permissions}``: the scoped
+                                 GitHub token minted for the lease on n (its nonce); TTL the
+                                 token's own expiry; taken when the lease completes or is
+                                 released (and the token revoked)
 =======================  ======  ==============================================================
 
 Deployment-wide keys: ``{key_prefix}:events`` (pub/sub: ``ready`` whenever a task becomes
@@ -204,11 +208,18 @@ stream key -> the last entry id appended to the ``audit.file`` JSONL file) and
 ``{key_prefix}:graph:repos`` (set: the repositories some of whose issues have blockers; the
 leader mirrors a blocker's state into these).
 
-The dashboard's keys share the hash tag ``{<key_prefix>:ui}`` (``login_attempt.lua`` counts
-against two of them): ``{<key_prefix>:ui}:logins`` (string, login attempts of every client in
-the current window; TTL the window), ``{<key_prefix>:ui}:logins:<client>`` (the same for one
-client, named by a digest of its address) and ``{<key_prefix>:ui}:session:<id>`` (string, a
-dashboard session; deleted by logout, TTL the session's 12 h).
+The dashboard's keys share the hash tag ``{<key_prefix>:ui}``: ``{<key_prefix>:ui}:logins:<client>``
+(hash ``fails``, ``until_ms``: one client's failed logins and the end of its delay, the client
+named by a digest of its address, an IPv6 one of its /64; TTL ``signin.login_forget_s``),
+``{<key_prefix>:ui}:session:<id>`` (string, JSON: whom a dashboard session names, ``{via:
+token, name, stamp}`` or ``{via: github, login}``; deleted by logout, TTL the session's),
+``{<key_prefix>:ui}:secret`` (string: the dashboard's secret, the HMAC key of its cookies and
+CSRF tokens, made once with SET NX; never expires) and ``{<key_prefix>:ui}:device:<id>``
+(string, JSON: a GitHub device-flow sign-in waiting for its code; TTL the code's).
+
+``{key_prefix}:rights:<login>`` (hash: served repository -> ``role|read_ms``, the role GitHub
+gave that GitHub login there when last read, at sign-in or per repository; entries older than
+``signin.github_rights_s`` are ignored, the key expires after it).
 """
 
 from __future__ import annotations
@@ -315,6 +326,7 @@ class RepoKeys:
         self.permission_prefix = self.base + "permission:"
         #: CI and mergeability of the tracked PRs (leader/checks.py).
         self.checks = self.base + "checks"
+        self.credential_prefix = self.base + "credential:"
 
     def issue(self, number: int) -> str:
         return f"{self.issue_prefix}{number}"
@@ -375,6 +387,10 @@ class RepoKeys:
     def permission(self, login: str) -> str:
         return f"{self.permission_prefix}{login.lower()}"
 
+    def credential(self, number: int) -> str:
+        """The GitHub token minted for the lease on issue n (to hand it again, to revoke it)."""
+        return f"{self.credential_prefix}{number}"
+
 
 class GlobalKeys:
     """Keys shared by all repositories of one deployment."""
@@ -397,11 +413,13 @@ class GlobalKeys:
         self.audit_exported = f"{key_prefix}:audit:exported"
         self.history_sampled = f"{key_prefix}:history:sampled"
         self.graph_repos = f"{key_prefix}:graph:repos"
-        # One hash tag for the dashboard's keys: login_attempt.lua touches two of them.
+        # One hash tag for the dashboard's keys.
         ui = f"{{{key_prefix}:ui}}"
-        self.ui_logins = f"{ui}:logins"
         self.ui_logins_prefix = f"{ui}:logins:"
         self.ui_session_prefix = f"{ui}:session:"
+        self.ui_secret = f"{ui}:secret"
+        self.ui_device_prefix = f"{ui}:device:"
+        self.rights_prefix = f"{key_prefix}:rights:"
 
     def agent_repos(self, agent_id: str) -> str:
         """Where `agent_id` may hold a task: repository -> when it last claimed there (ms)."""
@@ -417,3 +435,11 @@ class GlobalKeys:
 
     def ui_session(self, session_id: str) -> str:
         return f"{self.ui_session_prefix}{session_id}"
+
+    def ui_device(self, attempt: str) -> str:
+        """A GitHub device-flow sign-in waiting for the person to enter its code."""
+        return f"{self.ui_device_prefix}{attempt}"
+
+    def rights(self, login: str) -> str:
+        """Where GitHub makes `login` a maintainer: repository -> role, as last read."""
+        return f"{self.rights_prefix}{login.lower()}"

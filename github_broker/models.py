@@ -16,6 +16,25 @@ AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$"
 #: Largest issue or pull request number in a path or body (JSON's safe integers).
 MAX_NUMBER = 2**53 - 1
 
+#: Characters a person's text (a reason, a note) may not carry to agents' terminals and logs:
+#: control characters other than newline and tab (C0, DEL, C1: ESC sequences among them) and
+#: the bidirectional controls that reorder what a reader sees (right-to-left override, ...).
+_HIDDEN = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def printable(text: str) -> str:
+    """`text` without control characters other than newline and tab, nor bidirectional
+    controls: where a maintainer's reason or note enters the broker."""
+    return _HIDDEN.sub("", text)
+
+
+def shown(text: str) -> str:
+    """`text` with those characters written as escapes (`\\x1b`, `\\u202e`): how a page shows
+    text that entered before it was cleaned, or came from elsewhere (GitHub, an agent)."""
+    return _HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
 
 class Authority(IntEnum):
     """Who made a decision on a task or an agent, by rank: a decision is lifted only by the
@@ -400,6 +419,21 @@ class Task(BaseModel):
     lease: LeaseGrant
     #: A task a maintainer reassigned to you: continue that agent's work on this branch/PR.
     continues: Continuation | None = None
+    #: Where this lease's short-lived GitHub token is fetched (POST with the lease, as a
+    #: heartbeat), when the deployment hands them out; None otherwise.
+    credential_path: str | None = None
+
+
+class AgentCredential(BaseModel):
+    """A GitHub token for one task: this repository alone, the permissions an agent needs;
+    it expires by itself, and the broker revokes it when the lease completes or is released."""
+
+    token: str
+    #: ISO 8601 UTC, as GitHub says.
+    expires_at: str
+    repository: str
+    #: permission -> read or write (contents, pull_requests, issues).
+    permissions: dict[str, str]
 
 
 class Event(BaseModel):

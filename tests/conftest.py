@@ -285,6 +285,8 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
             "timeout_s": 5,
         }
         github.update(overrides.pop("github", {}))
-        return load_settings(tmp_path / "no-config", github=github, **overrides)
+        # FastAPI's TestClient names the host `testserver`: allowed beside loopback's.
+        server = {"allowed_hosts": ["testserver"], **overrides.pop("server", {})}
+        return load_settings(tmp_path / "no-config", github=github, server=server, **overrides)
 
     return factory

@@ -41,10 +41,14 @@ def configure() -> None:
 @pytest.fixture(autouse=True)
 def own_runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Each test its own `XDG_RUNTIME_DIR` (where a running sandbox says how to reach it):
-    a sandbox the person runs beside the suite is never seen by a test, nor the reverse."""
+    a sandbox the person runs beside the suite is never seen by a test, nor the reverse; and
+    its own `XDG_STATE_HOME`."""
     runtime = tmp_path / "runtime"
     runtime.mkdir()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    # And its own state directory: where a broker with tokens generates its signing key.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("GITHUB_BROKER_STATE_DIR", raising=False)
     yield runtime
 
 

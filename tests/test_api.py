@@ -53,6 +53,10 @@ ISSUES = [
 ]
 
 
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
     with Simulator({"repositories": [{"owner": "acme", "name": "widgets", "issues": ISSUES}]}) as s:
@@ -163,18 +167,19 @@ def test_unknown_repository_is_404(client: TestClient) -> None:
 
 
 def test_agent_tokens_bind_agent_ids(app_factory: Callable[..., TestClient]) -> None:
-    server = {"agent_tokens": {"tok-1": "a1", "tok-2": "a2"}, "admin_token": "boss"}
+    tokens = {"a1": "tok-1-0123456789ab", "a2": "tok-2-0123456789ab"}
+    server = {"agent_tokens": tokens, "admin_token": "boss"}
     with app_factory(server=server) as client:
         assert client.post("/request-task", json={"agent_id": "a1"}).status_code == 401
         wrong = client.post(
-            "/request-task", json={"agent_id": "a1"}, headers={"Authorization": "Bearer tok-2"}
+            "/request-task", json={"agent_id": "a1"}, headers=bearer(tokens["a2"])
         )
         assert wrong.status_code == 403
         ok = client.post(
-            "/request-task", json={"agent_id": "a1"}, headers={"Authorization": "Bearer tok-1"}
+            "/request-task", json={"agent_id": "a1"}, headers=bearer(tokens["a1"])
         )
         assert ok.status_code == 200
-        assert client.get("/status", headers={"Authorization": "Bearer tok-1"}).status_code == 403
+        assert client.get("/status", headers=bearer(tokens["a1"])).status_code == 403
         status = client.get("/status", headers={"Authorization": "Bearer boss"})
         assert status.status_code == 200
         leases = status.json()["repositories"][0]["leases"]
@@ -276,7 +281,8 @@ def test_status_shows_github_quota_after_a_poll(
 def test_posted_fix_is_queued_handed_out_once_and_duplicates_refused(
     app_factory: Callable[..., TestClient],
 ) -> None:
-    with app_factory(server={"admin_token": "boss", "agent_tokens": {"t1": "a1", "t2": "a2"}}) as c:
+    tokens = {"a1": "t1-0123456789abcdef", "a2": "t2-0123456789abcdef"}
+    with app_factory(server={"admin_token": "boss", "agent_tokens": tokens}) as c:
         admin = {"Authorization": "Bearer boss"}
         body = {
             "repository": "acme/widgets",
@@ -288,7 +294,7 @@ def test_posted_fix_is_queued_handed_out_once_and_duplicates_refused(
             ],
         }
         assert (
-            c.post("/tasks/fix", json=body, headers={"Authorization": "Bearer t1"}).status_code
+            c.post("/tasks/fix", json=body, headers=bearer(tokens["a1"])).status_code
             == 403
         )
         r = c.post("/tasks/fix", json=body, headers=admin)
@@ -299,7 +305,7 @@ def test_posted_fix_is_queued_handed_out_once_and_duplicates_refused(
         best = c.post(
             "/request-task",
             json={"agent_id": "a1", "repositories": ["acme/widgets"]},
-            headers={"Authorization": "Bearer t1"},
+            headers={"Authorization": "Bearer t1-0123456789abcdef"},
         )
         assert best.json()["task_type"] == "development" and best.json()["issue_id"] in (1, 2)
         missing = c.post("/tasks/fix", json={**body, "issue": 99}, headers=admin)

@@ -24,7 +24,8 @@ from github_broker.ui.controls import CONTROLS
 from tests.conftest import free_port
 from tests.world import ONE_ISSUE, simulated
 
-AGENT = {"Authorization": "Bearer tok-1"}
+AGENT_TOKEN = "tok-1-0123456789ab"
+AGENT = {"Authorization": f"Bearer {AGENT_TOKEN}"}
 ADMIN = {"Authorization": "Bearer adm"}
 
 
@@ -55,7 +56,7 @@ def app(
         github = {"base_url": sim.base_url, **overrides.pop("github", {})}
         server = {
             "run_poller": False,
-            "agent_tokens": {"tok-1": "a1", "tok-2": "a2"},
+            "agent_tokens": {"a1": "tok-1-0123456789ab", "a2": "tok-2-0123456789ab"},
             "admin_token": "adm",
             **overrides.pop("server", {}),
         }
@@ -127,8 +128,11 @@ def test_configured_token_ids_that_cannot_be_labels_stop_startup(
     make_settings: Callable[..., Settings], agent_id: str
 ) -> None:
     with pytest.raises(ConfigError) as err:
-        make_settings(server={"agent_tokens": {"tok": agent_id}})
-    assert repr(agent_id) in str(err.value)
+        make_settings(server={"agent_tokens": {agent_id: "tok-0123456789abcdef"}})
+    # An id that is no agent id at all may be a token written in its place: not quoted.
+    assert repr(agent_id) in str(err.value) or "entry 1: the map is agent id -> token" in str(
+        err.value
+    )
 
 
 # --- bounds --------------------------------------------------------------------------------------
@@ -329,6 +333,7 @@ EXTRA_STATUSES: dict[tuple[str, str], set[int]] = {
         }
         for verb in ("heartbeat", "complete", "release")
     },
+    ("POST", "/tasks/{owner}/{repo}/{number}/credential"): {401, 403, 404, 409, 413, 422, 503},
     ("POST", "/tasks/fix"): {401, 403, 404, 413, 422, 503},
     ("GET", "/metrics"): {413, 503},
     ("GET", "/status"): {401, 403, 413, 503},
@@ -340,6 +345,9 @@ EXTRA_STATUSES: dict[tuple[str, str], set[int]] = {
     ("GET", "/ui/login"): {413},
     ("POST", "/ui/login"): {303, 401, 413, 415, 429, 503},
     ("POST", "/ui/logout"): {413, 503},
+    ("POST", "/ui/login/github"): {303, 401, 403, 404, 413, 429, 503},
+    ("POST", "/ui/login/github/device"): {200, 404, 413, 429, 503},
+    ("POST", "/ui/login/github/device/poll"): {200, 303, 401, 403, 404, 413, 503},
     ("GET", "/ui/agents/{agent_id}"): {303, 413, 422, 503},
     ("GET", "/ui/live"): {401, 413, 422, 503},
     **{
@@ -446,7 +454,7 @@ def test_openapi_declares_every_status_each_route_answers(
     dead = make_settings(
         redis={"url": f"redis://127.0.0.1:{free_port()}/0", "socket_timeout_s": 0.5},
         github={"base_url": sim.base_url},
-        server={"run_poller": False, "agent_tokens": {"tok-1": "a1"}, "admin_token": "adm"},
+        server={"run_poller": False, "agent_tokens": {"a1": AGENT_TOKEN}, "admin_token": "adm"},
     )
     with TestClient(create_app(dead)) as c:
         for op in declared:

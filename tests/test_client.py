@@ -30,11 +30,11 @@ from github_broker.models import Task
 from tests.conftest import free_port
 from tests.processes import LiveStack
 
-TOKENS = {"agent-a": "tok-a", "agent-b": "tok-b", "agent-c": "tok-c"}
+TOKENS = {a: f"tok-{a}-0123456789" for a in ("agent-a", "agent-b", "agent-c")}
 #: The broker of the live tests knows each agent by its bearer token.
 pytestmark = pytest.mark.live_stack(
     issues=2,
-    env={"GITHUB_BROKER_SERVER__AGENT_TOKENS": json.dumps({t: a for a, t in TOKENS.items()})},
+    env={"GITHUB_BROKER_SERVER__AGENT_TOKENS": json.dumps(TOKENS)},
 )
 
 TASK_JSON = {

@@ -90,6 +90,7 @@ def test_empty_agent_tokens_file_does_not_open_the_server(tmp_path: Path) -> Non
 
 
 def test_agent_ids_that_are_labels_are_refused_in_the_token_map(tmp_path: Path) -> None:
-    write(tmp_path, "server:\n  agent_tokens:\n    tok-1: BACKENDCODER\n    tok-2: claude-1\n")
+    tokens = "    BACKENDCODER: tok-1-0123456789ab\n    claude-1: tok-2-0123456789ab\n"
+    write(tmp_path, "server:\n  agent_tokens:\n" + tokens)
     with pytest.raises(ConfigError, match="BACKENDCODER"):
         load_settings(tmp_path)

@@ -21,7 +21,7 @@ from tests.processes import BrokerProcess, broker_env
 from tests.world import ONE_ISSUE, simulated
 
 #: Half a request: the request line and one header, never the blank line that ends them.
-HALF_HEADER = b"GET /health HTTP/1.1\r\nHost: broker\r\n"
+HALF_HEADER = b"GET /health HTTP/1.1\r\nHost: localhost\r\n"
 #: Idle connections the hostile client opens.
 IDLE = 2000
 

@@ -18,7 +18,7 @@ from github_broker.ui import live, session
 from tests.conftest import free_port
 from tests.test_api import app_factory, sim  # noqa: F401  (fixtures)
 
-TOKENS = {"admin_token": "boss-token", "agent_tokens": {"t1": "a1"}}
+TOKENS = {"admin_token": "boss-token", "agent_tokens": {"a1": "t1-0123456789abcdef"}}
 
 
 @pytest.fixture
@@ -60,9 +60,9 @@ def test_dashboard_needs_a_login_when_tokens_are_configured(
     with app_factory(server=TOKENS) as c:
         r = c.get("/ui", follow_redirects=False)
         assert r.status_code == 303 and r.headers["location"] == "/ui/login"
-        assert "Admin token" in c.get("/ui/login").text
-        wrong = c.post("/ui/login", data={"token": "t1"}, follow_redirects=False)
-        assert wrong.status_code == 401 and "not the admin token" in wrong.text
+        assert "Your token" in c.get("/ui/login").text
+        wrong = c.post("/ui/login", data={"token": "t1-0123456789abcdef"}, follow_redirects=False)
+        assert wrong.status_code == 401 and "not the token of anyone here" in wrong.text
         assert session.COOKIE not in wrong.cookies
         ok = c.post("/ui/login", data={"token": "boss-token"}, follow_redirects=False)
         assert ok.status_code == 303 and ok.headers["location"] == "/ui"
@@ -71,6 +71,7 @@ def test_dashboard_needs_a_login_when_tokens_are_configured(
         assert "samesite=strict" in cookie.lower()
         page = c.get("/ui", follow_redirects=False)
         assert page.status_code == 200 and "acme/widgets" in page.text
+        assert '<p class="who" id="who">admin (an administrator)</p>' in page.text
         c.post("/ui/logout", follow_redirects=False)
         c.cookies.clear()
         assert c.get("/ui", follow_redirects=False).status_code == 303
@@ -88,22 +89,22 @@ def test_login_refuses_json_bodies(app_factory: Callable[..., TestClient]) -> No
 SESSION_ID = "s" * 32
 
 
-def test_session_cookie_expires_and_binds_the_token() -> None:
-    value = session.issue("secret", SESSION_ID, now_s=1000.0)
-    assert session.session_of("secret", value, now_s=1001.0) == SESSION_ID
-    assert session.session_of("other", value, now_s=1001.0) is None
-    assert session.session_of("secret", value, now_s=1000.0 + session.SESSION_TTL_S + 1) is None
+def test_session_cookie_expires_and_binds_the_secret() -> None:
+    value = session.issue(b"secret", SESSION_ID, now_s=1000.0)
+    assert session.session_of(b"secret", value, now_s=1001.0) == SESSION_ID
+    assert session.session_of(b"other", value, now_s=1001.0) is None
+    assert session.session_of(b"secret", value, now_s=1000.0 + session.SESSION_TTL_S + 1) is None
     expires, _, mac = value.split(".")
-    assert session.session_of("secret", f"{expires}.{'t' * 32}.{mac}", now_s=1001.0) is None
+    assert session.session_of(b"secret", f"{expires}.{'t' * 32}.{mac}", now_s=1001.0) is None
 
 
 def test_odd_session_cookies_are_refused_not_500() -> None:
     # Found by a hostile client: a non-ASCII MAC and a 5,000-digit expiry answered 500.
-    assert session.session_of("secret", "9999999999.\xe9") is None
-    assert session.session_of("secret", f"9999999999.{SESSION_ID}.\xe9") is None
-    assert session.session_of("secret", "9" * 5000 + ".abc") is None
-    assert session.session_of("secret", "١٢٣.abc") is None  # non-ASCII digits
-    assert session.session_of("secret", "9999999999.bad*id.abc") is None
+    assert session.session_of(b"secret", "9999999999.\xe9") is None
+    assert session.session_of(b"secret", f"9999999999.{SESSION_ID}.\xe9") is None
+    assert session.session_of(b"secret", "9" * 5000 + ".abc") is None
+    assert session.session_of(b"secret", "١٢٣.abc") is None  # non-ASCII digits
+    assert session.session_of(b"secret", "9999999999.bad*id.abc") is None
 
 
 def test_docs_load_swagger_from_the_package(client: TestClient) -> None:
@@ -146,9 +147,9 @@ def test_dashboard_shows_failure_streaks(client: TestClient) -> None:
 
 # --- the maintainers' controls, CSRF, the agent page, live updates ------------------------
 
-STEER = {"admin_token": "boss-token", "agent_tokens": {"t1": "a1", "t2": "a2"}}
+AGENT_TOKENS = {"a1": "t1-0123456789abcdef", "a2": "t2-0123456789abcdef"}
+STEER = {"admin_token": "boss-token", "agent_tokens": AGENT_TOKENS}
 ADMIN = {"Authorization": "Bearer boss-token"}
-AGENT_TOKENS = {"a1": "t1", "a2": "t2"}
 JSON = {"Accept": "application/json"}
 
 
@@ -216,26 +217,38 @@ def test_a_cross_site_post_without_the_csrf_token_is_refused_and_changes_nothing
     assert "CSRF token" in r.json()["detail"]
     assert held(steer) == {n: "a1"}
     assert heartbeat(steer, "a1", task).status_code == 200
-    assert [e for e in audit(steer) if e["actor"] == "dashboard"] == []
+    assert [e for e in audit(steer) if e["actor"] == "admin"] == []
     # The token of another session is refused too.
     page = steer.get("/ui").text
-    other = session.csrf_token("boss-token", "x" * 32)
+    other = session.csrf_token(b"boss-token", "x" * 32)
     assert csrf_of(page) != other
     r = steer.post("/ui/actions/revoke", data={**form, "csrf": other}, follow_redirects=False)
     assert r.status_code == 403 and held(steer) == {n: "a1"}
 
 
-def test_an_open_dashboard_guards_its_forms_with_a_csrf_cookie(client: TestClient) -> None:
+def test_an_open_dashboard_guards_its_forms_with_a_token_derived_from_a_server_secret(
+    client: TestClient,
+) -> None:
     form = {"repository": "acme/widgets", "reason": "maintenance"}
     r = client.post("/ui/actions/pause_repo", data={**form, "csrf": "x" * 43}, headers=JSON)
     assert r.status_code == 403 and "no dashboard cookie" in r.json()["detail"]
     page = client.get("/ui")
     cookie = page.cookies["github_broker_csrf"]
     assert "samesite=strict" in page.headers["set-cookie"].lower()
-    assert csrf_of(page.text) == cookie
+    assert csrf_of(page.text) != cookie
     r = client.post("/ui/actions/pause_repo", data={**form, "csrf": "y" * 43}, headers=JSON)
     assert r.status_code == 403
+    # A client that picks its own cookie value gets no token from it.
+    chosen = "z" * 43
+    client.cookies.set("github_broker_csrf", chosen, path="/ui")
+    r = client.post("/ui/actions/pause_repo", data={**form, "csrf": chosen}, headers=JSON)
+    assert r.status_code == 403 and "CSRF token" in r.json()["detail"]
+    client.cookies.set("github_broker_csrf", cookie, path="/ui")
     r = client.post("/ui/actions/pause_repo", data={**form, "csrf": cookie}, headers=JSON)
+    assert r.status_code == 403
+    r = client.post(
+        "/ui/actions/pause_repo", data={**form, "csrf": csrf_of(page.text)}, headers=JSON
+    )
     assert r.status_code == 200, r.text
     assert r.json()["outcome"] == "paused: nothing new is handed out here; leases keep running"
 
@@ -262,15 +275,15 @@ def test_revoke_without_javascript_asks_first_then_redirects_with_its_real_outco
     assert 'class="flash ok"' not in steer.get("/ui").text  # shown once
     assert held(steer) == {}
     beat = heartbeat(steer, "a1", task)
-    assert beat.status_code == 409 and "revoked by dashboard: wrong way" in beat.json()["detail"]
+    assert beat.status_code == 409 and "revoked by admin: wrong way" in beat.json()["detail"]
     revokes = [e for e in audit(steer) if e["action"] == "revoke"]
     assert len(revokes) == 1
-    assert (revokes[0]["actor"], revokes[0]["reason"]) == ("dashboard", "wrong way")
+    assert (revokes[0]["actor"], revokes[0]["reason"]) == ("admin", "wrong way")
     assert revokes[0]["outcome"] == (
         "lease of a1 revoked; a1 is not handed #1 again until a retry; task back in the pool"
     )
     audit_table = section(steer.get("/ui").text, "audit")
-    assert audit_table.count(">revoke<") == 1 and ">dashboard<" in audit_table
+    assert audit_table.count(">revoke<") == 1 and ">admin<" in audit_table
 
 
 def csrf_of_step(page: str) -> dict[str, str]:
@@ -288,7 +301,7 @@ def test_issue_controls_act_and_each_lands_once_in_the_audit_log(steer: TestClie
     answers["note"] = r.json()["outcome"]
     assert answers["note"] == "queued for the next heartbeat of a1"
     notes = heartbeat(steer, "a1", task).json()["notes"]
-    assert [(x["by"], x["text"]) for x in notes] == [("dashboard", "Use the new parser.")]
+    assert [(x["by"], x["text"]) for x in notes] == [("admin", "Use the new parser.")]
     missing = act(steer, "reassign", csrf, **issue, confirmed="1")
     assert missing.status_code == 422 and "reassign to which agent" in missing.json()["detail"]
     unconfirmed = act(steer, "reassign", csrf, **issue, to_agent="a2")
@@ -308,7 +321,7 @@ def test_issue_controls_act_and_each_lands_once_in_the_audit_log(steer: TestClie
     assert answers["retry"].startswith("no longer waiting (held)")
     unknown = act(steer, "retry", csrf, repository="acme/widgets", issue="999")
     assert unknown.status_code == 404
-    mine = [e for e in audit(steer) if e["actor"] == "dashboard"]
+    mine = [e for e in audit(steer) if e["actor"] == "admin"]
     assert sorted(e["action"] for e in mine) == sorted(answers)
     for e in mine:
         assert e["outcome"] == answers[e["action"]] and e["issue"] == n
@@ -316,7 +329,7 @@ def test_issue_controls_act_and_each_lands_once_in_the_audit_log(steer: TestClie
 
 def test_agent_controls_and_the_agent_page(steer: TestClient) -> None:
     failed = claim(steer, "a2")
-    bearer = {"Authorization": "Bearer t2"}
+    bearer = {"Authorization": f"Bearer {AGENT_TOKENS['a2']}"}
     body = {"agent_id": "a2", "token": failed["lease"]["token"], "reason": "failed"}
     r = steer.post(f"/tasks/acme/widgets/{failed['issue_id']}/release", json=body, headers=bearer)
     assert r.status_code == 200
@@ -337,14 +350,14 @@ def test_agent_controls_and_the_agent_page(steer: TestClient) -> None:
     paused = r.json()["outcome"]
     assert paused == "paused: its current task may finish, no new one"
     page = steer.get("/ui/agents/a1").text
-    assert "paused by dashboard: maintenance" in page and held(steer) == {task["issue_id"]: "a1"}
+    assert "paused by admin: maintenance" in page and held(steer) == {task["issue_id"]: "a1"}
     assert 'formaction="/ui/actions/resume_agent"' in page
     assert 'formaction="/ui/actions/pause_agent"' not in page
     r = act(steer, "stop_agent", csrf, agent="a1", confirmed="1")
     stopped = r.json()["outcome"]
     assert stopped.startswith("stopped") and held(steer) == {}
     page = steer.get("/ui/agents/a1").text
-    assert "stopped by dashboard" in page and "It holds no task." in page
+    assert "stopped by admin" in page and "It holds no task." in page
     # Without JavaScript: the answer redirects back to the agent page.
     r = steer.post(
         "/ui/actions/resume_agent",
@@ -354,7 +367,7 @@ def test_agent_controls_and_the_agent_page(steer: TestClient) -> None:
     assert r.status_code == 303 and r.headers["location"] == "/ui/agents/a1"
     page = steer.get("/ui/agents/a1").text
     assert "Resume a1: resumed" in page and "Active: it gets new tasks." in page
-    mine = [e for e in audit(steer) if e["actor"] == "dashboard"]
+    mine = [e for e in audit(steer) if e["actor"] == "admin"]
     assert [(e["action"], e["outcome"]) for e in reversed(mine)] == [
         ("pause_agent", paused),
         ("stop_agent", stopped),
@@ -370,8 +383,8 @@ def test_repository_and_broker_pauses_from_the_dashboard(steer: TestClient) -> N
     r = act(steer, "pause_repo", csrf, repository="acme/widgets", reason="migrating")
     repo_paused = r.json()["outcome"]
     page = steer.get("/ui").text
-    assert "Paused by dashboard: migrating" in page and 'class="badge paused"' in page
-    bearer = {"Authorization": "Bearer t1"}
+    assert "Paused by admin: migrating" in page and 'class="badge paused"' in page
+    bearer = {"Authorization": f"Bearer {AGENT_TOKENS['a1']}"}
     assert steer.post("/request-task", json={"agent_id": "a1"}, headers=bearer).status_code == 204
     assert act(steer, "resume_repo", csrf, repository="acme/widgets").json()["outcome"] == (
         "resumed"
@@ -381,11 +394,11 @@ def test_repository_and_broker_pauses_from_the_dashboard(steer: TestClient) -> N
     broker_paused = r.json()["outcome"]
     assert broker_paused == "paused in 1 repositories; leases keep running"
     page = steer.get("/ui").text
-    assert "The whole broker is paused by dashboard: upgrade" in page
+    assert "The whole broker is paused by admin: upgrade" in page
     assert 'formaction="/ui/actions/resume_broker"' in page
     assert act(steer, "resume_broker", csrf).json()["outcome"] == "resumed"
     assert act(steer, "pause_repo", csrf, repository="acme/gone").status_code == 404
-    mine = [(e["action"], e["outcome"]) for e in audit(steer) if e["actor"] == "dashboard"]
+    mine = [(e["action"], e["outcome"]) for e in audit(steer) if e["actor"] == "admin"]
     assert list(reversed(mine)) == [
         ("pause_repo", repo_paused),
         ("resume_repo", "resumed"),

@@ -92,7 +92,7 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 #: Who may log in, and the agents' tokens (the stack is not open: the page needs a login).
 ADMIN_TOKEN = "boss-token"
-AGENTS = {"coder-ann": "t-ann", "designer-bo": "t-bo", "tester-cy": "t-cy"}
+AGENTS = {a: f"t-{a}-0123456789" for a in ("coder-ann", "designer-bo", "tester-cy")}
 
 
 class Browser:
@@ -267,7 +267,7 @@ def running_stack(
     with Simulator(
         {"repositories": [{"owner": "acme", "name": "widgets", "issues": ISSUES}]}
     ) as sim:
-        tokens = json.dumps({t: a for a, t in AGENTS.items()})
+        tokens = json.dumps(AGENTS)
         settings = broker_env(
             redis_url,
             sim.base_url,
@@ -408,7 +408,7 @@ def test_dashboard_in_a_real_browser_revoke_and_live_updates(
         "again until a retry; task back in the pool"
     )
     audit = browser.js("document.querySelector('table.audit tbody').textContent")
-    assert "dashboard" in audit and "revoke" in audit and "duplicate of #11" in audit
+    assert "admin" in audit and "revoke" in audit and "duplicate of #11" in audit
 
     # Work done elsewhere reaches the open page over its stream.
     tester = agent(broker, "tester-cy")

@@ -19,7 +19,8 @@ from tests.conftest import free_port
 from tests.test_webhooks import SECRET, sign
 from tests.world import ONE_ISSUE, simulated
 
-AGENT = {"Authorization": "Bearer tok-1"}
+AGENT_TOKEN = "tok-1-0123456789ab"
+AGENT = {"Authorization": f"Bearer {AGENT_TOKEN}"}
 ADMIN = {"Authorization": "Bearer adm"}
 LEASE = {"agent_id": "a1", "token": "t"}
 
@@ -99,7 +100,7 @@ def settings_with(
     return make_settings(
         redis={"url": redis_url, "socket_timeout_s": 0.5, "connect_timeout_s": 0.5},
         github={"base_url": github_url, "timeout_s": 1},
-        server={"run_poller": False, "agent_tokens": {"tok-1": "a1"}, "admin_token": "adm"},
+        server={"run_poller": False, "agent_tokens": {"a1": AGENT_TOKEN}, "admin_token": "adm"},
         webhooks={"secret": SECRET},
     )
 

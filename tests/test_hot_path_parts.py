@@ -50,6 +50,7 @@ def _task_fields() -> dict[str, object]:
         ],
         "lease": constructed(LeaseGrant, dict(LEASE)),
         "continues": None,
+        "credential_path": "/tasks/acme/widgets/7/credential",
     }
 
 

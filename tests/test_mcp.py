@@ -600,7 +600,7 @@ async def test_explain_says_why_and_a_task_held_at_exit_returns_to_the_pool(
 async def test_a_refused_token_is_a_tool_error_naming_the_credentials(
     sim: Simulator, redis_url: str, tmp_path: Path
 ) -> None:
-    tokens = '{"tok-a": "agent-a"}'
+    tokens = '{"agent-a": "tok-a-0123456789ab"}'
     env = broker_env(
         redis_url, sim.base_url, "acme/widgets", GITHUB_BROKER_SERVER__AGENT_TOKENS=tokens
     )

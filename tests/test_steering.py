@@ -334,7 +334,7 @@ def test_a_token_removed_from_the_tokens_file_is_refused_without_a_restart(
     sim: Simulator, redis_url: str, make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
     tokens = tmp_path / "agents.yml"
-    tokens.write_text("a1: token-one\na2: token-two\n")
+    tokens.write_text("a1: token-one-0123456789\na2: token-two-0123456789\n")
     settings = make_settings(
         redis={"url": redis_url},
         github={"base_url": sim.base_url},
@@ -342,14 +342,14 @@ def test_a_token_removed_from_the_tokens_file_is_refused_without_a_restart(
     )
     synced(settings)
     with TestClient(create_app(settings)) as c:
-        one = {"authorization": "Bearer token-one"}
+        one = {"authorization": "Bearer token-one-0123456789"}
         assert c.post("/request-task", json={"agent_id": "a1"}, headers=one).status_code == 200
-        tokens.write_text("a2: token-two\n")
+        tokens.write_text("a2: token-two-0123456789\n")
         deadline = time.monotonic() + 3
         while c.post("/request-task", json={"agent_id": "a1"}, headers=one).status_code != 401:
             assert time.monotonic() < deadline, "the removed token still works"
             time.sleep(0.2)
-        two = {"authorization": "Bearer token-two"}
+        two = {"authorization": "Bearer token-two-0123456789"}
         assert c.post("/request-task", json={"agent_id": "a2"}, headers=two).status_code == 200
 
 

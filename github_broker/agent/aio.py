@@ -26,6 +26,7 @@ from github_broker.agent.client import (
     _reason,
     _retry_after_s,
     _state,
+    credential_from_answer,
     error_for,
     heartbeat_extras,
     heartbeat_from_answer,
@@ -34,7 +35,7 @@ from github_broker.agent.client import (
     task_path,
     task_request_body,
 )
-from github_broker.models import Task
+from github_broker.models import AgentCredential, Task
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,16 @@ class AsyncBrokerClient:
         if response.status_code != 200:
             raise _error(response)
         return heartbeat_from_answer(response)
+
+    async def credential(self, task: Task) -> AgentCredential | None:
+        """The task's short-lived GitHub token (as `BrokerClient.credential`); None when the
+        broker hands out none."""
+        if not task.credential_path:
+            return None
+        response, _ = await self._post(
+            task_path(task, "credential"), lambda _: self._lease_body(task), self.timeout_s
+        )
+        return credential_from_answer(response, _error)
 
     async def complete(self, task: Task) -> None:
         """Report the task done; development work moves on to review."""

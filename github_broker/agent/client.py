@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import requests
@@ -21,7 +21,7 @@ from tenacity.stop import stop_base
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from github_broker import __version__
-from github_broker.models import AgentPause, Note, Task, TaskPause, TaskState
+from github_broker.models import AgentCredential, AgentPause, Note, Task, TaskPause, TaskState
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +195,17 @@ class BrokerClient:
         if response.status_code != 200:
             raise _error(response)
         return heartbeat_from_answer(response)
+
+    def credential(self, task: Task) -> AgentCredential | None:
+        """The task's short-lived GitHub token (its repository alone), when the broker hands
+        them out (`task.credential_path`); None when it does not. LeaseLost if the lease is
+        gone. Give it to the agent's command as GH_TOKEN / GITHUB_TOKEN (`github_env`)."""
+        if not task.credential_path:
+            return None
+        response, _ = self._post(
+            task_path(task, "credential"), lambda _: self._lease_body(task), self.timeout_s
+        )
+        return credential_from_answer(response, _error)
 
     def complete(self, task: Task) -> None:
         """Report the task done; development work moves on to review."""
@@ -423,14 +434,7 @@ def task_from_answer(response: Any, error: Callable[[Any], BrokerClientError]) -
     `error(response)` raised."""
     if response.status_code == 204:
         return None
-    if response.status_code != 200:
-        raise error(response)
-    try:
-        return Task.model_validate(response.json())
-    except (ValueError, ValidationError) as e:
-        raise BrokerClientError(
-            f"unexpected task from the broker: {e}", status=response.status_code
-        ) from e
+    return answer_of(response, Task, "task", error)
 
 
 def heartbeat_extras(note: str | None, usage: Usage | None) -> dict[str, Any]:
@@ -446,16 +450,51 @@ def heartbeat_extras(note: str | None, usage: Usage | None) -> dict[str, Any]:
 
 def heartbeat_from_answer(response: Any) -> HeartbeatAnswer:
     """A heartbeat's 200 answer (requests or httpx response) as a HeartbeatAnswer."""
+    return answer_of(response, HeartbeatAnswer, "heartbeat answer", _unexpected)
+
+
+def credential_from_answer(
+    response: Any, error: Callable[[Any], BrokerClientError]
+) -> AgentCredential:
+    """A credential call's answer (requests or httpx response), or `error(response)` raised."""
+    return answer_of(response, AgentCredential, "credential", error)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def answer_of(
+    response: Any, model: type[M], what: str, error: Callable[[Any], BrokerClientError]
+) -> M:
+    """A 200 answer (requests or httpx response) as `model`; `error(response)` raised for any
+    other status, BrokerClientError for a body that is not one."""
+    if response.status_code != 200:
+        raise error(response)
     try:
-        return HeartbeatAnswer.model_validate(response.json())
+        return model.model_validate(response.json())
     except (ValueError, ValidationError) as e:
         raise BrokerClientError(
-            f"unexpected heartbeat answer from the broker: {e}", status=response.status_code
+            f"unexpected {what} from the broker: {e}", status=response.status_code
         ) from e
 
 
+def _unexpected(response: Any) -> BrokerClientError:
+    return BrokerClientError(
+        f"unexpected answer from the broker: {response.status_code}", status=response.status_code
+    )
+
+
+def github_env(credential: AgentCredential | None) -> dict[str, str]:
+    """The variables GitHub's tools read a token from (`gh`, git credential helpers, most
+    SDKs): GH_TOKEN and GITHUB_TOKEN; nothing without a credential."""
+    if credential is None:
+        return {}
+    return {"GH_TOKEN": credential.token, "GITHUB_TOKEN": credential.token}
+
+
 def task_path(task: Task, action: str) -> str:
-    """The path of a lease call (`heartbeat`, `complete`, `release`) on `task`."""
+    """The path of a lease call (`heartbeat`, `complete`, `release`, `credential`) on
+    `task`."""
     owner, _, repo = task.repository.partition("/")
     return f"/tasks/{quote(owner, safe='')}/{quote(repo, safe='')}/{task.issue_id}/{action}"
 

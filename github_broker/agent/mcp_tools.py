@@ -24,7 +24,14 @@ from github_broker.agent.client import (
     Unauthorized,
 )
 from github_broker.agent.session import AgentSession, NoTask, TaskHeld, where
-from github_broker.models import MAX_LIST_ITEMS, REQUEST_ID_PATTERN, RepoName, RoleName, Task
+from github_broker.models import (
+    MAX_LIST_ITEMS,
+    REQUEST_ID_PATTERN,
+    AgentCredential,
+    RepoName,
+    RoleName,
+    Task,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +47,11 @@ Roles = Annotated[
 ]
 
 
-def describe(task: Task, check_interval_s: float) -> str:
-    """What an LLM needs to start: where, which branch, what to do next, then the prompt."""
+def describe(
+    task: Task, check_interval_s: float, credential: AgentCredential | None = None
+) -> str:
+    """What an LLM needs to start: where, which branch, the task's GitHub token if any, what
+    to do next, then the prompt."""
     lines = [
         f"You now hold {where(task)}: {task.title!r} "
         f"({task.task_type.value}, role {task.required_role}).",
@@ -50,6 +60,12 @@ def describe(task: Task, check_interval_s: float) -> str:
     ]
     if task.pr_url:
         lines.append(f"Pull request: {task.pr_url}")
+    if credential is not None:
+        lines.append(
+            f"GitHub token for this task ({credential.repository} only, until "
+            f"{credential.expires_at}): run git and gh with GH_TOKEN={credential.token} and "
+            f"GITHUB_TOKEN={credential.token} in their environment; do not use another token."
+        )
     lines += [
         f"Lease until {task.lease.expires_at}; this server renews it while you work and checks "
         f"it every {check_interval_s:g}s.",
@@ -244,7 +260,8 @@ class AgentTools:
                 f"waited {wait_seconds:g}s). Call explain to see why, or ask again later."
             )
         await self.log(ctx.session, "info", f"claimed {where(task)}", ctx.request_id)
-        return self._prefixed(describe(task, self.session.check_interval_s))
+        credential = await self.session.credential(task)
+        return self._prefixed(describe(task, self.session.check_interval_s, credential))
 
     async def heartbeat(self) -> str:
         """Renew the lease on your task now (this server also does it on its own)."""

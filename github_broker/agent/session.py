@@ -10,11 +10,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
 from github_broker.agent.client import BrokerClientError, HeartbeatAnswer, LeaseLost
-from github_broker.models import AgentPause, Note, TaskPause, TaskState
+from github_broker.models import AgentCredential, AgentPause, Note, Task, TaskPause, TaskState
 
 if TYPE_CHECKING:  # httpx stays out of the CLI's start-up until `mcp` runs
     from github_broker.agent.aio import AsyncBrokerClient
-    from github_broker.models import Task
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +165,15 @@ class AgentSession:
             self._start_watch(task)
             await self._changed()
         return task
+
+    async def credential(self, task: Task) -> AgentCredential | None:
+        """The task's scoped GitHub token when the broker hands them out; None when it does
+        not, or could not now (logged: the task goes on without it)."""
+        try:
+            return await self.client.credential(task)
+        except BrokerClientError as e:
+            logger.warning("no GitHub token for %s: %s", where(task), e)
+            return None
 
     async def heartbeat(self) -> HeartbeatAnswer:
         """One heartbeat now (the watch keeps going)."""

@@ -1,21 +1,22 @@
-"""Maintainers' admin API (admin token): steer running work, read the audit log and agents."""
+"""The people's API (a maintainer's or the admin token): steer running work, read the audit
+log and agents. Every route acts as `Caller`, the person behind the token; a maintainer's call
+on another repository is refused (403) and audited as refused."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, Field, StrictBool
 
+from github_broker.api.caller import Caller
 from github_broker.api.routes import ERRORS, IssueNumber, Services
 from github_broker.api.schemas import AGENT_ID_PATTERN
 from github_broker.errors import BODY_LIMIT_RESPONSE
-from github_broker.models import ActionAnswer, Actor, AgentPause, AuditEntry
+from github_broker.models import ActionAnswer, AgentPause, AuditEntry
 from github_broker.steering.actions import MAX_TEXT, ActionResult, BudgetRaise
 
 router = APIRouter(prefix="/admin", tags=["admin"], responses=BODY_LIMIT_RESPONSE)
-#: Who an action through the admin API is recorded as.
-API_ACTOR = Actor.admin("admin")
 #: Most audit entries one page returns.
 MAX_AUDIT_PAGE = 500
 
@@ -30,7 +31,7 @@ class Action(BaseModel):
 
 
 class Revoke(Action):
-    hold: bool = Field(
+    hold: StrictBool = Field(
         False, description="Hold the issue for a person instead of returning it to the pool."
     )
 
@@ -77,19 +78,13 @@ def _answer(result: ActionResult) -> ActionAnswer:
     )
 
 
-def _steering(request: Request, svc: Any) -> Any:
-    svc.auth.admin(request)
-    return svc.steering
-
-
 @router.post("/tasks/{owner}/{repo}/{number}/revoke", response_model=ActionAnswer, responses=ERRORS)
 async def revoke(
-    owner: str, repo: str, number: IssueNumber, body: Revoke, request: Request, svc: Services
+    owner: str, repo: str, number: IssueNumber, body: Revoke, who: Caller, svc: Services
 ) -> ActionAnswer:
     """End the lease now; the agent hears the reason at its next heartbeat (409 revoked)."""
-    steering = _steering(request, svc)
     return _answer(
-        await steering.revoke(f"{owner}/{repo}", number, API_ACTOR, body.reason, hold=body.hold)
+        await svc.steering.revoke(f"{owner}/{repo}", number, who, body.reason, hold=body.hold)
     )
 
 
@@ -97,124 +92,122 @@ async def revoke(
     "/tasks/{owner}/{repo}/{number}/reassign", response_model=ActionAnswer, responses=ERRORS
 )
 async def reassign(
-    owner: str, repo: str, number: IssueNumber, body: Reassign, request: Request, svc: Services
+    owner: str, repo: str, number: IssueNumber, body: Reassign, who: Caller, svc: Services
 ) -> ActionAnswer:
     """Give the task to another agent (its next request-task); the branch and PR stay."""
-    steering = _steering(request, svc)
     return _answer(
-        await steering.reassign(f"{owner}/{repo}", number, body.agent_id, API_ACTOR, body.reason)
+        await svc.steering.reassign(f"{owner}/{repo}", number, body.agent_id, who, body.reason)
     )
 
 
 @router.post("/tasks/{owner}/{repo}/{number}/note", response_model=ActionAnswer, responses=ERRORS)
 async def note(
-    owner: str, repo: str, number: IssueNumber, body: NoteBody, request: Request, svc: Services
+    owner: str, repo: str, number: IssueNumber, body: NoteBody, who: Caller, svc: Services
 ) -> ActionAnswer:
     """A message to the agent holding the task, delivered with its next heartbeat."""
-    steering = _steering(request, svc)
-    return _answer(await steering.note(f"{owner}/{repo}", number, API_ACTOR, body.text))
+    return _answer(await svc.steering.note(f"{owner}/{repo}", number, who, body.text))
 
 
 @router.post("/tasks/{owner}/{repo}/{number}/retry", response_model=ActionAnswer, responses=ERRORS)
 async def retry(
-    owner: str, repo: str, number: IssueNumber, body: Retry, request: Request, svc: Services
+    owner: str, repo: str, number: IssueNumber, body: Retry, who: Caller, svc: Services
 ) -> ActionAnswer:
     """Another round for an issue the broker gave up on: failures cleared, usage counted again
     from now (or its budget raised), tasks back, agents it was revoked from let back."""
-    steering = _steering(request, svc)
     raised = None
     if body.budget_tokens is not None or body.budget_cost is not None:
         raised = BudgetRaise(body.budget_tokens, body.budget_cost)
     return _answer(
-        await steering.retry(
-            f"{owner}/{repo}", number, API_ACTOR, body.reason, raise_budget=raised
-        )
+        await svc.steering.retry(f"{owner}/{repo}", number, who, body.reason, raise_budget=raised)
     )
 
 
 @router.post("/agents/{agent_id}/pause", response_model=ActionAnswer, responses=ERRORS)
-async def pause_agent(
-    agent_id: AgentId, body: Action, request: Request, svc: Services
-) -> ActionAnswer:
-    """Drain an agent: its current task may finish, it gets no new one."""
-    return _answer(await _steering(request, svc).pause_agent(agent_id, API_ACTOR, body.reason))
+async def pause_agent(agent_id: AgentId, body: Action, who: Caller, svc: Services) -> ActionAnswer:
+    """Drain an agent: its current task may finish, it gets no new one (a maintainer: in
+    their repositories)."""
+    return _answer(await svc.steering.pause_agent(agent_id, who, body.reason))
 
 
 @router.post("/agents/{agent_id}/stop", response_model=ActionAnswer, responses=ERRORS)
-async def stop_agent(
-    agent_id: AgentId, body: Action, request: Request, svc: Services
-) -> ActionAnswer:
-    """Stop an agent: its lease is revoked now and it gets no new task."""
-    steering = _steering(request, svc)
-    return _answer(await steering.pause_agent(agent_id, API_ACTOR, body.reason, stop=True))
+async def stop_agent(agent_id: AgentId, body: Action, who: Caller, svc: Services) -> ActionAnswer:
+    """Stop an agent: its lease is revoked now and it gets no new task (a maintainer: in
+    their repositories)."""
+    return _answer(await svc.steering.pause_agent(agent_id, who, body.reason, stop=True))
 
 
 @router.post("/agents/{agent_id}/resume", response_model=ActionAnswer, responses=ERRORS)
 async def resume_agent(
-    agent_id: AgentId, body: Action, request: Request, svc: Services
+    agent_id: AgentId, body: Action, who: Caller, svc: Services
 ) -> ActionAnswer:
     """Resume a paused or stopped agent (also after the circuit breaker)."""
-    return _answer(await _steering(request, svc).resume_agent(agent_id, API_ACTOR, body.reason))
+    return _answer(await svc.steering.resume_agent(agent_id, who, body.reason))
 
 
 @router.post("/repos/{owner}/{repo}/pause", response_model=ActionAnswer, responses=ERRORS)
 async def pause_repo(
-    owner: str, repo: str, body: Action, request: Request, svc: Services
+    owner: str, repo: str, body: Action, who: Caller, svc: Services
 ) -> ActionAnswer:
     """Maintenance of one repository: nothing new is handed out; leases keep running."""
-    steering = _steering(request, svc)
-    return _answer(await steering.pause_repo(f"{owner}/{repo}", API_ACTOR, body.reason))
+    return _answer(await svc.steering.pause_repo(f"{owner}/{repo}", who, body.reason))
 
 
 @router.post("/repos/{owner}/{repo}/resume", response_model=ActionAnswer, responses=ERRORS)
 async def resume_repo(
-    owner: str, repo: str, body: Action, request: Request, svc: Services
+    owner: str, repo: str, body: Action, who: Caller, svc: Services
 ) -> ActionAnswer:
-    steering = _steering(request, svc)
     return _answer(
-        await steering.pause_repo(f"{owner}/{repo}", API_ACTOR, body.reason, resume=True)
+        await svc.steering.pause_repo(f"{owner}/{repo}", who, body.reason, resume=True)
     )
 
 
 @router.post("/broker/pause", response_model=ActionAnswer, responses=ERRORS)
-async def pause_broker(body: Action, request: Request, svc: Services) -> ActionAnswer:
-    """Maintenance of the whole broker: nothing new is handed out; leases keep running."""
-    return _answer(await _steering(request, svc).pause_broker(API_ACTOR, body.reason))
+async def pause_broker(body: Action, who: Caller, svc: Services) -> ActionAnswer:
+    """Maintenance of the whole broker: nothing new is handed out; leases keep running
+    (an administrator)."""
+    return _answer(await svc.steering.pause_broker(who, body.reason))
 
 
 @router.post("/broker/resume", response_model=ActionAnswer, responses=ERRORS)
-async def resume_broker(body: Action, request: Request, svc: Services) -> ActionAnswer:
-    steering = _steering(request, svc)
-    return _answer(await steering.pause_broker(API_ACTOR, body.reason, resume=True))
+async def resume_broker(body: Action, who: Caller, svc: Services) -> ActionAnswer:
+    return _answer(await svc.steering.pause_broker(who, body.reason, resume=True))
 
 
 @router.get("/audit", response_model=list[AuditEntry], responses=ERRORS)
 async def audit(
-    request: Request,
+    who: Caller,
     svc: Services,
     limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_PAGE)] = 50,
     before_ms: Annotated[
         int | None, Query(ge=0, le=2**53, description="page back: entries older than this")
     ] = None,
 ) -> list[AuditEntry]:
-    """The audit log, newest first: every action by maintainers and by the broker."""
-    svc.auth.admin(request)
-    entries: list[AuditEntry] = await svc.store.audit_log(limit, before_ms)
+    """The audit log, newest first: every action by people and by the broker (a maintainer:
+    their repositories', and their own)."""
+    entries: list[AuditEntry] = await svc.store.audit_log(
+        limit, before_ms, repositories=who.repositories, also_by=who.name
+    )
     return entries
 
 
 @router.get("/agents", response_model=list[AgentRow], responses=ERRORS)
-async def agents(request: Request, svc: Services) -> list[AgentRow]:
-    """Agents that hold a task, have a failure streak or are paused."""
-    svc.auth.admin(request)
+async def agents(who: Caller, svc: Services) -> list[AgentRow]:
+    """Agents that hold a task, have a failure streak or are paused (a maintainer: those
+    holding a task or failing in their repositories, or paused by them)."""
+    pauses = await svc.store.paused_agents()
     rows: dict[str, AgentRow] = {
         agent: AgentRow(agent_id=agent, paused=pause)
-        for agent, pause in (await svc.store.paused_agents()).items()
+        for agent, pause in pauses.items()
+        if who.repositories is None or pause.by == who.name
     }
     for name, rstore in svc.store.repos.items():
+        if not who.may_act_on(name):
+            continue
         for lease in await rstore.leases():
             row = rows.setdefault(lease.agent_id, AgentRow(agent_id=lease.agent_id))
             row.holds.append(f"{name}#{lease.issue}")
         for agent, streak in (await rstore.agent_streaks()).items():
             rows.setdefault(agent, AgentRow(agent_id=agent)).streaks[name] = streak
+    for agent, row in rows.items():
+        row.paused = pauses.get(agent)
     return sorted(rows.values(), key=lambda r: r.agent_id)

@@ -18,17 +18,21 @@ from fastapi import FastAPI
 
 from github_broker import __version__
 from github_broker.api import admin, errors, routes, webhooks
-from github_broker.api.auth import Authenticator
+from github_broker.api.auth import Authenticator, open_deployment
+from github_broker.api.hosts import SAFE_METHODS, HostGuard
 from github_broker.api.hotpath import BrokerApp
 from github_broker.api.limits import BodyLimit
+from github_broker.claim.credentials import AgentCredentials
 from github_broker.claim.events import ReadyWaker
 from github_broker.claim.prompts import Prompts
 from github_broker.claim.service import TaskService
-from github_broker.errors import BrokerError, StoreUnavailable
+from github_broker.errors import BrokerError, ConfigError, StoreUnavailable
 from github_broker.gateway import GitHubGateway
+from github_broker.gateway.credentials import AppTokens
 from github_broker.leader.poller import Daemon
 from github_broker.leader.sync import Syncer
 from github_broker.metrics import Metrics
+from github_broker.people.rights import GitHubRights
 from github_broker.settings import Settings, default_config_dir, load_settings
 from github_broker.steering.actions import Steering
 from github_broker.store import Store
@@ -50,6 +54,10 @@ class Services:
     daemon: Daemon | None
     metrics: Metrics
     steering: Steering
+    #: Where GitHub makes people maintainers (sign-in, `github_rights` in the file).
+    rights: GitHubRights
+    #: Agents' scoped GitHub tokens (None: github.agent_credentials is off).
+    credentials: AgentCredentials | None = None
     _github_ok: tuple[bool, float, str] = (False, 0.0, "not checked yet")
 
     async def github_reachable(self) -> tuple[bool, str]:
@@ -123,6 +131,7 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        _say_how_leases_are_signed(settings)
         store = Store.from_settings(settings)
         try:
             logger.info("durability %s", await store.check_durability())
@@ -137,19 +146,25 @@ def _lifespan(
         if daemon is not None:
             await daemon.hold_leadership()
             daemon.start()
+        auth = Authenticator(settings.server, [r.full_name for r in settings.repositories])
         app.state.services = Services(
             settings=settings,
             store=store,
             gateway=gateway,
             tasks=TaskService(settings, store, prompts, waker),
-            auth=Authenticator(settings.server),
+            auth=auth,
             daemon=daemon,
             metrics=Metrics(),
             steering=Steering(settings, store, Syncer(settings, store, gateway).reindex),
+            rights=GitHubRights(settings, store, gateway, auth.people),
         )
+        app.state.services.credentials = _agent_credentials(settings, store)
         try:
             yield
         finally:
+            app.state.services.rights.close()
+            if app.state.services.credentials is not None:
+                await app.state.services.credentials.close()
             if daemon is not None:
                 await daemon.stop()
             restore_signals()
@@ -158,6 +173,31 @@ def _lifespan(
             await asyncio.to_thread(gateway.close)
 
     return lifespan
+
+
+def _agent_credentials(settings: Settings, store: Store) -> AgentCredentials | None:
+    """Agents' scoped GitHub tokens, minted from the App's installation, when configured."""
+    if not settings.github.agent_credentials:
+        return None
+    app_tokens = AppTokens(settings.github)
+    return AgentCredentials(store, app_tokens.mint, app_tokens.revoke, app_tokens.close)
+
+
+def _say_how_leases_are_signed(settings: Settings) -> None:
+    """A warning at start when lease tokens are unsigned: after Redis loses its data, nothing
+    but GitHub's labels then proves who holds a lease."""
+    try:
+        keys = settings.leases.resolved_signing_keys(settings.server)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    if not keys:
+        logger.warning(
+            "lease tokens are unsigned (no token and no signing key configured): after Redis "
+            "loses its data a lease is proven only by GitHub's labels; set "
+            "leases.signing_keys or leases.signing_keys_file"
+        )
+    else:
+        logger.info("lease tokens are signed with key %r", next(iter(keys)))
 
 
 def _install_handlers(app: BrokerApp, settings: Settings) -> None:
@@ -172,6 +212,8 @@ def _install_handlers(app: BrokerApp, settings: Settings) -> None:
 
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.server.trusted_proxies)
     app.take_request_task(settings.server.max_body_bytes)
+    if open_deployment(settings.server):
+        app.host_guard = HostGuard(settings.server.allowed_hosts)
     app.include_router(routes.router)
     app.include_router(webhooks.router)
     app.include_router(admin.router)
@@ -179,12 +221,13 @@ def _install_handlers(app: BrokerApp, settings: Settings) -> None:
 
 
 def _declare_openapi(app: BrokerApp, settings: Settings) -> None:
-    """The OpenAPI, built once: this deployment's roles and repositories, HEAD routes."""
+    """The OpenAPI, built once: this deployment's roles and repositories, the open
+    deployment's 421 and cross-origin 403, HEAD routes."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             spec = declare_deployment(FastAPI.openapi(app), settings)
-            app.openapi_schema = declare_head(spec)
+            app.openapi_schema = declare_head(declare_hosts(spec))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -209,6 +252,35 @@ def declare_deployment(spec: dict[str, Any], settings: Settings) -> dict[str, An
     for param in spec["paths"]["/explain"]["get"]["parameters"]:
         if param["name"] == "roles" and roles:
             items_of(param["schema"])["enum"] = roles
+    return spec
+
+
+#: How the open deployment's refusals are declared on every operation (api/hosts.py).
+MISDIRECTED = {
+    "description": "No token is configured and the request's Host is neither a loopback name "
+    "nor one of server.allowed_hosts (a DNS-rebinding page): nothing is done.",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+}
+CROSS_ORIGIN = (
+    " Also, while no token is configured: a state-changing request whose Origin is not this "
+    "broker's own host."
+)
+
+
+def declare_hosts(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every operation may answer 421 (and every state-changing one 403) while no token is
+    configured: declared on each."""
+    for ops in spec["paths"].values():
+        for method, op in ops.items():
+            answers = op.setdefault("responses", {})
+            answers.setdefault("421", MISDIRECTED)
+            if method.upper() in SAFE_METHODS:
+                continue
+            forbidden = answers.setdefault(
+                "403",
+                {"description": "Refused.", "content": MISDIRECTED["content"]},
+            )
+            forbidden["description"] = forbidden.get("description", "") + CROSS_ORIGIN
     return spec
 
 

@@ -42,6 +42,7 @@ REASONS: dict[int, str] = {
     405: "method_not_allowed",
     409: "conflict",
     413: "too_large",
+    421: "misdirected",
     422: "invalid_request",
     429: "too_many_attempts",
     500: "internal",

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from github_broker.api import errors
+from github_broker.api.hosts import HostGuard
 from github_broker.api.limits import BodyLimit
 from github_broker.api.routes import (
     answer_complete,
@@ -56,6 +57,8 @@ class BrokerApp(FastAPI):
 
     hot: ASGIApp | None = None
     hot_leases: ASGIApp | None = None
+    #: The Host and Origin rules of a deployment without tokens (None: tokens are configured).
+    host_guard: HostGuard | None = None
 
     def take_request_task(self, max_body_bytes: int) -> None:
         """Answer `POST /request-task` on the hot path: timed, body-capped, then `HotPath`;
@@ -64,6 +67,11 @@ class BrokerApp(FastAPI):
         self.hot_leases = BodyLimit(LeasePath(), max_bytes=max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.host_guard is not None and scope["type"] in ("http", "websocket"):
+            refusal = self.host_guard.refusal(scope)
+            if refusal is not None:
+                await self.host_guard.refuse(refusal, send)
+                return
         if scope["type"] == "http" and scope["method"] == "HEAD":
             # Every GET route answers HEAD (RFC 9110): the GET's status and headers, no body.
             # FastAPI's routes take only the methods they name, so HEAD got 405 everywhere.

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from github_broker.api.caller import Caller, visible
 from github_broker.api.query import refuse_unknown, unknown_parameters_response
 from github_broker.api.schemas import (
     AGENT_ID_PATTERN,
@@ -38,9 +39,10 @@ from github_broker.errors import (
     Problem,
 )
 from github_broker.leader import reviews
-from github_broker.models import Outcome, ReviewComment, Task
+from github_broker.models import AgentCredential, Outcome, ReviewComment, Task
 from github_broker.reports import explain as explain_view
 from github_broker.reports import status as status_view
+from github_broker.steering.authority import require_repository
 
 logger = logging.getLogger(__name__)
 router = APIRouter(responses=BODY_LIMIT_RESPONSE)
@@ -225,6 +227,8 @@ async def answer_complete(
     svc.auth.agent(request, body.agent_id)
     async with counting_refusals(svc):
         await svc.tasks.finish(repository, number, body.agent_id, body.token, Outcome.COMPLETED)
+    if svc.credentials is not None:
+        await svc.credentials.lease_ended(repository, number)
     return Done(status="completed")
 
 
@@ -236,13 +240,49 @@ async def answer_release(
     outcome = Outcome(body.reason)
     async with counting_refusals(svc):
         await svc.tasks.finish(repository, number, body.agent_id, body.token, outcome)
+    if svc.credentials is not None:
+        await svc.credentials.lease_ended(repository, number)
     return Done(status=outcome.value)
 
 
+@router.post(
+    "/tasks/{owner}/{repo}/{number}/credential",
+    response_model=AgentCredential,
+    responses={
+        **ERRORS,
+        404: {
+            "model": Problem,
+            "description": "Not served here, or this broker hands out no GitHub tokens "
+            "(github.agent_credentials is off).",
+        },
+        503: {
+            "model": Problem,
+            "description": "Redis or GitHub unavailable: retry (the lease is not affected).",
+        },
+    },
+)
+async def credential(
+    owner: str, repo: str, number: IssueNumber, body: LeaseRequest, request: Request, svc: Services
+) -> AgentCredential:
+    """A short-lived GitHub token for this lease's task: its repository alone, the
+    permissions an agent needs (github.agent_permissions); the same one again while the lease
+    lives, revoked when it completes or is released (else it expires within the hour)."""
+    svc.auth.agent(request, body.agent_id)
+    if svc.credentials is None:
+        raise NotFound("this broker hands out no GitHub tokens (github.agent_credentials)")
+    async with counting_refusals(svc):
+        found: AgentCredential = await svc.credentials.for_lease(
+            f"{owner}/{repo}", number, body.agent_id, body.token
+        )
+    return found
+
+
 @router.post("/tasks/fix", status_code=202, response_model=FixAccepted, responses=ERRORS)
-async def post_fix(body: FixRequest, request: Request, svc: Services) -> FixAccepted:
-    """Queue a fix task from feedback given here (admin): handed out like any other task."""
-    svc.auth.admin(request)
+async def post_fix(body: FixRequest, who: Caller, svc: Services) -> FixAccepted:
+    """Queue a fix task from feedback given here (a maintainer of the repository): handed out
+    like any other task."""
+    if body.repository in svc.store.repos:
+        require_repository(who, body.repository)
     rstore = svc.tasks.repo(body.repository)
     if body.branch is not None:
         problem = branch_problem(body.branch, await svc.tasks.base_branch(rstore))
@@ -284,10 +324,10 @@ async def metrics(svc: Services) -> str:
 
 
 @router.get("/status", responses=READ_ERRORS)
-async def status(request: Request, svc: Services) -> dict[str, Any]:
-    """Queues per priority, leases, skipped issues, waiting reviews, GitHub quota (admin)."""
-    svc.auth.admin(request)
-    return await status_view.status(svc.store, svc.settings)
+async def status(who: Caller, svc: Services) -> dict[str, Any]:
+    """Queues per priority, leases, skipped issues, waiting reviews, GitHub quota (a
+    maintainer: their repositories)."""
+    return await status_view.status(svc.store, svc.settings, who.repositories)
 
 
 #: The query parameters of GET /explain.
@@ -299,6 +339,7 @@ EXPLAIN_PARAMETERS = ("agent_id", "repository", "roles")
     responses={**READ_ERRORS, **unknown_parameters_response("/explain", EXPLAIN_PARAMETERS)},
 )
 async def explain(
+    who: Caller,
     request: Request,
     svc: Services,
     agent_id: Annotated[
@@ -312,19 +353,24 @@ async def explain(
     ] = None,
 ) -> dict[str, Any]:
     """What the next request-task of this agent would hand out (the one `next`), and why each
-    other issue waits: the claim's own judgement, run without side effects (admin)."""
-    svc.auth.admin(request)
+    other issue waits: the claim's own judgement, run without side effects (a maintainer:
+    in their repositories)."""
     refuse_unknown(request, EXPLAIN_PARAMETERS)
     # Bounded (by the query's declaration) and known, as in POST /request-task: a 422 before
     # any Redis work.
     roles = svc.tasks.check_roles(roles)
     if repository is not None and repository not in svc.store.repos:
         raise NotFound(f"repository {repository!r} is not served by this broker")
+    if repository is not None:
+        require_repository(who, repository)
+    mine = None if who.repositories is None else visible(who, list(svc.store.repos))
+    if mine == [] and repository is None:
+        return {}
     verdicts = await explain_view.explain(
         svc.store,
         svc.settings,
         agent_id=agent_id,
         roles=roles,
-        repositories=[repository] if repository else None,
+        repositories=[repository] if repository else mine,
     )
     return {name: [v.model_dump() for v in rows] for name, rows in verdicts.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from github_broker.claim.credentials import credential_path
 from github_broker.claim.prompts import VARIANTS, Prompts
 from github_broker.clock import iso_from_ms
 from github_broker.models import (
@@ -26,6 +27,8 @@ class Handout:
         self.role_descriptions = {a.role: a.description for a in settings.agents}
         # Three heartbeats per lease: one lost request never costs the lease.
         self.heartbeat_interval_s = max(1, settings.leases.lease_ttl_s // 3)
+        #: Whether each lease may fetch a scoped GitHub token (claim/credentials.py).
+        self.credentials = settings.github.agent_credentials
 
     def task(self, claimed: Claimed, base: str) -> Task:
         """The task for a claim; `base`: the branch its work starts from."""
@@ -84,6 +87,9 @@ class Handout:
                 "review_comments": comments,
                 "lease": lease,
                 "continues": continues,
+                "credential_path": credential_path(claimed.repository, issue.number)
+                if self.credentials
+                else None,
             },
         )
 

@@ -1,7 +1,8 @@
 """`github-broker` verbs of maintainers steering running work: revoke, reassign, note, retry,
 pause, stop, resume, audit. Short functions over `steering.Steering`, talking to the Redis of
 the broker `status` looks at (cli/target.py: the configured one, or the running sandbox); each
-action is recorded in the audit log as `cli:<user>`."""
+action is recorded in the audit log as `cli:<user>`. With `--broker-url` they go through the
+broker's API as the person a token names instead (remote.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from github_broker.cli import remote
 from github_broker.cli.target import FINDS_BROKER, SANDBOX_HELP, broker_settings
 from github_broker.errors import ConfigError
 from github_broker.models import Actor
@@ -53,6 +55,8 @@ def issue_ref(text: str, settings: Settings) -> tuple[str, int]:
 
 
 def _run(args: argparse.Namespace, act: Callable[[Steering, Settings], Awaitable[Any]]) -> int:
+    if remote.wanted(args):
+        return remote.run(args)
     from github_broker.gateway import GitHubGateway
     from github_broker.leader.sync import Syncer
     from github_broker.store import Store
@@ -152,7 +156,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     Each line: when, who (cli:<user>, dashboard, github:<login>, broker), the action, its
     target, the reason and the outcome that really happened."""
-    from github_broker.clock import iso_from_ms
+    if remote.wanted(args):
+        return remote.run(args)
     from github_broker.store import Store
 
     settings = broker_settings(args)
@@ -164,10 +169,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
         finally:
             await store.close()
 
-    entries = asyncio.run(run())
-    if args.json:
+    print_audit(asyncio.run(run()), as_json=args.json)
+    return 0
+
+
+def print_audit(entries: list[Any], *, as_json: bool) -> None:
+    """Audit entries as text lines (or JSON), newest first."""
+    from github_broker.clock import iso_from_ms
+
+    if as_json:
         print(json.dumps([e.model_dump() for e in entries], indent=2, ensure_ascii=False))
-        return 0
+        return
     if not entries:
         print("the audit log is empty: no maintainer or broker action yet")
     for e in entries:
@@ -177,7 +189,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(
             f"{iso_from_ms(e.at_ms)}  {e.actor:<16} {e.action:<14} {where}{who}{why}: {e.outcome}"
         )
-    return 0
 
 
 #: `--reason` of each verb: where the reason goes.
@@ -204,6 +215,7 @@ def add_steer_commands(sub: Any) -> None:
         p.add_argument("--sandbox", action="store_true", help=SANDBOX_HELP)
         if name in REASON_HELP:
             p.add_argument("--reason", default="", help=REASON_HELP[name])
+        remote.add_options(p)
         return p
 
     p = add("revoke", cmd_revoke)

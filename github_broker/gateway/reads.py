@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from github_broker.errors import GitHubNotFound
+from github_broker.gateway.people import role_of
 from github_broker.gateway.transport import Transport
 from github_broker.settings import GitHubSettings
 
@@ -106,13 +107,26 @@ class Reads(Transport):
         admin, write (maintain included), read (triage included) or none; `none` for an
         account that does not exist. Conditional: asking again while it is unchanged is a
         free 304."""
+        data = self._permission_of(full_name, login)
+        return str((data or {}).get("permission") or "none")
+
+    def role(self, full_name: str, login: str) -> str:
+        """`login`'s role on the repository: admin, maintain, write, triage, read or none,
+        from the `permissions` flags GitHub lists (the legacy `permission` reads maintain as
+        write). Conditional, as `permission`."""
+        data = self._permission_of(full_name, login) or {}
+        flags = (data.get("user") or {}).get("permissions")
+        if isinstance(flags, dict):
+            return role_of(flags) if any(flags.values()) else "none"
+        return str(data.get("role_name") or data.get("permission") or "none")
+
+    def _permission_of(self, full_name: str, login: str) -> Any:
         try:
-            data = self._get_cached(
+            return self._get_cached(
                 f"{self._repo(full_name)}/collaborators/{quote(login, safe='')}/permission"
             )
         except GitHubNotFound:
-            return "none"
-        return str((data or {}).get("permission") or "none")
+            return None
 
     def comments_page(
         self, full_name: str, since: str, *, page: int, etag: str | None = None

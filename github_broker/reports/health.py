@@ -5,6 +5,7 @@ dashboard (its warning at the top) and `/metrics`."""
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 from pydantic import BaseModel
 
@@ -162,8 +163,12 @@ def _problems(h: RepoHealth, settings: Settings) -> list[str]:
     return out
 
 
-async def health(store: Store, settings: Settings) -> Health:
-    repos = [await repo_health(r, settings) for r in store.repos.values()]
+async def health(
+    store: Store, settings: Settings, repositories: Collection[str] | None = None
+) -> Health:
+    """The integrations' health; `repositories`: only those repositories' rows."""
+    shown = [r for n, r in store.repos.items() if repositories is None or n in repositories]
+    repos = [await repo_health(r, settings) for r in shown]
     quota = await store.quota()
     refused = await store.webhook_refused()
     problems = [p for r in repos for p in r.problems]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -369,19 +370,29 @@ async def _reviews(
     return rows
 
 
-async def overview(store: Store, settings: Settings) -> Overview:
-    repositories = [await repo_overview(r, settings) for r in store.repos.values()]
-    deployment = await health(store, settings)
+async def overview(
+    store: Store, settings: Settings, only: Collection[str] | None = None, by: str = ""
+) -> Overview:
+    """The whole deployment, or (`only`) a maintainer's repositories: their rows, events and
+    audit entries (with the deployment's entries `by` them), and the paused agents that hold
+    a task there or were paused by them."""
+    shown = [r for n, r in store.repos.items() if only is None or n in only]
+    repositories = [await repo_overview(r, settings) for r in shown]
+    deployment = await health(store, settings, only)
+    paused = await store.paused_agents()
+    if only is not None:
+        holders = {lease.agent for r in repositories for lease in r.leases}
+        paused = {a: p for a, p in paused.items() if a in holders or p.by == by}
     return Overview(
         now_ms=now_ms(),
         leader=await store.leader_id(),
         quota=await store.quota(),
         repositories=repositories,
-        timeline=await store.timeline(TIMELINE_SHOWN),
-        paused_agents=await store.paused_agents(),
+        timeline=await store.timeline(TIMELINE_SHOWN, only),
+        paused_agents=paused,
         broker_paused=await store.broker_pause(),
         problems=deployment.problems,
-        audit=await store.audit_log(AUDIT_SHOWN),
+        audit=await store.audit_log(AUDIT_SHOWN, repositories=only, also_by=by or None),
     )
 
 

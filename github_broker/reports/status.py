@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import BaseModel
@@ -234,19 +235,25 @@ async def recent_tasks(rstore: RepoStore) -> list[EndedTask]:
     ]
 
 
-async def status(store: Store, settings: Settings) -> dict[str, Any]:
+async def status(
+    store: Store, settings: Settings, repositories: Collection[str] | None = None
+) -> dict[str, Any]:
+    """The deployment's status; `repositories`: only those (a maintainer's view: agents
+    paused deployment-wide are shown only where they hold a task there)."""
     quota = await store.quota()
+    shown = [r for n, r in store.repos.items() if repositories is None or n in repositories]
+    rows = [await repo_status(r, settings) for r in shown]
+    paused = await store.paused_agents()
+    if repositories is not None:
+        holders = {lease.agent_id for row in rows for lease in row.leases}
+        paused = {agent: pause for agent, pause in paused.items() if agent in holders}
     return {
-        "repositories": [
-            (await repo_status(r, settings)).model_dump() for r in store.repos.values()
-        ],
+        "repositories": [row.model_dump() for row in rows],
         "github_quota": quota.model_dump() if quota else None,
         "poller_leader": await store.leader_id(),
         "broker_paused": await store.broker_pause(),
-        "paused_agents": {
-            agent: pause.model_dump() for agent, pause in (await store.paused_agents()).items()
-        },
-        "health": (await health_view.health(store, settings)).model_dump(),
+        "paused_agents": {agent: pause.model_dump() for agent, pause in paused.items()},
+        "health": (await health_view.health(store, settings, repositories)).model_dump(),
     }
 
 

@@ -18,6 +18,7 @@ from github_broker.settings.checks import ChecksSettings
 from github_broker.settings.connections import GitHubSettings, RedisSettings
 from github_broker.settings.issues import BodyPatterns, LabelNames, Repository, Role, label_clash
 from github_broker.settings.loading import default_config_dir, load_settings
+from github_broker.settings.people import MaintainerEntry, SignInSettings
 from github_broker.settings.planning import DependencySettings, PlanningSettings
 from github_broker.settings.root import Settings
 from github_broker.settings.server import (
@@ -50,6 +51,7 @@ __all__ = [
     "GitHubSettings",
     "LabelNames",
     "LeaseSettings",
+    "MaintainerEntry",
     "PlanningSettings",
     "PollSettings",
     "ProgressSettings",
@@ -59,6 +61,7 @@ __all__ = [
     "Role",
     "ServerSettings",
     "Settings",
+    "SignInSettings",
     "SteeringSettings",
     "WebhookSettings",
     "default_config_dir",

@@ -36,6 +36,13 @@ class GitHubSettings(Section):
     app_installation_id: int | None = None
     app_private_key: SecretStr | None = None
     app_private_key_file: Path | None = None
+    #: Hand each lease a short-lived GitHub token of the App's installation, limited to the
+    #: task's repository and `agent_permissions` (POST /tasks/{o}/{r}/{n}/credential).
+    agent_credentials: bool = False
+    #: What an agent's token may do (GitHub App permission -> read or write).
+    agent_permissions: dict[
+        Literal["contents", "pull_requests", "issues", "metadata"], Literal["read", "write"]
+    ] = {"contents": "write", "pull_requests": "write", "issues": "read"}
 
     @model_validator(mode="after")
     def _one_way_to_authenticate(self) -> GitHubSettings:
@@ -53,6 +60,11 @@ class GitHubSettings(Section):
             if self.token is not None or self.token_file is not None:
                 raise ValueError("set either a token or a GitHub App, not both")
             _check_private_key(self)
+        elif self.agent_credentials:
+            raise ValueError(
+                "agent_credentials needs a GitHub App (app_id, app_installation_id and "
+                "app_private_key): agents' tokens are minted from its installation"
+            )
         return self
 
     def app_key(self) -> str | None:

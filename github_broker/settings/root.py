@@ -21,6 +21,7 @@ from github_broker.settings.base import AGENT_ID_RE, ENV_PREFIX
 from github_broker.settings.checks import ChecksSettings
 from github_broker.settings.connections import GitHubSettings, RedisSettings
 from github_broker.settings.issues import BodyPatterns, LabelNames, Repository, Role, label_clash
+from github_broker.settings.people import SignInSettings
 from github_broker.settings.planning import DependencySettings, PlanningSettings
 from github_broker.settings.server import (
     AuditSettings,
@@ -77,6 +78,7 @@ class Settings(BaseSettings):
     commands: CommandSettings = CommandSettings()
     dependencies: DependencySettings = DependencySettings()
     planning: PlanningSettings = PlanningSettings()
+    signin: SignInSettings = SignInSettings()
     agents: list[Role] = []
 
     @field_validator("repositories", mode="before")
@@ -106,6 +108,8 @@ class Settings(BaseSettings):
         names = [r.full_name for r in self.repositories]
         if len(set(names)) != len(names):
             raise ValueError(f"repositories lists a repository twice: {names}")
+        if self.repositories:
+            self.server.resolved_maintainers(set(names))
         roles = [a.role for a in self.agents]
         if len(set(roles)) != len(roles):
             raise ValueError(f"agents.yml lists a role twice: {roles}")

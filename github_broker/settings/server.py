@@ -11,7 +11,12 @@ from pydantic import (
     model_validator,
 )
 
-from github_broker.settings.base import Section
+from github_broker.settings.base import AGENT_ID_RE, Section
+from github_broker.settings.people import ADMIN_NAME, MaintainerEntry, read_maintainers
+
+#: Shortest agent token accepted: a short one is guessed, and it tells a map written the
+#: wrong way round (token -> agent id) from the right one.
+MIN_TOKEN_CHARS = 16
 
 
 class ServerSettings(Section):
@@ -19,10 +24,18 @@ class ServerSettings(Section):
     port: int = Field(8080, ge=0, le=65535)
     #: Bind beyond loopback without agent tokens; only for trusted networks.
     allow_unauthenticated: bool = False
-    #: token -> agent id; usually from GITHUB_BROKER_SERVER__AGENT_TOKENS (JSON) or a file.
+    #: agent id -> token (at least 16 characters), the same way round as the file; usually
+    #: from GITHUB_BROKER_SERVER__AGENT_TOKENS (JSON) or `agent_tokens_file`.
     agent_tokens: dict[str, str] = {}
     agent_tokens_file: Path | None = None
+    #: The administrator's token: acts as the person named `admin`.
     admin_token: SecretStr | None = None
+    #: Named people: a token digest, an authority and the repositories each maintains
+    #: (settings/people.py); re-read when it changes, like the agent tokens file.
+    maintainers_file: Path | None = None
+    #: Host names the API answers besides loopback's (`localhost`, `127.0.0.1`, `[::1]`)
+    #: while no token is configured; any other Host gets 421 (a DNS-rebinding page).
+    allowed_hosts: list[str] = []
     #: Upper bound of `wait_seconds` a request may ask for.
     max_wait_s: int = Field(60, ge=0, le=300)
     #: Also run the polling daemon inside `serve` (one leader among all processes).
@@ -43,11 +56,27 @@ class ServerSettings(Section):
     trusted_proxies: list[str] = []
 
     def resolved_agent_tokens(self) -> dict[str, str]:
-        tokens = dict(self.agent_tokens)
+        """token -> agent id, from the setting and the file (both written agent id -> token);
+        ValueError, naming where and the fix, for a map written the other way round."""
+        tokens = {token: agent for agent, token in _agent_map(self.agent_tokens, "agent_tokens")}
         if self.agent_tokens_file is not None:
             loaded = yaml.safe_load(self.agent_tokens_file.read_text()) or {}
-            tokens.update({str(token): str(agent) for agent, token in loaded.items()})
+            where = f"agent_tokens_file {self.agent_tokens_file}"
+            tokens.update({token: agent for agent, token in _agent_map(loaded, where)})
         return tokens
+
+    @property
+    def tokens_configured(self) -> bool:
+        """Whether any token is configured (agents', the admin's, a maintainers file): a
+        deployment without is open, loopback only (api/hosts.py)."""
+        return bool(
+            self.agent_tokens or self.agent_tokens_file or self.admin_token or self.maintainers_file
+        )
+
+    def resolved_maintainers(self, served: set[str] | None = None) -> dict[str, MaintainerEntry]:
+        if self.maintainers_file is None:
+            return {}
+        return read_maintainers(self.maintainers_file, served)
 
     @model_validator(mode="after")
     def _no_open_server_without_auth(self) -> ServerSettings:
@@ -63,12 +92,37 @@ class ServerSettings(Section):
                     "agent id -> token, one per line (`claude-1: <token>`)"
                 )
         has_tokens = bool(self.resolved_agent_tokens())
+        if ADMIN_NAME in self.resolved_maintainers() and self.admin_token is not None:
+            raise ValueError(
+                f"maintainers_file {self.maintainers_file} names a person {ADMIN_NAME!r}, the "
+                "name server.admin_token acts as; rename them, or drop admin_token"
+            )
         if not loopback and not has_tokens and not self.allow_unauthenticated:
             raise ValueError(
                 f"host {self.host!r} is not loopback but no agent tokens are configured; set "
                 "server.agent_tokens / agent_tokens_file, or server.allow_unauthenticated: true"
             )
         return self
+
+
+def _agent_map(loaded: object, where: str) -> list[tuple[str, str]]:
+    """(agent id, token) pairs of a map written agent id -> token, or ValueError: an entry
+    whose key is no agent id or whose token is short is refused (most often, the map is
+    written token -> agent id). The message never quotes a token."""
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{where}: map each agent id to its token (`claude-1: <token>`)")
+    pairs = [(str(agent), str(token)) for agent, token in loaded.items()]
+    for i, (agent, token) in enumerate(pairs, start=1):
+        if AGENT_ID_RE.match(agent) and len(token) >= MIN_TOKEN_CHARS:
+            continue
+        reversed_ = AGENT_ID_RE.match(token) is not None and len(token) < MIN_TOKEN_CHARS
+        raise ValueError(
+            f"{where}: entry {i}: the map is agent id -> token (`claude-1: <token>`): each key "
+            f"an agent id (1-50 characters from A-Z a-z 0-9 . _ -), each token at least "
+            f"{MIN_TOKEN_CHARS} characters (`openssl rand -hex 32`)."
+            + (" This one looks written token -> agent id: swap each entry." if reversed_ else "")
+        )
+    return pairs
 
 
 class WebhookSettings(Section):

@@ -7,7 +7,6 @@ import hmac
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import (
     Field,
     SecretStr,
@@ -16,7 +15,16 @@ from pydantic import (
 )
 
 from github_broker.settings.base import Section
+from github_broker.settings.keyfile import default_keys_file, read_or_create
 from github_broker.settings.server import ServerSettings
+
+#: The key id of the key once derived from the admin token (verifies only).
+DERIVED_KID = "admin"
+
+
+def _derived(admin_token: str) -> str:
+    message = b"github-broker lease signing"
+    return hmac.new(admin_token.encode(), message, hashlib.sha256).hexdigest()
 
 
 class PollSettings(Section):
@@ -46,23 +54,24 @@ class LeaseSettings(Section):
     #: Keys that sign lease tokens (key id -> secret, at least 16 characters): the first
     #: signs, every one verifies, so a new key goes first and an old one stays until the
     #: tokens it signed have expired. Usually GITHUB_BROKER_LEASES__SIGNING_KEYS (JSON) or a
-    #: file. Without any, tokens are signed with a key derived from the admin token, and
-    #: without that they are plain random values (no proof after a Redis loss).
+    #: file; a `signing_keys_file` that does not exist yet is created with a fresh key. With
+    #: neither, a deployment that has tokens signs with a key the broker generates once into
+    #: `$GITHUB_BROKER_STATE_DIR/signing_keys.yaml` (settings/keyfile.py); an open one (no
+    #: token) hands out plain random tokens, and says so at start.
     signing_keys: dict[str, SecretStr] = {}
     signing_keys_file: Path | None = None
 
     def resolved_signing_keys(self, server: ServerSettings) -> dict[str, bytes]:
         keys = {kid: secret.get_secret_value() for kid, secret in self.signing_keys.items()}
-        if self.signing_keys_file is not None:
-            loaded = yaml.safe_load(self.signing_keys_file.read_text()) or {}
-            keys.update({str(kid): str(secret) for kid, secret in loaded.items()})
-        if not keys and server.admin_token is not None:
-            derived = hmac.new(
-                server.admin_token.get_secret_value().encode(),
-                b"github-broker lease signing",
-                hashlib.sha256,
-            ).hexdigest()
-            keys = {"admin": derived}
+        path = self.signing_keys_file
+        if path is None and not keys and server.tokens_configured:
+            path = default_keys_file()
+        if path is not None:
+            keys.update(read_or_create(path))
+        if keys and server.admin_token is not None:
+            # Verifies (never signs: it comes last) the tokens signed before keys stopped
+            # being derived from the admin token, so those leases keep their proof.
+            keys.setdefault(DERIVED_KID, _derived(server.admin_token.get_secret_value()))
         return {kid: secret.encode("utf-8") for kid, secret in keys.items()}
 
     @field_validator("signing_keys")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from . import render
 from .issues import IssueStore
 from .messages import ApiError, NotFound
 
@@ -105,3 +106,21 @@ class CollaboratorStore(IssueStore):
             return login
         lower = login.lower()
         return next((known for known in self._user_ids if known.lower() == lower), None)
+
+    def user_repositories(self, login: str, *, base_url: str | None = None) -> list[dict[str, Any]]:
+        """`GET /user/repos` for `login`: the repositories they own or collaborate on, by full
+        name, each with the permission flags of their role."""
+        lower = login.lower()
+        with self.lock:
+            found = []
+            for repo in sorted(self._repos.values(), key=lambda r: r.full_name.lower()):
+                if repo.owner.lower() == lower:
+                    role = "admin"
+                elif lower in repo.collaborators:
+                    role = repo.collaborators[lower][1]
+                else:
+                    continue
+                data = render.repository(self.ctx(base_url), repo)
+                data["permissions"] = {f: f in _GRANTS[role] for f in _FLAGS}
+                found.append(data)
+            return found

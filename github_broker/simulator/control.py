@@ -1,5 +1,5 @@
-"""The /_sim control API: stats, faults, issue edits, renames, pushes and collaborators for
-tests and the sandbox driving a simulator process."""
+"""The /_sim control API: stats, faults, issue edits, renames, pushes, collaborators and
+device-flow approvals for tests and the sandbox driving a simulator process."""
 
 from __future__ import annotations
 
@@ -54,6 +54,12 @@ def _dispatch(svc: Services, method: str, path: str, body: Any, base_url: str) -
         return Response(200, {"ok": True})
     if path == "/_sim/faults":
         return _faults(svc, method, body)
+    if route == ("POST", "/_sim/device/authorize") and svc.device is not None:
+        found = _object(body)
+        svc.device.authorize(
+            str(found["user_code"]), str(found.get("login", "")), deny=bool(found.get("deny"))
+        )
+        return Response(200, {"ok": True})
     fault = _FAULT_PATH.fullmatch(path)
     if fault and method == "DELETE":
         if not svc.faults.remove(int(fault["id"])):

@@ -6,16 +6,18 @@ import hashlib
 import itertools
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from . import control
+from . import control, oauth
 from . import routes_checks as _routes_checks  # noqa: F401  (registers its routes)
 from . import routes_graph as _routes_graph  # noqa: F401  (registers its routes on ROUTER)
 from . import routes_people as _routes_people  # noqa: F401  (registers its routes on ROUTER)
 from . import routes_planning as _routes_planning  # noqa: F401  (registers its routes)
 from .faults import ERROR, PRIMARY_RATE_LIMIT, FaultRule, Faults
+from .installations import TokenScope
 from .messages import ApiError, Request, Response, decode_json
+from .oauth import DeviceFlow
 from .ratelimit import Quota, RateLimiter
 from .routes import ROUTER, Route
 from .state import SimState
@@ -56,6 +58,12 @@ class Services:
     apps: dict[int, str] | None = None
     #: Webhook hooks and deliveries (simulator/webhooks.py).
     webhooks: WebhookDispatcher | None = None
+    #: The OAuth device flow of GitHub's web host (simulator/oauth.py).
+    device: DeviceFlow | None = None
+    #: Installation tokens limited to some repositories and permissions (installations.py).
+    scopes: dict[str, TokenScope] = field(default_factory=dict)
+    #: Revoked tokens, when any token is accepted (`tokens` None).
+    revoked: set[str] = field(default_factory=set)
 
 
 class Gateway:
@@ -78,6 +86,12 @@ class Gateway:
             except Exception:
                 logger.exception("control call failed: %s %s", method, target)
                 return ApiError(500, "Internal Server Error").to_response()
+        if path in oauth.PATHS and self.svc.device is not None:
+            # GitHub's web host, not its API: no token, no quota, a form body.
+            try:
+                return self.svc.device.handle(method, path, raw_body, base_url)
+            except ApiError as e:
+                return e.to_response()
 
         if not headers.get("user-agent", "").strip():
             # GitHub refuses anonymous clients before anything else, quota included.
@@ -119,7 +133,7 @@ class Gateway:
         if decision.delay > 0:
             self.svc.faults.sleep(decision.delay)
 
-        token = _token(headers.get("authorization"))
+        token = request.token = _token(headers.get("authorization"))
         quota_key = request.quota_key = token or ANONYMOUS
         if route_key == GRAPHQL_ROUTE:
             # GitHub charges GraphQL to its own hourly bucket, apart from REST's "core".
@@ -135,6 +149,9 @@ class Gateway:
             return self._with_quota(ApiError(401, "Bad credentials").to_response(), ANONYMOUS)
         if decision.rule is not None:
             return self._fault_response(decision.rule, quota_key, login, outcome)
+        refused = self._out_of_scope(request, route, params)
+        if refused is not None:
+            return self._with_quota(refused.to_response(), quota_key)
 
         free = route_key in _FREE_ROUTES
         if not free:
@@ -166,6 +183,15 @@ class Gateway:
                 response = Response(304, None, {"ETag": etag})
         return self._with_quota(response, quota_key)
 
+    def _out_of_scope(
+        self, request: Request, route: Route | None, params: dict[str, str]
+    ) -> ApiError | None:
+        """GitHub's refusal of a scoped installation token used beyond its scope."""
+        scope = self.svc.scopes.get(request.token) if request.token is not None else None
+        if scope is None or route is None:
+            return None
+        return scope.refusal(request.method, route.template, params.get("repo"))
+
     def _app_login(self, token: str | None) -> str | None:
         """The App's bot login when `token` is a JWT signed by a registered App's key."""
         if token is None or not self.svc.apps:
@@ -182,7 +208,7 @@ class Gateway:
         return f"app-{app_id}[bot]"
 
     def _login(self, token: str | None) -> str | None:
-        if token is None:
+        if token is None or token in self.svc.revoked:
             return None
         if self.svc.tokens is None:
             return DEFAULT_LOGIN

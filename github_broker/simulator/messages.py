@@ -25,6 +25,8 @@ class Request:
     base_url: str
     login: str | None = None
     quota_key: str = "anonymous"
+    #: The bearer token the call carries, if any.
+    token: str | None = None
 
     def arg(self, name: str, default: str | None = None) -> str | None:
         values = self.query.get(name)

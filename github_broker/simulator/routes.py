@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlencode
 
 from .commits import COMPARE_COMMITS
+from .installations import scope_of
 from .messages import ApiError, Request, Response, validation_failed
 
 if TYPE_CHECKING:
@@ -146,20 +147,43 @@ def root(svc: Services, req: Request, p: Params) -> Response:
 
 @route("POST", "/app/installations/{installation_id}/access_tokens")
 def installation_token(svc: Services, req: Request, p: Params) -> Response:
-    """A GitHub App's installation token (the gateway has verified the App's JWT)."""
+    """A GitHub App's installation token (the gateway has verified the App's JWT), limited to
+    the `repositories` and `permissions` the body names, if any (installations.py)."""
+    scope = scope_of(req.body, svc.state.repo_names())
     token = "ghs_" + secrets.token_hex(18)
     if svc.tokens is not None:
         svc.tokens[token] = req.require_login()
+    if scope is not None:
+        svc.scopes[token] = scope
     expires = datetime.now(UTC) + timedelta(hours=1)
-    return Response(
-        201,
-        {
-            "token": token,
-            "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "permissions": {"issues": "write", "pull_requests": "write", "contents": "write"},
-            "repository_selection": "all",
-        },
-    )
+    granted = {"issues": "write", "pull_requests": "write", "contents": "write"}
+    answer: dict[str, Any] = {
+        "token": token,
+        "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "permissions": (scope.permissions if scope and scope.permissions else granted),
+        "repository_selection": "selected" if scope and scope.repositories else "all",
+    }
+    if scope is not None and scope.repositories:
+        answer["repositories"] = [
+            svc.state.get_repo(*name.split("/", 1), base_url=req.base_url)
+            for name in svc.state.repo_names()
+            if name.split("/", 1)[1].lower() in scope.repositories
+        ]
+    return Response(201, answer)
+
+
+@route("DELETE", "/installation/token")
+def revoke_installation_token(svc: Services, req: Request, p: Params) -> Response:
+    """Revoke the installation token the request is made with: 204, and it is refused (401)
+    from then on."""
+    req.require_login()
+    token = req.token or ""
+    svc.scopes.pop(token, None)
+    if svc.tokens is not None:
+        svc.tokens.pop(token, None)
+    else:
+        svc.revoked.add(token)
+    return Response(204, None)
 
 
 @route("GET", "/user")

@@ -1,4 +1,5 @@
-"""REST routes about people: a collaborator's permission, and reactions on issue comments.
+"""REST routes about people: a collaborator's permission, the caller's repositories, and
+reactions on issue comments.
 
 Registered on routes.ROUTER when imported (gateway.py does).
 """
@@ -30,6 +31,13 @@ def collaborator_permission(svc: Services, req: Request, p: Params) -> Response:
         p["owner"], p["repo"], p["username"], viewer=req.require_login(), base_url=req.base_url
     )
     return Response(200, answer)
+
+
+@route("GET", "/user/repos")
+def user_repositories(svc: Services, req: Request, p: Params) -> Response:
+    """The caller's repositories (owned or as a collaborator) with their permissions, by full
+    name, 30 a page unless per_page says otherwise."""
+    return paged_list(req, svc.state.user_repositories(req.require_login(), base_url=req.base_url))
 
 
 @route("GET", "/repos/{owner}/{repo}/issues/comments/{comment_id}")

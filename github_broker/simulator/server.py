@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from .faults import Faults
 from .gateway import Gateway, Services
+from .oauth import DeviceFlow
 from .ratelimit import RateLimiter
 from .seed import apply_seed, load_seed
 from .state import SimState
@@ -117,6 +118,7 @@ class Simulator:
         )
         self.webhooks = WebhookDispatcher()
         self.services.webhooks = self.webhooks
+        self.device = self.services.device = DeviceFlow(self.tokens)
         self._gateway = Gateway(self.services)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None

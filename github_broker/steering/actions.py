@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from github_broker.errors import InvalidRequest, NotFound
-from github_broker.models import Actor, ControlOutcome, Issue
+from github_broker.models import Actor, ControlOutcome, Issue, printable
 from github_broker.settings import AGENT_ID_RE, Settings
 from github_broker.steering.authority import (
     actor_arg,
@@ -256,7 +256,7 @@ class Steering:
 
 
 def _text(text: str) -> str:
-    text = text.strip()
+    text = printable(text).strip()
     if len(text) > MAX_TEXT:
         raise InvalidRequest(f"reason or note longer than {MAX_TEXT} characters")
     return text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import inspect
+import json
 import re
 import socket
 from collections.abc import Awaitable, Callable
@@ -279,3 +280,14 @@ def _sentinel(url: str, socket_timeout_s: float) -> aioredis.Redis:
 
 def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def json_object(raw: Any) -> dict[str, Any] | None:
+    """A stored JSON object, or None for a missing key (or anything that is not one)."""
+    if raw is None:
+        return None
+    try:
+        found = json.loads(as_text(raw))
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -34,6 +34,7 @@ from github_broker.store.history import HistorySamples
 from github_broker.store.logins import DashboardLogins
 from github_broker.store.repo import RepoStore
 from github_broker.store.resp import close_pipelined, pipelined_for
+from github_broker.store.rights import GitHubRightsCache
 from github_broker.store.scripts import Scripts
 from github_broker.store.timeline import events_of, xadd_event
 
@@ -69,6 +70,7 @@ class Store(AgentState):
         self.global_keys = GlobalKeys(settings.redis.key_prefix)
         self.logins = DashboardLogins(client, self.scripts, self.global_keys, self.call_timeout_s)
         self.samples = HistorySamples(client, self.global_keys, self.call_timeout_s)
+        self.rights = GitHubRightsCache(client, self.global_keys)
         self.repos = {
             r.full_name: RepoStore(
                 client, self.scripts, RepoKeys(settings.redis.key_prefix, r.owner, r.name), settings
@@ -206,13 +208,17 @@ class Store(AgentState):
         await xadd_event(self.client, self.global_keys.timeline, kind, number, agent, detail)
 
     @translate_errors
-    async def timeline(self, count: int = 50) -> list[Event]:
-        """Recent events of every repository and the deployment, newest first."""
+    async def timeline(
+        self, count: int = 50, repositories: Collection[str] | None = None
+    ) -> list[Event]:
+        """Recent events of every repository (or of `repositories` alone) and the
+        deployment, newest first."""
         events = events_of(
             await self.client.xrevrange(self.global_keys.timeline, count=count), None
         )
-        for rstore in self.repos.values():
-            events += await rstore.timeline(count)
+        for name, rstore in self.repos.items():
+            if repositories is None or name in repositories:
+                events += await rstore.timeline(count)
         return sorted(events, key=lambda e: e.at_ms, reverse=True)[:count]
 
     # --- steering across repositories (each repository keeps a copy the claim reads) -------
@@ -354,16 +360,29 @@ class Store(AgentState):
         )
 
     @translate_errors
-    async def audit_log(self, count: int = 50, before_ms: int | None = None) -> list[AuditEntry]:
+    async def audit_log(
+        self,
+        count: int = 50,
+        before_ms: int | None = None,
+        *,
+        repositories: Collection[str] | None = None,
+        also_by: str | None = None,
+    ) -> list[AuditEntry]:
         """The newest entries of every repository and the deployment, newest first; `before_ms`
-        pages back (entries strictly older)."""
+        pages back (entries strictly older). `repositories`: only those repositories' entries,
+        and the deployment's that name one of them or were made by `also_by`."""
+        if before_ms == 0:
+            return []  # nothing is older than the epoch (and `(0-0` is no stream id)
         before = "+" if before_ms is None else f"{before_ms}-0"
         end = before if before == "+" else f"({before}"
         found = audit_entries(
             await self.client.xrevrange(self.global_keys.audit, max=end, count=count), None
         )
-        for rstore in self.repos.values():
-            found += await rstore.audit_log(count, before)
+        names = self.repos if repositories is None else [r for r in repositories if r in self.repos]
+        if repositories is not None:
+            found = [e for e in found if e.repository in names or e.actor == also_by]
+        for name in names:
+            found += await self.repos[name].audit_log(count, before)
         return sorted(found, key=lambda e: (e.at_ms, e.id), reverse=True)[:count]
 
     @translate_errors

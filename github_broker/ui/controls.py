@@ -16,8 +16,9 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from github_broker.errors import PROBLEM_JSON, BrokerError, InvalidRequest, NotFound
+from github_broker.errors import PROBLEM_JSON, BrokerError, Forbidden, InvalidRequest, NotFound
 from github_broker.models import MAX_NUMBER, ActionAnswer, Actor
+from github_broker.people.refusals import record_refusal
 from github_broker.settings import AGENT_ID_RE
 from github_broker.steering.actions import MAX_TEXT, ActionResult, Steering
 from github_broker.ui import flash, guard
@@ -26,8 +27,6 @@ from github_broker.ui.pages import render
 logger = logging.getLogger(__name__)
 
 router = APIRouter(tags=["dashboard"])
-#: Who an action from the dashboard is recorded as (there is one admin token, no names).
-ACTOR = Actor.admin("dashboard")
 #: Longest form an action reads (bytes): a reason or a note of MAX_TEXT characters,
 #: URL-encoded.
 FORM_MAX = 16 * 1024
@@ -266,20 +265,23 @@ async def act(request: Request, action: str, control: Control) -> Response:
             detail = error or f"confirm first: {action} is destructive (send confirmed=1)"
             return JSONResponse({"detail": detail, "reason": "invalid_request"}, status_code=422)
         return _step(request, who, f, control, error)
-    return await _run(request, control, f)
+    return await _run(request, control, f, who.actor)
 
 
-async def _run(request: Request, control: Control, f: ActionForm) -> Response:
+async def _run(request: Request, control: Control, f: ActionForm, actor: Actor) -> Response:
     name = f"{control.label} {target(f, control.scope)}"
+    svc = guard.services(request)
     try:
-        result = await control.run(guard.services(request).steering, f, ACTOR)
-    except (NotFound, InvalidRequest) as e:
-        if _wants_json(request):
-            found = isinstance(e, NotFound)
-            return JSONResponse(
-                {"detail": str(e), "reason": "not_found" if found else "invalid_request"},
-                status_code=404 if found else 422,
+        result = await control.run(svc.steering, f, actor)
+    except (NotFound, InvalidRequest, Forbidden) as e:
+        if isinstance(e, Forbidden):
+            repository = f.repository if control.scope in ("issue", "repo") else ""
+            await record_refusal(
+                svc.store, actor, f.action, str(e), repository=repository, agent=f.agent
             )
+        if _wants_json(request):
+            reason, status = _REFUSALS[type(e)]
+            return JSONResponse({"detail": str(e), "reason": reason}, status_code=status)
         response = RedirectResponse(f.back, status_code=303)
         flash.leave(response, request, False, f"{name} refused: {e}")
         return response
@@ -296,6 +298,14 @@ async def _run(request: Request, control: Control, f: ActionForm) -> Response:
     response = RedirectResponse(f.back, status_code=303)
     flash.leave(response, request, not refused(result.outcome), f"{name}: {result.outcome}")
     return response
+
+
+#: (reason, status) of an action the broker refused before doing anything.
+_REFUSALS: dict[type[BrokerError], tuple[str, int]] = {
+    NotFound: ("not_found", 404),
+    InvalidRequest: ("invalid_request", 422),
+    Forbidden: ("forbidden", 403),
+}
 
 
 def refused(outcome: str) -> bool:
@@ -378,8 +388,8 @@ def _responses(control: Control) -> dict[int | str, dict[str, Any]]:
         },
         401: {"description": "Not logged in (JSON asked).", "content": PROBLEM_JSON},
         403: {
-            "description": "The form's CSRF token is missing or not this session's: nothing "
-            "is done.",
+            "description": "The form's CSRF token is missing or not this session's, or (with "
+            "JSON) the person may not act there (audited as refused): nothing is done.",
             "content": HTML_OR_JSON,
         },
         413: {
@@ -417,7 +427,7 @@ for _name, _control in CONTROLS.items():
         name=f"ui_{_name}",
         summary=f"{_control.label} ({_control.scope}) from the dashboard",
         description=_control.says.format(target=f"the {_control.scope}")
-        + " Recorded in the audit log as `dashboard`.",
+        + " Recorded in the audit log as the person signed in.",
         response_class=HTMLResponse,
         responses=_responses(_control),
         openapi_extra=_openapi(_name, _control),

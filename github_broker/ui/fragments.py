@@ -23,12 +23,13 @@ def dashboard_context(v: DashboardView, who: Visitor) -> dict[str, Any]:
         "CONTROLS": CONTROLS,
         "trends_range": range_name,
         "charts": charts(v.trends) if v.trends else [],
+        "who": who,
     }
 
 
 def agent_context(a: AgentView, who: Visitor) -> dict[str, Any]:
     back = f"/ui/agents/{a.agent.agent_id}"
-    return {"a": a, "csrf": who.csrf, "back": back, "CONTROLS": CONTROLS}
+    return {"a": a, "csrf": who.csrf, "back": back, "CONTROLS": CONTROLS, "who": who}
 
 
 def dashboard(v: DashboardView, who: Visitor) -> str:

@@ -235,18 +235,25 @@ async def live(
 
     live_feed = feed(request)
 
+    # Pages are read once per change for every viewer who sees the same: the whole
+    # deployment, or one person's repositories.
+    mine = who.actor.repositories
+    seen = "all" if mine is None else f"{who.actor.name}:{hash(mine)}"
+
     async def render() -> str:
         if agent is None:
             board = await live_feed.data(
-                f"dashboard:{range_name}",
-                lambda: views.dashboard_view(svc.store, svc.settings, range_name),
+                f"dashboard:{seen}:{range_name}",
+                lambda: views.dashboard_view(svc.store, svc.settings, range_name, who.actor),
             )
             return fragments.dashboard(board, who)
         board = await live_feed.data(
-            "dashboard", lambda: views.dashboard_view(svc.store, svc.settings)
+            f"dashboard:{seen}",
+            lambda: views.dashboard_view(svc.store, svc.settings, None, who.actor),
         )
         page = await live_feed.data(
-            f"agent:{agent}", lambda: views.agent_view(svc.store, board, agent)
+            f"agent:{seen}:{agent}",
+            lambda: views.agent_view(svc.store, board, agent, who.actor),
         )
         return fragments.agent(page, who)
 

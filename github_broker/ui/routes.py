@@ -3,7 +3,6 @@ redirecting there. The controls are in controls.py, the live updates in live.py.
 
 from __future__ import annotations
 
-import hmac
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -16,8 +15,9 @@ from fastapi.staticfiles import StaticFiles
 
 from github_broker.errors import BODY_LIMIT_RESPONSE, PROBLEM_JSON, BrokerError
 from github_broker.models import AGENT_ID_PATTERN
+from github_broker.store.logins import Verdict
 from github_broker.ui import controls, flash, fragments, guard, live, session, views
-from github_broker.ui.guard import admin_token, services, unavailable
+from github_broker.ui.guard import services, unavailable
 from github_broker.ui.pages import render
 
 router = APIRouter(tags=["dashboard"], responses=BODY_LIMIT_RESPONSE)
@@ -33,6 +33,13 @@ AgentId = Annotated[str, PathParam(pattern=AGENT_ID_PATTERN, description="agent 
 RangeName = Annotated[
     Literal["1h", "24h"], Query(alias="range", description="The trend charts' time range.")
 ]
+
+
+def form_body(field: str) -> dict[str, Any]:
+    """The OpenAPI of a login form with one required text `field`."""
+    schema = {"type": "object", "properties": {field: {"type": "string"}}, "required": [field]}
+    content = {"application/x-www-form-urlencoded": {"schema": schema}}
+    return {"requestBody": {"required": True, "content": content}}
 
 
 @router.get("/", include_in_schema=True, status_code=307, response_class=RedirectResponse)
@@ -69,7 +76,7 @@ async def dashboard(request: Request, range_name: RangeName = "1h") -> Response:
         who = await guard.visitor(request)
         if who is None:
             return RedirectResponse("/ui/login", status_code=303)
-        data = await views.dashboard_view(svc.store, svc.settings, range_name)
+        data = await views.dashboard_view(svc.store, svc.settings, range_name, who.actor)
     except BrokerError as e:
         return unavailable(e)
     context = fragments.dashboard_context(data, who)
@@ -94,8 +101,8 @@ async def agent_page(request: Request, agent_id: AgentId) -> Response:
         who = await guard.visitor(request)
         if who is None:
             return RedirectResponse("/ui/login", status_code=303)
-        board = await views.dashboard_view(svc.store, svc.settings)
-        data = await views.agent_view(svc.store, board, agent_id)
+        board = await views.dashboard_view(svc.store, svc.settings, None, who.actor)
+        data = await views.agent_view(svc.store, board, agent_id, who.actor)
     except BrokerError as e:
         return unavailable(e)
     return _page(request, who, "agent.html", fragments.agent_context(data, who))
@@ -103,8 +110,7 @@ async def agent_page(request: Request, agent_id: AgentId) -> Response:
 
 def _page(request: Request, who: guard.Visitor, template: str, context: dict[str, Any]) -> Response:
     message = flash.take(request)
-    show_logout = admin_token(request) is not None
-    page = render(template, flash=message, show_logout=show_logout, **context)
+    page = render(template, flash=message, show_logout=who.logged_in, **context)
     response = HTMLResponse(page, headers={"Cache-Control": "no-store"})
     flash.clear(response, request)
     return guard.keep_csrf_cookie(response, who, request)
@@ -112,8 +118,8 @@ def _page(request: Request, who: guard.Visitor, template: str, context: dict[str
 
 @router.get("/ui/login", response_class=HTMLResponse, responses={200: HTML})
 async def login_form(request: Request) -> HTMLResponse:
-    """The admin-token login form."""
-    return HTMLResponse(render("login.html", error=None))
+    """The login form: a person's token, and signing in with GitHub where configured."""
+    return login_page(request, None)
 
 
 @router.post(
@@ -121,10 +127,14 @@ async def login_form(request: Request) -> HTMLResponse:
     response_class=HTMLResponse,
     responses={
         303: {"description": "Logged in: a session cookie is set, go to /ui."},
-        401: {"description": "Wrong token: the form again, with the reason.", **HTML},
+        401: {
+            "description": "Wrong token: the form again, with the reason (and Retry-After "
+            "when this failure starts the client's delay).",
+            **HTML,
+        },
         429: {
-            "description": "Too many attempts from this client (or from everyone) in the "
-            "login window: the form again, and Retry-After (seconds) says when to retry.",
+            "description": "This client's wrong attempts put it in a delay (each one more "
+            "doubles it): the form again, and Retry-After (seconds) says when to retry.",
             "headers": {"Retry-After": {"schema": {"type": "integer"}}},
             **HTML,
         },
@@ -136,67 +146,73 @@ async def login_form(request: Request) -> HTMLResponse:
         },
         415: {"description": "Not an application/x-www-form-urlencoded form.", **HTML},
     },
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/x-www-form-urlencoded": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {"token": {"type": "string"}},
-                        "required": ["token"],
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=form_body("token"),
 )
 async def login(request: Request) -> Response:
-    """Check the admin token (throttled per client and overall) and open a session: an
-    HttpOnly cookie names it (the token stays secret), `Secure` over HTTPS."""
+    """Check a person's token (the admin token or a maintainers file entry; a client's wrong
+    attempts slow that client down, nobody else) and open a session naming them: an HttpOnly
+    cookie names it (the token stays secret), `Secure` over HTTPS."""
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-        page = render("login.html", error="send the form as application/x-www-form-urlencoded")
-        return HTMLResponse(page, status_code=415)
+        return login_page(request, "send the form as application/x-www-form-urlencoded", 415)
     body = await request.body()
     if len(body) > LOGIN_BODY_MAX:
-        return HTMLResponse(render("login.html", error="form too large"), status_code=413)
+        return login_page(request, "form too large", 413)
     given = (parse_qs(body.decode(errors="replace")).get("token") or [""])[0].strip()
-    admin = admin_token(request)
-    if admin is None:
+    if not guard.needs_login(request):
         return RedirectResponse("/ui", status_code=303)
-    logins = services(request).store.logins
-    # uvicorn's address, or the forwarded one when server.trusted_proxies names the proxy.
-    address = request.client.host if request.client else "unknown"
+    person = services(request).auth.people.by_token(given.encode("utf-8", "surrogateescape"))
     try:
-        wait_s = await logins.attempt(
-            address,
-            session.LOGIN_WINDOW_S,
-            session.LOGIN_ATTEMPTS_PER_CLIENT,
-            session.LOGIN_ATTEMPTS_OVERALL,
-        )
-        if wait_s > 0:
-            retry_s = max(1, math.ceil(wait_s))
-            why = f"too many login attempts; try again in {retry_s} s"
-            page = render("login.html", error=why)
-            return HTMLResponse(page, status_code=429, headers={"Retry-After": str(retry_s)})
-        if not given or not admin or not hmac.compare_digest(given.encode(), admin.encode()):
-            why = "no admin token is configured" if not admin else "that is not the admin token"
-            return HTMLResponse(render("login.html", error=why), status_code=401)
-        await logins.succeeded(address)
-        session_id = await logins.open_session(session.SESSION_TTL_S)
+        verdict = await attempt(request, person is not None)
+        if person is None or not verdict.allowed:
+            return refused_login(request, verdict, "that is not the token of anyone here")
+        record = {"via": "token", "name": person.name, "stamp": person.stamp}
+        return await signed_in(request, record, session.SESSION_TTL_S)
     except BrokerError as e:
         return unavailable(e)
-    response = RedirectResponse("/ui", status_code=303)
-    response.set_cookie(
-        session.COOKIE,
-        session.issue(admin, session_id),
-        max_age=session.SESSION_TTL_S,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-        path="/ui",
+
+
+async def attempt(request: Request, correct: bool | None) -> Verdict:
+    """Count a login attempt of this client (`correct`: its credential checked; None: only
+    ask whether it is waiting out a delay)."""
+    # uvicorn's address, or the forwarded one when server.trusted_proxies names the proxy.
+    address = request.client.host if request.client else "unknown"
+    verdict: Verdict = await services(request).store.logins.attempt(
+        address, correct, guard.throttle(request)
     )
-    return response
+    return verdict
+
+
+def refused_login(request: Request, verdict: Verdict, wrong: str) -> HTMLResponse:
+    """The form again: 429 while the client waits out a delay, else 401 saying `wrong` (and
+    how long to wait when this failure started a delay)."""
+    retry_s = max(1, math.ceil(verdict.wait_s))
+    retry = {"Retry-After": str(retry_s)} if verdict.wait_s > 0 else None
+    if verdict.waiting:
+        why = f"too many wrong attempts from here; try again in {retry_s} s"
+        return login_page(request, why, 429, retry)
+    if retry is not None:
+        wrong += f"; wait {retry_s} s before the next try"
+    return login_page(request, wrong, 401, retry)
+
+
+async def signed_in(request: Request, record: dict[str, Any], ttl_s: int) -> Response:
+    """Open a session naming `record`'s person and go to the dashboard."""
+    session_id = await services(request).store.logins.open_session(ttl_s, record)
+    key = await guard.secret(request)
+    response = RedirectResponse("/ui", status_code=303)
+    cookie = session.issue(key, session_id, ttl_s)
+    return guard.strict_cookie(response, request, session.COOKIE, cookie, "/ui", ttl_s)
+
+
+def login_page(
+    request: Request, error: str | None, status: int = 200, headers: dict[str, str] | None = None
+) -> HTMLResponse:
+    """The login form (token, and GitHub's ways in where configured), with `error`."""
+    signin = services(request).settings.signin
+    page = render(
+        "login.html", error=error, github=signin.github, device=signin.github_client_id is not None
+    )
+    return HTMLResponse(page, status_code=status, headers=headers)
 
 
 @router.post(
@@ -211,13 +227,13 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     """End the session on the server (the old cookie opens nothing any more), clear the
     cookie."""
-    admin = admin_token(request)
-    session_id = session.session_of(admin, request.cookies.get(session.COOKIE)) if admin else None
-    if session_id is not None:
-        try:
+    try:
+        key = await guard.secret(request)
+        session_id = session.session_of(key, request.cookies.get(session.COOKIE))
+        if session_id is not None:
             await services(request).store.logins.end_session(session_id)
-        except BrokerError as e:
-            return unavailable(e)
+    except BrokerError as e:
+        return unavailable(e)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(session.COOKIE, path="/ui")
     return response
@@ -225,9 +241,10 @@ async def logout(request: Request) -> Response:
 
 def install(app: FastAPI) -> None:
     """Mount the dashboard, its assets and the offline API docs on `app`."""
-    from github_broker.ui import docs
+    from github_broker.ui import docs, github_signin
 
     app.include_router(router)
+    app.include_router(github_signin.router, responses=BODY_LIMIT_RESPONSE)
     app.include_router(controls.router, responses=BODY_LIMIT_RESPONSE)
     app.include_router(live.router, responses=BODY_LIMIT_RESPONSE)
     app.state.live_feed = live.LiveFeed()

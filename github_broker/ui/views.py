@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from github_broker.clock import iso_from_ms
-from github_broker.models import AgentPause, AuditEntry, Event
+from github_broker.models import Actor, AgentPause, AuditEntry, Event
 from github_broker.reports.health import RefusedDelivery
 from github_broker.reports.overview import LeaseRow, Overview, overview
 from github_broker.reports.trends import Trends, trends
@@ -73,10 +73,15 @@ def agents_of(o: Overview) -> list[AgentSummary]:
 
 
 async def dashboard_view(
-    store: Store, settings: Settings, range_name: str | None = None
+    store: Store,
+    settings: Settings,
+    range_name: str | None = None,
+    who: Actor | None = None,
 ) -> DashboardView:
-    """The overview; with `range_name` ("1h", "24h") the trends of that range too."""
-    data = await overview(store, settings)
+    """The dashboard of `who` (None: the whole deployment; a maintainer sees their
+    repositories); with `range_name` ("1h", "24h") the trends of that range too."""
+    only = who.repositories if who is not None else None
+    data = await overview(store, settings, only, who.name if who is not None else "")
     refused = await store.webhook_refused()
     return DashboardView(
         o=data,
@@ -88,11 +93,18 @@ async def dashboard_view(
     )
 
 
-async def agent_view(store: Store, dashboard: DashboardView, agent_id: str) -> AgentView:
-    """One agent's page, from the dashboard's data and its own timeline and audit entries."""
+async def agent_view(
+    store: Store, dashboard: DashboardView, agent_id: str, who: Actor | None = None
+) -> AgentView:
+    """One agent's page, from the dashboard's data and its own timeline and audit entries
+    (`who`: as a maintainer sees them, in their repositories)."""
     summary = next((a for a in dashboard.agents if a.agent_id == agent_id), AgentSummary(agent_id))
-    events = [e for e in await store.timeline(AGENT_EVENTS_SCANNED) if e.agent == agent_id]
-    audit = [a for a in await store.audit_log(AGENT_AUDIT_SCANNED) if a.agent == agent_id]
+    only = who.repositories if who is not None else None
+    by = who.name if who is not None else None
+    scanned = await store.timeline(AGENT_EVENTS_SCANNED, only)
+    events = [e for e in scanned if e.agent == agent_id]
+    logged = await store.audit_log(AGENT_AUDIT_SCANNED, repositories=only, also_by=by)
+    audit = [a for a in logged if a.agent == agent_id]
     return AgentView(
         now_ms=dashboard.o.now_ms,
         agent=summary,

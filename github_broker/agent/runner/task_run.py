@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
-from github_broker.agent.client import BrokerClient
+from github_broker.agent.client import BrokerClient, BrokerClientError, github_env
 from github_broker.agent.runner.config import RunnerConfig, RunnerError
 from github_broker.agent.runner.heartbeat import Heartbeat
 from github_broker.agent.runner.notes import NotesFile
@@ -24,7 +24,7 @@ from github_broker.agent.runner.output import OutputTap
 from github_broker.agent.runner.process_group import ProcessGroup
 from github_broker.agent.runner.task_files import UsageFile, task_env, write_task_files
 from github_broker.agent.workspace import WorkspaceError
-from github_broker.models import Task
+from github_broker.models import AgentCredential, Task
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class TaskRun:
             extra = task_env(
                 task, self.client.agent_id, prompt_file, task_file, notes.path, usage.path
             )
-            env = {**os.environ, **extra}
+            env = {**os.environ, **extra, **github_env(self._credential())}
             with self._output() as output, prompt_file.open("rb") as stdin:
                 tap = OutputTap(output, output)
                 heartbeat = Heartbeat(
@@ -107,6 +107,16 @@ class TaskRun:
                     notes.remove()
 
     # --- starting it ----------------------------------------------------------------------
+
+    def _credential(self) -> AgentCredential | None:
+        """The task's scoped GitHub token, when the broker hands them out: the command gets
+        it as GH_TOKEN and GITHUB_TOKEN. Without it (the broker could not mint one) the command
+        runs with the environment it would have had."""
+        try:
+            return self.client.credential(self.task)
+        except BrokerClientError as e:
+            logger.warning("%s: no GitHub token for this task: %s", self.name, e)
+            return None
 
     def _command(self, prompt_file: Path) -> Sequence[str] | str:
         preset, command = self.config.preset, self.config.command
