@@ -11,8 +11,7 @@ from fastapi import Depends, Request
 
 from github_broker.errors import Forbidden
 from github_broker.models import Actor
-from github_broker.people.refusals import record_refusal
-from github_broker.steering.authority import require_repository
+from github_broker.steering.authority import record_refusal, require_repository
 
 
 def path_repository(request: Request) -> str | None:

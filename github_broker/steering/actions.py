@@ -102,10 +102,11 @@ class Steering:
 
     async def note(self, repository: str, number: int, actor: Actor, text: str) -> ActionResult:
         """A message to the agent holding the issue, delivered with its next heartbeat."""
-        if not text.strip():
+        text = _text(text)
+        if not text:
             raise InvalidRequest("a note needs text")
         rstore = await self._issue(repository, number, actor)
-        done = await rstore.control("note", actor_arg(actor), str(number), _text(text))
+        done = await rstore.control("note", actor_arg(actor), str(number), text)
         return await self._result("note", f"{repository}#{number}", done)
 
     async def retry(

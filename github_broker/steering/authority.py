@@ -16,10 +16,14 @@ The table itself, with what each decision is and who lifts it, is in docs/archit
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
-from github_broker.errors import Forbidden
+from github_broker.errors import BrokerError, Forbidden
 from github_broker.models import Actor, Authority
+from github_broker.store import Store
+
+logger = logging.getLogger(__name__)
 
 #: Actions on the whole deployment: an administrator's alone.
 DEPLOYMENT_ACTIONS = frozenset({"pause_broker", "resume_broker"})
@@ -65,3 +69,21 @@ def agent_scope(actor: Actor, served: Iterable[str]) -> list[str] | None:
     if not scope:
         raise Forbidden(f"{described(actor)} may not steer agents in any served repository")
     return scope
+
+
+async def record_refusal(
+    store: Store, actor: Actor, action: str, why: str, *, repository: str = "", agent: str = ""
+) -> None:
+    """Audit `actor`'s refused `action` (every edge records its refusals here: the admin API,
+    the dashboard, the CLI through the API, comment commands); a Redis that cannot take it is
+    logged, and the refusal still stands."""
+    try:
+        await store.record_audit(
+            actor_arg(actor),
+            action,
+            agent=agent,
+            outcome=f"refused: {why}",
+            repository=repository,
+        )
+    except BrokerError as e:
+        logger.warning("refused %s by %s not audited: %s", action, actor.name, e)

@@ -18,9 +18,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from github_broker.errors import PROBLEM_JSON, BrokerError, Forbidden, InvalidRequest, NotFound
 from github_broker.models import MAX_NUMBER, ActionAnswer, Actor
-from github_broker.people.refusals import record_refusal
 from github_broker.settings import AGENT_ID_RE
 from github_broker.steering.actions import MAX_TEXT, ActionResult, Steering
+from github_broker.steering.authority import record_refusal
 from github_broker.ui import flash, guard
 from github_broker.ui.pages import render
 

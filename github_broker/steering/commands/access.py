@@ -25,8 +25,8 @@ from github_broker.store.comments import CommentLedger
 
 logger = logging.getLogger(__name__)
 
-#: GitHub's legacy base roles that may steer (`maintain` reports `write`).
-ALLOWED = frozenset({"admin", "write"})
+#: GitHub roles that may steer (`role`: read from the permission flags, so maintain counts).
+ALLOWED = frozenset({"admin", "maintain", "write"})
 #: Recorded when GitHub would not say (the broker's token lacks push access): refused.
 UNKNOWN = "unknown"
 
@@ -69,7 +69,7 @@ class Access:
             )
         self.lookups.take()
         try:
-            permission = await asyncio.to_thread(self.gateway.permission, repository, login)
+            permission = await asyncio.to_thread(self.gateway.role, repository, login)
         except RateLimited:
             raise
         except GitHubError as e:

@@ -33,6 +33,7 @@ from github_broker.gateway import GitHubGateway
 from github_broker.models import Actor, Authority
 from github_broker.settings import Repository, Settings
 from github_broker.steering.actions import ActionResult, Reindex, Steering
+from github_broker.steering.authority import record_refusal
 from github_broker.steering.commands import grammar
 from github_broker.steering.commands.access import ALLOWED, Access
 from github_broker.steering.commands.comment import Comment
@@ -173,7 +174,10 @@ class CommentCommands:
                 result = await s.pause_agent(agent, actor, text, stop=verb == "stop")
             else:
                 result = await s.resume_agent(agent, actor, text)
-        except (NotFound, InvalidRequest, Forbidden) as e:
+        except Forbidden as e:
+            await record_refusal(self.store, actor, _action(verb), str(e), repository=repository)
+            return Outcome(command, f"refused: {e}", False)
+        except (NotFound, InvalidRequest) as e:
             return Outcome(command, f"not done: {e}", False)
         except BrokerError as e:
             # Its message may name internal addresses: the log gets it, GitHub does not.
@@ -235,3 +239,14 @@ def commenter(login: str, repository: str, permission: str) -> Actor:
     repository only (steering/authority.py)."""
     rank = Authority.MAINTAINER if permission in ("admin", "maintain") else Authority.COMMENTER
     return Actor(f"github:{login}", rank, frozenset({repository}))
+
+
+def _action(verb: str) -> str:
+    """The audit log's name of a comment verb's action."""
+    return {
+        "release": "revoke",
+        "hold": "revoke",
+        "pause": "pause_agent",
+        "stop": "stop_agent",
+        "resume": "resume_agent",
+    }.get(verb, verb)
