@@ -26,7 +26,7 @@ from github_broker.claim.credentials import AgentCredentials
 from github_broker.claim.events import ReadyWaker
 from github_broker.claim.prompts import Prompts
 from github_broker.claim.service import TaskService
-from github_broker.errors import BrokerError, ConfigError, StoreUnavailable
+from github_broker.errors import BODY_LIMIT_RESPONSE, BrokerError, ConfigError, StoreUnavailable
 from github_broker.gateway import GitHubGateway
 from github_broker.gateway.credentials import AppTokens
 from github_broker.leader.poller import Daemon
@@ -36,6 +36,7 @@ from github_broker.people.rights import GitHubRights
 from github_broker.settings import Settings, default_config_dir, load_settings
 from github_broker.steering.actions import Steering
 from github_broker.store import Store
+from github_broker.ui import github_signin
 from github_broker.ui import routes as dashboard
 
 logger = logging.getLogger(__name__)
@@ -218,6 +219,7 @@ def _install_handlers(app: BrokerApp, settings: Settings) -> None:
     app.include_router(webhooks.router)
     app.include_router(admin.router)
     dashboard.install(app)
+    app.include_router(github_signin.router, responses=BODY_LIMIT_RESPONSE)
 
 
 def _declare_openapi(app: BrokerApp, settings: Settings) -> None:

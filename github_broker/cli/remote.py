@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     method, path, body = _request(args)
     answer = _call(args, method, path, body)
     if args.command == "audit":
-        from github_broker.cli.steer import print_audit
+        from github_broker.cli.common import print_audit
         from github_broker.models import AuditEntry
 
         print_audit([AuditEntry.model_validate(e) for e in answer], as_json=args.json)
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _issue_path(args: argparse.Namespace, verb: str) -> str:
-    from github_broker.cli.steer import issue_ref
+    from github_broker.cli.common import issue_ref
 
     text = args.issue
     if "#" in text:

@@ -9,20 +9,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
-import json
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from github_broker.cli import remote
+from github_broker.cli.common import issue_ref, print_audit
 from github_broker.cli.target import FINDS_BROKER, SANDBOX_HELP, broker_settings
 from github_broker.errors import ConfigError
 from github_broker.models import Actor
 from github_broker.settings import Settings
 from github_broker.steering.actions import ActionResult, Steering
 
-#: `owner/name#12`, or `12` when one repository is configured.
-_REF = re.compile(r"^(?:(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#)?(?P<n>[1-9][0-9]{0,15})$")
 #: Audit entries shown by default.
 AUDIT_SHOWN = 30
 
@@ -34,24 +31,6 @@ def actor() -> Actor:
         return Actor.admin(f"cli:{getpass.getuser()}")
     except (KeyError, OSError):
         return Actor.admin("cli")
-
-
-def issue_ref(text: str, settings: Settings) -> tuple[str, int]:
-    """`owner/name#12` (or `12` with one repository) as (repository, number)."""
-    m = _REF.match(text)
-    if m is None:
-        raise ConfigError(f"{text!r}: name the issue as owner/name#12 (or 12 with one repository)")
-    repo = m.group("repo")
-    if repo is None:
-        names = [r.full_name for r in settings.repositories]
-        if len(names) != 1:
-            listed = f" ({', '.join(names[:5])}{', …' if len(names) > 5 else ''})" if names else ""
-            raise ConfigError(
-                f"{text!r}: {len(names)} repositories are served{listed}; name the issue as "
-                "owner/name#N"
-            )
-        repo = names[0]
-    return repo, int(m.group("n"))
 
 
 def _run(args: argparse.Namespace, act: Callable[[Steering, Settings], Awaitable[Any]]) -> int:
@@ -171,24 +150,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     print_audit(asyncio.run(run()), as_json=args.json)
     return 0
-
-
-def print_audit(entries: list[Any], *, as_json: bool) -> None:
-    """Audit entries as text lines (or JSON), newest first."""
-    from github_broker.clock import iso_from_ms
-
-    if as_json:
-        print(json.dumps([e.model_dump() for e in entries], indent=2, ensure_ascii=False))
-        return
-    if not entries:
-        print("the audit log is empty: no maintainer or broker action yet")
-    for e in entries:
-        where = f"{e.repository}#{e.issue}" if e.issue else (e.repository or "broker")
-        who = f" {e.agent}" if e.agent else ""
-        why = f" ({e.reason})" if e.reason else ""
-        print(
-            f"{iso_from_ms(e.at_ms)}  {e.actor:<16} {e.action:<14} {where}{who}{why}: {e.outcome}"
-        )
 
 
 #: `--reason` of each verb: where the reason goes.

@@ -29,6 +29,7 @@ from github_broker.leader.progress import ProgressKeeper
 from github_broker.leader.reviews import ReviewKeeper
 from github_broker.leader.sync import Syncer
 from github_broker.logs import log_fields
+from github_broker.people.watched import WatchedFile
 from github_broker.reports.health import failure_kind
 from github_broker.settings import Repository, Settings
 from github_broker.store import RepoStore, Store
@@ -84,6 +85,16 @@ class Daemon:
         self._last_error: dict[str, BrokerError] = {}
         #: Repositories this process marked sync:failing (cleared after a good pass).
         self._marked_failing: set[str] = set()
+        #: Agents with a token in `server.agent_tokens_file`: one removed there loses its lease.
+        self._tokens = (
+            WatchedFile(
+                settings.server.agent_tokens_file,
+                lambda: frozenset(settings.server.resolved_agent_tokens().values()),
+                "agent tokens file",
+            )
+            if settings.server.agent_tokens_file is not None
+            else None
+        )
         #: The deployment's decisions as the last drain read them (store `decisions`).
         self._decisions: dict[str, dict[str, str]] | None = None
         self._quota_published_s = 0.0
@@ -383,10 +394,31 @@ class Daemon:
                     restored,
                 )
 
+    async def _revoke_untokened(self) -> None:
+        """An agent whose token was removed from the agent tokens file is refused from then
+        on (api/auth.py); its live leases end now too (revoked by the broker, the reason
+        told to whoever still holds its token), not at their TTL."""
+        if self._tokens is None:
+            return
+        before = self._tokens.value
+        removed = before - self._tokens.current()
+        for agent in sorted(removed):
+            for rstore in self.store.repos.values():
+                with contextlib.suppress(BrokerError):
+                    n = await rstore.current_task(agent)
+                    if n is not None:
+                        done = await rstore.control(
+                            "revoke", "broker", str(n), f"{agent}'s token was removed", ""
+                        )
+                        logger.warning(
+                            "%s#%d: %s (its token was removed)", rstore.repository, n, done.outcome
+                        )
+
     async def reap_all(self) -> None:
         epoch = self.epoch  # kept for the whole sweep, as the syncer and drainer keep theirs
         if not self.is_leader:
             return
+        await self._revoke_untokened()
         for rstore in self.store.repos.values():
             try:
                 expired, trips, revived = await rstore.sweep(epoch=epoch)

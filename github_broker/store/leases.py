@@ -271,6 +271,16 @@ class LeaseRegistry(RepoBase):
         return bool(await awaited(self.client.exists(self.keys.handout(agent_id, request_id))))
 
     @translate_errors
+    async def current_task(self, agent_id: str) -> int | None:
+        """The issue the agent holds a live lease on here, or None."""
+        raw = await awaited(self.client.get(self.keys.agent_current_task(agent_id)))
+        if not raw:
+            return None
+        n = int(raw)
+        holder = await awaited(self.client.hget(self.keys.lease(n), "agent"))
+        return n if holder is not None and as_text(holder) == agent_id else None
+
+    @translate_errors
     async def holds_lease(self, agent_id: str) -> bool:
         """Whether the agent's current task here is a live lease."""
         raw = await awaited(self.client.get(self.keys.agent_current_task(agent_id)))

@@ -18,8 +18,7 @@ from github_broker.errors import BrokerError, GitHubError
 from github_broker.models import Actor
 from github_broker.steering.authority import described
 from github_broker.ui import guard
-from github_broker.ui.pages import render
-from github_broker.ui.routes import (
+from github_broker.ui.login import (
     HTML,
     LOGIN_BODY_MAX,
     attempt,
@@ -28,6 +27,7 @@ from github_broker.ui.routes import (
     refused_login,
     signed_in,
 )
+from github_broker.ui.pages import render
 
 logger = logging.getLogger(__name__)
 
