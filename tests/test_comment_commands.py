@@ -162,17 +162,25 @@ async def test_hold_keeps_the_issue_for_a_person_until_retry_gives_it_back(
     async with broker(sim, redis_url, make_settings, capture, path) as b:
         task = b.claim("a1")
         n = task["issue_id"]
-        await b.say("/broker hold", n, user="mona")  # maintain counts as write
+        await b.say("/broker hold", n, user="mona")  # maintain: a maintainer
         assert b.beat(task, "a1").status_code == 409
         others = {b.claim(f"b{i}")["issue_id"] for i in range(2)}
         assert n not in others
         assert b.http.post("/request-task", json={"agent_id": "b9"}).status_code == 204
         assert [w.code for w in (await b.w.rstore.waiting()).values()] == ["held"]
+        # A writer cannot lift a maintainer's hold: refused, said, audited.
         cid = await b.say("/broker retry", n)
+        assert b.reactions(cid) == [(BROKER_LOGIN, "confused")]
+        assert b.http.post("/request-task", json={"agent_id": "b9"}).status_code == 204
+        cid = await b.say("/broker retry", n, user="mona")
         assert b.reactions(cid) == [(BROKER_LOGIN, "+1")]
         assert b.claim("b9")["issue_id"] == n
         actions = [(e.action, e.actor) for e in reversed(await b.audit())]
-        assert actions == [("revoke", "github:mona"), ("retry", "github:alice")]
+        assert actions == [
+            ("revoke", "github:mona"),
+            ("retry", "github:alice"),
+            ("retry", "github:mona"),
+        ]
 
 
 @pytest.mark.anyio

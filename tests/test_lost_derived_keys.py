@@ -333,7 +333,7 @@ async def test_an_in_progress_label_for_an_agent_that_is_not_configured_is_named
             "labels": ["P1", "BACKENDCODER", "in-progress", "ghost-agent"],
         },
     ]
-    server = {"agent_tokens": {"tok-1": "claude-1"}, "admin_token": "boss"}
+    server = {"agent_tokens": {"claude-1": "tok-1-0123456789abcdef"}, "admin_token": "boss"}
     with simulated(issues) as sim:
         async with running_world(
             sim, redis_url, make_settings, leases={"lease_ttl_s": 1}, server=server

@@ -281,8 +281,11 @@ class WebhookWorker:
     async def _review_due(self, repo: Repository) -> str:
         """`needs-review` was just added: the review upkeep finds the issue's PR and arms its
         timer, so the review is offered when due (review.delay_s), not at the next poll.
-        One listing of the open PRs (a conditional request)."""
+        One listing of the open PRs (a conditional request); the PR's checks are read first
+        when they may hold its review (leader/checks.py), as a check's delivery would."""
         report = await self.reviews.run(repo)
+        if self.checks is not None:
+            await self.checks.run(repo, webhooks_healthy=True)
         self.reviews.arm(repo, report)
         return f"review timer armed for {len(report.next_due)} issue(s)"
 

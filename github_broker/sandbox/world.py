@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import sys
 import tempfile
 import threading
@@ -95,9 +96,13 @@ def _short_intervals() -> dict[str, Any]:
 
 def sandbox_settings(github_url: str, redis_url: str, port: int) -> Settings:
     """Settings of the offline sandbox; refuses environment overrides that would unmake that."""
+    intervals = _short_intervals()
+    # Signed lease tokens, as a real deployment's: a key for this run only.
+    leases = {**intervals.pop("leases", {}), "signing_keys": {"sandbox": secrets.token_hex(16)}}
     settings = load_settings(
         DEFAULTS_DIR,
-        **_short_intervals(),
+        **intervals,
+        leases=leases,
         github={
             "base_url": github_url,
             "token": "sandbox",

@@ -212,6 +212,8 @@ class CommentCommands:
 
 def _did(verb: str, outcome: str) -> bool:
     """Whether the outcome is what the verb asks for (else the reply says what happened)."""
+    if outcome.startswith("refused"):
+        return False
     if verb == "release":
         return outcome.startswith("lease of ")
     if verb == "hold":
