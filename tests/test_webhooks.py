@@ -590,3 +590,12 @@ async def test_a_sync_page_read_before_a_delivered_close_does_not_reopen_the_iss
             assert await w.rstore.get_issue(1) is None
             assert 1 not in await w.rstore.open_numbers()
             assert await w.ask("agent-1") is None
+
+
+def test_every_event_the_receiver_queues_has_a_handler_in_the_leader() -> None:
+    """The receiver's events (webhooks/payloads.py) and the worker's handler table agree: a
+    queued delivery is never dropped as `ignored`."""
+    from github_broker.leader.deliveries import HANDLERS
+    from github_broker.webhooks.payloads import EVENTS
+
+    assert set(EVENTS) == set(HANDLERS)

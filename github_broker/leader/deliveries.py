@@ -6,7 +6,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from github_broker.background import stop_task
@@ -23,7 +24,6 @@ from github_broker.models import Issue
 from github_broker.settings import Repository, Settings
 from github_broker.steering.commands import CommentCommands
 from github_broker.store import RepoStore, Store
-from github_broker.webhooks.payloads import EVENTS
 
 logger = logging.getLogger(__name__)
 
@@ -180,47 +180,61 @@ class WebhookWorker:
     # --- one delivery -------------------------------------------------------------------
 
     async def apply(self, repo: Repository, rstore: RepoStore, envelope: str) -> str:
+        """Apply one queued delivery through its event's handler (HANDLERS); what it did."""
         head, _, body = envelope.partition("\n")
         meta = json.loads(head)
         payload = json.loads(body)
-        event, action = meta["event"], str(payload.get("action") or "")
+        d = Delivery(repo, rstore, meta["event"], str(payload.get("action") or ""), payload)
         said = ""
-        if event in CHECK_EVENTS and self.checks is not None:
+        if d.event in CHECK_EVENTS and self.checks is not None:
             # First: a new head resets the PR's checks before its review upkeep reads them.
-            said = await self.checks.from_delivery(repo, event, payload)
-        if event == "issues":
-            outcome = await self._issue(repo, rstore, action, payload["issue"])
-            if self._review_labelled(action, payload) and outcome == "upserted":
-                outcome += "; " + await self._review_due(repo)
-            await self._blocker_moved(rstore, action, payload["issue"])
-        elif event in GRAPH_EVENTS:
-            outcome = await self.syncer.graph.from_delivery(repo.full_name, event, payload)
-        elif event == "issue_comment" and "pull_request" not in payload["issue"]:
-            # A comment's own action (deleted, ...) says nothing about the issue's life.
-            outcome = await self._issue(repo, rstore, "commented", payload["issue"])
-        elif event == "push":
-            outcome = await self.progress.from_delivery(repo, event, payload)
-        elif event in CHECK_EVENTS and event != "pull_request":
-            outcome = ""  # check runs, suites, statuses, workflow runs: the checks alone
-        elif event in EVENTS:
-            outcome = await self._review_upkeep(repo, payload)
-            if event != "issue_comment":
-                outcome += "; " + await self.progress.from_delivery(repo, event, payload)
-        else:
-            outcome = "ignored"
+            said = await self.checks.from_delivery(repo, d.event, payload)
+        handler = HANDLERS.get(d.event)
+        outcome = await handler(self, d) if handler is not None else "ignored"
         if said:
             outcome = f"{outcome}; {said}" if outcome else said
-        if event == "issue_comment" and action == "created":
-            outcome += "; " + await self.commands.from_delivery(repo, payload)
         logger.info(
             "webhook %s %s.%s on %s: %s",
             meta["delivery"],
-            event,
-            action,
+            d.event,
+            d.action,
             repo.full_name,
             outcome,
         )
         return outcome
+
+    # --- the handlers, one per event (HANDLERS) ---------------------------------------------
+
+    async def _on_issues(self, d: Delivery) -> str:
+        outcome = await self._issue(d.repo, d.rstore, d.action, d.payload["issue"])
+        if self._review_labelled(d.action, d.payload) and outcome == "upserted":
+            outcome += "; " + await self._review_due(d.repo)
+        await self._blocker_moved(d.rstore, d.action, d.payload["issue"])
+        return outcome
+
+    async def _on_issue_comment(self, d: Delivery) -> str:
+        if "pull_request" in d.payload["issue"]:
+            outcome = await self._review_upkeep(d.repo, d.payload)  # feedback on a PR
+        else:
+            # A comment's own action (deleted, ...) says nothing about the issue's life.
+            outcome = await self._issue(d.repo, d.rstore, "commented", d.payload["issue"])
+        if d.action == "created":
+            outcome += "; " + await self.commands.from_delivery(d.repo, d.payload)
+        return outcome
+
+    async def _on_pull(self, d: Delivery) -> str:
+        """A PR opened, updated or reviewed: its review upkeep now, and its task's progress."""
+        outcome = await self._review_upkeep(d.repo, d.payload)
+        return outcome + "; " + await self.progress.from_delivery(d.repo, d.event, d.payload)
+
+    async def _on_push(self, d: Delivery) -> str:
+        return await self.progress.from_delivery(d.repo, d.event, d.payload)
+
+    async def _on_graph(self, d: Delivery) -> str:
+        return await self.syncer.graph.from_delivery(d.repo.full_name, d.event, d.payload)
+
+    async def _on_checks_alone(self, d: Delivery) -> str:
+        return ""  # check runs, suites, statuses, workflow runs: the checks' pre-step alone
 
     async def _blocker_moved(self, rstore: RepoStore, action: str, data: dict[str, Any]) -> None:
         """The issue may block others (here or in another served repository): they learn its
@@ -300,3 +314,31 @@ class WebhookWorker:
         report = await self.reviews.run(repo, pulls=[pull])
         self.reviews.arm(repo, report)
         return f"review upkeep: {report.reviews_offered} review(s), {report.fixes_offered} fix(es)"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One queued delivery, as its handler gets it."""
+
+    repo: Repository
+    rstore: RepoStore
+    event: str
+    action: str
+    payload: dict[str, Any]
+
+
+#: The handler of each event the receiver queues (webhooks/payloads.py `EVENTS`); the checks'
+#: events also go through leader/checks.py first (`apply`).
+HANDLERS: dict[str, Callable[[WebhookWorker, Delivery], Awaitable[str]]] = {
+    "issues": WebhookWorker._on_issues,
+    "issue_comment": WebhookWorker._on_issue_comment,
+    "pull_request": WebhookWorker._on_pull,
+    "pull_request_review": WebhookWorker._on_pull,
+    "pull_request_review_comment": WebhookWorker._on_pull,
+    "push": WebhookWorker._on_push,
+    "check_run": WebhookWorker._on_checks_alone,
+    "check_suite": WebhookWorker._on_checks_alone,
+    "status": WebhookWorker._on_checks_alone,
+    "workflow_run": WebhookWorker._on_checks_alone,
+    **dict.fromkeys(GRAPH_EVENTS, WebhookWorker._on_graph),
+}
