@@ -66,7 +66,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
-class StderrHandler(logging.StreamHandler):
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]  # generic in typeshed only
     """Writes to whatever `sys.stderr` is now (tests swap it), above a live progress bar."""
 
     @property

@@ -153,7 +153,8 @@ class Metrics:
         gauges = await _deployment_gauges(store)
         registry = CollectorRegistry(auto_describe=False)
         if os.environ.get(MULTIPROC_ENV):
-            MultiProcessCollector(registry)  # every process's counters and histograms
+            # Every process's counters and histograms (prometheus-client is untyped).
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             pids = _multiprocess_pids(Path(os.environ[MULTIPROC_ENV]))
         else:
             registry.register(_Merged(self.registry, PROCESS_REGISTRY))

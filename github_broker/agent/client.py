@@ -339,8 +339,8 @@ def retry_policy(
         delay = ceiling / 2 + random.uniform(0, ceiling / 2)
         error = state.outcome.exception() if state.outcome else None
         if isinstance(error, RetryStatus) and error.retry_after_s is not None:
-            delay = min(MAX_BACKOFF_S, max(delay, error.retry_after_s))
-        return delay
+            delay = min(MAX_BACKOFF_S, max(delay, float(error.retry_after_s)))
+        return float(delay)
 
     def log(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None

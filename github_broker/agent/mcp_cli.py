@@ -128,9 +128,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_mcp_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_mcp_command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     """Register `mcp` on a parser's subcommands."""
-    p = subparsers.add_parser(
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "mcp",
         help="serve the broker's task calls as MCP tools for one agent",
         description="An MCP server (stdio or streamable HTTP) with the tools request_task, "

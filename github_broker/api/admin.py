@@ -11,9 +11,8 @@ from pydantic import BaseModel, Field, StrictBool
 
 from github_broker.api.caller import Caller
 from github_broker.api.routes import ERRORS, IssueNumber, Services
-from github_broker.api.schemas import AGENT_ID_PATTERN
 from github_broker.errors import BODY_LIMIT_RESPONSE
-from github_broker.models import ActionAnswer, AgentPause, AuditEntry
+from github_broker.models import AGENT_ID_PATTERN, ActionAnswer, AgentPause, AuditEntry
 from github_broker.steering.actions import MAX_TEXT, ActionResult, BudgetRaise
 
 router = APIRouter(prefix="/admin", tags=["admin"], responses=BODY_LIMIT_RESPONSE)

@@ -37,7 +37,6 @@ from github_broker.api.routes import (
     answer_request_task,
 )
 from github_broker.api.schemas import (
-    MAX_NUMBER,
     HeartbeatRequest,
     LeaseRequest,
     ReleaseRequest,
@@ -45,6 +44,7 @@ from github_broker.api.schemas import (
 )
 from github_broker.errors import BrokerError
 from github_broker.metrics import RequestTaskTimer
+from github_broker.models import MAX_NUMBER
 
 PATH = "/request-task"
 #: The lease calls, matched as Starlette matches `/tasks/{owner}/{repo}/{number}/<action>`.
@@ -168,7 +168,7 @@ def _json_content(request: Request) -> bool:
     if media.count("/") != 1:
         return False  # email.message reads it as text/plain
     main, subtype = media.split("/")
-    return main == "application" and (subtype == "json" or subtype.endswith("+json"))
+    return bool(main == "application" and (subtype == "json" or subtype.endswith("+json")))
 
 
 #: The declared routes' `number: IssueNumber` path parameter, validated as FastAPI does.

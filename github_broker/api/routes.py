@@ -13,9 +13,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from github_broker.api.caller import Caller, visible
 from github_broker.api.query import refuse_unknown, unknown_parameters_response
 from github_broker.api.schemas import (
-    AGENT_ID_PATTERN,
-    MAX_LIST_ITEMS,
-    MAX_NUMBER,
     Done,
     FixAccepted,
     FixRequest,
@@ -24,7 +21,6 @@ from github_broker.api.schemas import (
     LeaseRequest,
     Readiness,
     ReleaseRequest,
-    RoleName,
     TaskRequest,
 )
 from github_broker.claim.rules import branch_problem
@@ -39,7 +35,16 @@ from github_broker.errors import (
     Problem,
 )
 from github_broker.leader import reviews
-from github_broker.models import AgentCredential, Outcome, ReviewComment, Task
+from github_broker.models import (
+    AGENT_ID_PATTERN,
+    MAX_LIST_ITEMS,
+    MAX_NUMBER,
+    AgentCredential,
+    Outcome,
+    ReviewComment,
+    RoleName,
+    Task,
+)
 from github_broker.reports import explain as explain_view
 from github_broker.reports import status as status_view
 from github_broker.steering.authority import require_repository
@@ -154,7 +159,8 @@ async def answer_request_task(body: TaskRequest, request: Request, svc: Any) -> 
     if task is None:
         return None
     # Already a validated Task: serialise it once, skipping FastAPI's re-validation.
-    return task.model_dump_json().encode()
+    answer: bytes = task.model_dump_json().encode()
+    return answer
 
 
 @router.post(

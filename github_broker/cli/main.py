@@ -194,12 +194,12 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"github-broker {__version__}")
 
 
-def _add_broker_commands(sub: argparse._SubParsersAction) -> None:
+def _add_broker_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The broker's own commands: sync, poll, serve, status, explain."""
 
     def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
         doc = (func.__doc__ or "").strip()
-        p = sub.add_parser(name, help=doc.splitlines()[0], description=doc)
+        p: argparse.ArgumentParser = sub.add_parser(name, help=doc.splitlines()[0], description=doc)
         p.set_defaults(func=func)
         return p
 

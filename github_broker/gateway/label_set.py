@@ -80,9 +80,11 @@ def _repo_name(value: str) -> str:
     return value
 
 
-def add_labels_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_labels_command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     """Register `labels init` on a parser's subcommands."""
-    p = subparsers.add_parser(
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "labels",
         help="manage the labels the broker uses on GitHub",
         description="Manage the labels the broker reads and writes on GitHub (`labels init` "

@@ -454,7 +454,7 @@ class CheckKeeper:
             if suite.get("head_sha") != rec.get("head"):
                 return False
             rec["need_read"] = True  # which workflow waits is read with the next read
-            return suite.get("conclusion") == "action_required"
+            return bool(suite.get("conclusion") == "action_required")
         pull = payload.get("pull_request") or {}
         return pull.get("number") == rec.get("pr") and view.on_pull(rec, pull, now)
 

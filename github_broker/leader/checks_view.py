@@ -185,7 +185,7 @@ def on_workflow_run(record: dict[str, Any], run: dict[str, Any]) -> bool:
     others = [a for a in record["approval"] if a.get("url") != url]
     if run.get("conclusion") == "action_required":
         others.append({"workflow": str(run.get("name") or "workflow"), "url": url})
-    changed = others != record["approval"]
+    changed = bool(others != record["approval"])
     record["approval"] = others
     return changed
 

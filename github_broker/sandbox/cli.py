@@ -140,9 +140,11 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_sandbox_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_sandbox_command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     """Register `sandbox` on a parser's subcommands."""
-    p = subparsers.add_parser(
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "sandbox",
         help="try the broker offline: simulated GitHub, broker and demo agents",
         description="Start a simulated GitHub seeded with a demo backlog, the broker API and "

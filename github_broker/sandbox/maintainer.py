@@ -141,7 +141,7 @@ class Maintainer(StoreLoop):
 
     def _closed(self, n: int) -> bool:
         try:
-            return self.sim.state.get_issue(self.owner, self.repo, n)["state"] == "closed"
+            return bool(self.sim.state.get_issue(self.owner, self.repo, n)["state"] == "closed")
         except ApiError:  # not an issue of this repository: it does not keep the story open
             return True
 

@@ -81,7 +81,7 @@ def label_clash(agent_id: str, labels: LabelNames, roles: list[str]) -> str | No
     folded = agent_id.casefold()
     hit = next((name for name in names if name.casefold() == folded), None)
     if hit is not None:
-        return hit
+        return str(hit)
     if re.match(labels.priority_pattern, agent_id, re.IGNORECASE):
         return f"the priority labels ({labels.priority_pattern})"
     return None

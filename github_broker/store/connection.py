@@ -274,8 +274,9 @@ def _sentinel(url: str, socket_timeout_s: float) -> aioredis.Redis:
     for host in hosts.split(","):
         name, _, port = host.partition(":")
         nodes.append((name, int(port or 26379)))
-    sentinel = Sentinel(nodes, socket_timeout=socket_timeout_s)
-    return sentinel.master_for(service or "mymaster", db=int(db or 0))
+    sentinel = Sentinel(nodes, socket_timeout=socket_timeout_s)  # type: ignore[no-untyped-call]
+    master: aioredis.Redis = sentinel.master_for(service or "mymaster", db=int(db or 0))
+    return master
 
 
 def as_text(value: Any) -> str:

@@ -359,7 +359,8 @@ class Pipelined:
 
 def _pack(*args: Any) -> bytes:
     try:
-        return hiredis.pack_command(args)
+        packed: bytes = hiredis.pack_command(args)
+        return packed
     except TypeError as e:  # as redis-py's encoder: None, bool, a dict...
         raise redis.exceptions.DataError(str(e)) from e
 

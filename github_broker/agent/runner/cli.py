@@ -133,9 +133,11 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return 128 + received[0] if received else code
 
 
-def add_agent_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_agent_command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     """Register `agent` on a parser's subcommands."""
-    p = subparsers.add_parser(
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "agent",
         help="run an agent command on tasks from a broker",
         description="Ask a broker for tasks and run an agent command on each, heartbeating "
