@@ -1,3 +1,3 @@
 """github-broker: turns GitHub issues into a work queue for AI coding agents."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
