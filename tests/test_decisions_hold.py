@@ -1,7 +1,8 @@
 """A maintainer's decision holds against every kind of agent, across two serve processes, and
 through what goes wrong: the agent a task was revoked or reassigned from never takes it back
 (20 tries and more, polling with no wait), the named agent gets it, a hold keeps the issue
-from everyone — with GitHub refusing writes, and after Redis lost its data.
+from everyone — every kind of agent under every condition: healthy, GitHub refusing writes,
+Redis flushed, and Redis killed and restarted empty.
 
 Each kind of agent is driven as it runs for real: the runner (`github-broker agent`) as a
 process over a long command, an SDK loop (`BrokerClient`, asking again at once whenever it has
@@ -34,7 +35,7 @@ from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
 from tests.factories import make_known
 from tests.processes import BrokerProcess, broker_env, start_all
-from tests.test_durability import SIGNING
+from tests.test_durability import SIGNING, RedisNode
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -174,6 +175,8 @@ def mcp_agent(url: str, tmp_path: Path, claims: Claims) -> Iterator[None]:
 
 
 AGENTS: dict[str, Callable[..., Any]] = {"runner": runner_agent, "sdk": sdk_agent, "mcp": mcp_agent}
+#: What goes wrong meanwhile: nothing, GitHub refusing writes, Redis losing its data.
+CONDITIONS = ["healthy", "writes-refused", "flushall", "restart-empty"]
 
 
 # --- the stack and the maintainer ------------------------------------------------------------
@@ -242,13 +245,15 @@ def sim() -> Iterator[Simulator]:
         yield s
 
 
-@pytest.mark.parametrize(
-    ("kind", "condition"),
-    [("runner", "flushall"), ("sdk", "writes-refused"), ("mcp", "healthy")],
-)
+@pytest.mark.parametrize("condition", CONDITIONS)
+@pytest.mark.parametrize("kind", list(AGENTS))
 def test_a_revoke_a_reassign_and_a_hold_hold_against_the_agent_they_were_taken_from(
     sim: Simulator, redis_url: str, tmp_path: Path, kind: str, condition: str
 ) -> None:
+    node = None
+    if condition == "restart-empty":  # a redis-server of its own, to kill -9
+        node = RedisNode(tmp_path / "redis").start()
+        redis_url = node.url
     env = broker_env(
         redis_url,
         sim.base_url,
@@ -264,9 +269,13 @@ def test_a_revoke_a_reassign_and_a_hold_hold_against_the_agent_they_were_taken_f
     make_known(redis_url, "other", "to", "parker")
     try:
         wait_until(lambda: client.zcard(KEYS.ready) == 3, 30, "the first sync")
-        # Two of the three issues are held by others: the agent under test has one to take.
-        reassigned, parked = claim(agents_url, "other"), claim(agents_url, "parker")
-        with ExitStack() as stack, AGENTS[kind](agents_url, tmp_path, claims):
+        with ExitStack() as stack:
+            # Two of the three issues are held by others, alive until a decision ends them:
+            # the agent under test has one to take.
+            reassigned, parked = claim(agents_url, "other"), claim(agents_url, "parker")
+            stack.enter_context(heartbeating(agents_url, "other", reassigned))
+            stack.enter_context(heartbeating(agents_url, "parker", parked))
+            stack.enter_context(AGENTS[kind](agents_url, tmp_path, claims))
             first = wait_until(lambda: claims.since(0), 30, f"the {kind} agent's first claim")[0]
             if condition == "writes-refused":
                 sim.faults.add_error(503, method="POST")
@@ -289,7 +298,7 @@ def test_a_revoke_a_reassign_and_a_hold_hold_against_the_agent_they_were_taken_f
             polls_without(agents_url, claims, {first, held}, "the hold")
             if condition == "writes-refused":
                 sim.faults.clear()
-            if condition == "flushall":
+            if condition in ("flushall", "restart-empty"):
                 wait_until(
                     lambda: "needs-human" in sim.state.issue_labels("acme", "widgets", held),
                     10,
@@ -298,7 +307,11 @@ def test_a_revoke_a_reassign_and_a_hold_hold_against_the_agent_they_were_taken_f
                 # The leader reads the decisions it writes back after a loss at every drain of
                 # the write queue (every 0.2 s here): one taken within that interval is lost.
                 time.sleep(0.5)
-                client.flushall()
+                if node is None:
+                    client.flushall()
+                else:
+                    node.kill()
+                    node.start()  # no persistence: empty
                 # The rebuild and its hold-back (one heartbeat interval and 5 s) pass; then
                 # every decision still holds.
                 wait_until(lambda: client.exists(KEYS.mirror), 30, "the rebuild")
@@ -314,3 +327,5 @@ def test_a_revoke_a_reassign_and_a_hold_hold_against_the_agent_they_were_taken_f
         client.close()
         for broker in brokers:
             broker.stop()
+        if node is not None:
+            node.kill()

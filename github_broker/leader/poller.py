@@ -120,6 +120,8 @@ class Daemon:
             self._set_epoch(0)
             return False
         self._set_epoch(epoch)
+        if not self.is_leader:
+            await self._keep_decisions()
         if self.is_leader != was:
             logger.info(
                 "%s leader (%s, epoch %d)", "became" if self.is_leader else "lost", self.id, epoch
@@ -192,8 +194,8 @@ class Daemon:
                 except BrokerError:
                     return
                 if repo.full_name in self.syncer.seen_complete:
+                    # _sync writes the decisions back first.
                     logger.warning("the mirror of %s is gone: rebuilding it now", repo.full_name)
-                    await self._restore_decisions()
                 else:
                     # A first start on empty Redis (or this process's first look at it).
                     logger.info("building the mirror of %s", repo.full_name)
@@ -305,6 +307,13 @@ class Daemon:
                 self._marked_failing.add(name)
 
     async def _sync(self, repo: Repository) -> None:
+        if (
+            repo.full_name in self.syncer.seen_complete
+            and not await self.store.repo(repo.full_name).mirror_rebuilt()
+        ):
+            # Every pass that rebuilds a lost mirror (the drain's, the scheduled one, a
+            # webhook's) writes the decisions back before its rebuild hands anything out.
+            await self._restore_decisions()
         report = await self.syncer.sync(repo)
         if report.held_back_s:
             logger.warning(
@@ -378,6 +387,23 @@ class Daemon:
             with contextlib.suppress(BrokerError):
                 await self.store.save_quota(quota)
                 self._quota_published_s = quota.seen_s
+
+    async def _keep_decisions(self) -> None:
+        """A process that does not lead keeps what a leader needs after a loss, at each
+        leadership check: which mirrors it has seen built (a rebuild of those is a loss:
+        hold-back and decisions written back) and its own copy of the decisions, read only
+        while the data is whole (the first repository's mirror stands). So whichever process
+        leads after a loss rebuilds as the old leader would have."""
+        with contextlib.suppress(BrokerError):
+            for repo in self.settings.repositories:
+                name = repo.full_name
+                if name not in self.syncer.seen_complete:
+                    if not await self.store.repo(name).mirror_rebuilt():
+                        break  # the others are not built yet either, or were lost
+                    self.syncer.seen_complete.add(name)
+            first = self.settings.repositories[:1]
+            if first and await self.store.repo(first[0].full_name).mirror_rebuilt():
+                self._decisions = await self.store.decisions()
 
     async def _restore_decisions(self) -> None:
         """Redis lost its data: the deployment's decisions this leader last read (paused and
