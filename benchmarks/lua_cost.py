@@ -180,6 +180,17 @@ def _git_lua(ref: str, name: str) -> str:
     ).stdout
 
 
+def _git_has(ref: str, name: str) -> bool:
+    """Whether revision `ref` has script `name` (an older one may lack a newer script)."""
+    return (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "cat-file", "-e", f"{ref}:github_broker/lua/{name}.lua"],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
+
+
 @dataclass
 class Block:
     """One block's figures, per script call."""
@@ -210,6 +221,7 @@ class Version:
                     context_prelude(context) + lib + "\n" + _git_lua(ref, name)
                 )
                 for name in Scripts.REPO_SCRIPTS
+                if _git_has(ref, name)
             }
         for script in self.rstore.scripts.repo.values():
             server.client.script_load(script.script)
