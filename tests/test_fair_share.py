@@ -14,6 +14,7 @@ from github_broker.claim.events import ReadyWaker
 from github_broker.claim.prompts import Prompts
 from github_broker.claim.rules import Rules
 from github_broker.claim.service import TaskService
+from github_broker.errors import ConfigError
 from github_broker.leader.sync import index_item
 from github_broker.reports.explain import explain
 from github_broker.settings import Settings
@@ -142,3 +143,11 @@ async def test_explain_names_the_share_and_takes_the_same_turn_as_the_claim(
         order.append(task.repository)
     # The repositories took turns, and explain followed them.
     assert order == [BIG, SMALL] * 3
+
+
+def test_a_weight_below_one_is_refused_at_start_naming_the_field(
+    make_settings: Callable[..., Settings],
+) -> None:
+    with pytest.raises(ConfigError) as e:
+        make_settings(repositories=[{"owner": "acme", "name": "big", "weight": 0}])
+    assert "weight" in str(e.value)
