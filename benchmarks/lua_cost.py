@@ -45,6 +45,7 @@ from typing import Any, cast
 
 import redis
 
+from benchmarks.scenarios import Bench
 from benchmarks.servers import REPOSITORY, free_port
 from github_broker.claim.rules import Rules
 from github_broker.keys import RepoKeys
@@ -180,6 +181,17 @@ def _git_lua(ref: str, name: str) -> str:
     ).stdout
 
 
+def _git_has(ref: str, name: str) -> bool:
+    """Whether revision `ref` has script `name` (an older one may lack a newer script)."""
+    return (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "cat-file", "-e", f"{ref}:github_broker/lua/{name}.lua"],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
+
+
 @dataclass
 class Block:
     """One block's figures, per script call."""
@@ -210,6 +222,7 @@ class Version:
                     context_prelude(context) + lib + "\n" + _git_lua(ref, name)
                 )
                 for name in Scripts.REPO_SCRIPTS
+                if _git_has(ref, name)
             }
         for script in self.rstore.scripts.repo.values():
             server.client.script_load(script.script)
@@ -252,6 +265,64 @@ class Version:
         await self.store.close()
 
 
+#: The two flows timed, in the order they run.
+FLOWS = ("settle+claim", "claim")
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+async def idle_cost(issues: int, blocks: int, calls: int) -> dict[str, dict[str, Any]]:
+    """The working tree's claim script alone on an idle Redis filled with `issues` ready
+    issues, per flow: µs inside EVALSHA and the server's CPU µs per call (median, min, max
+    over `blocks` blocks of `calls` calls) and the commands each call runs (`make bench`'s
+    `script` rows)."""
+    work = Path(tempfile.mkdtemp(prefix="gb-lua-cost-"))
+    server = Server(work / "0")
+    version: Version | None = None
+    try:
+        await fill(server.url, issues)
+        version = Version("working tree", server, None, 0)
+        await version.claim("bench-settle-0")  # from here on the settle flow's agent holds one
+        out: dict[str, dict[str, Any]] = {}
+        for flow in FLOWS:
+            got = [await version.block(flow, calls) for _ in range(blocks)]
+            out[flow] = {
+                "us": _spread([b.us for b in got]),
+                "cpu_us": _spread([b.cpu_us for b in got]),
+                "commands": statistics.median(b.commands for b in got),
+            }
+        return out
+    finally:
+        if version is not None:
+            await version.close()
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+#: `make bench`'s `script` rows: ready issues, blocks per flow, calls per block (full, quick).
+BENCH_SIZES = {False: (20_000, 9, 200), True: (5_000, 5, 100)}
+
+
+def script_figures(bench: Bench) -> None:
+    """`make bench`'s `script` rows: claim.lua alone on an idle Redis of its own, per flow."""
+    o = bench.options
+    issues, blocks, calls = BENCH_SIZES[o.quick]
+    got = asyncio.run(idle_cost(issues, blocks, calls))
+    for flow, figures in got.items():
+        bench.add(
+            "script",
+            {
+                "flow": flow,
+                "open_issues": issues,
+                "calls": blocks * calls,
+                **figures,
+                "reproduce": o.reproduce("script"),
+            },
+        )
+
+
 def _summary(values: list[float]) -> str:
     return f"{statistics.median(values):5.1f} µs ({min(values):.1f}-{max(values):.1f})"
 
@@ -279,7 +350,7 @@ async def main(args: argparse.Namespace) -> None:
             versions.append(Version(ref or "working tree", servers[-1], ref, i))
         for v in versions:  # warm-up: the settle flow's agent holds a task from here on
             await v.claim(f"bench-settle-{v.tag}")
-        for flow in ("settle+claim", "claim"):
+        for flow in FLOWS:
             blocks: dict[str, list[Block]] = {v.label: [] for v in versions}
             for i in range(args.blocks):
                 for v in versions if i % 2 == 0 else versions[::-1]:

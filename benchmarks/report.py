@@ -185,6 +185,52 @@ def _throughput(figs: dict[str, Any]) -> list[str]:
     return [*out, "", *notes, *([""] if notes else [])]
 
 
+#: Which throughput flow runs each script-cost flow (`lua_cost.FLOWS`) under load.
+LOADED_FLOW = {"settle+claim": "request-task", "claim": "claim-complete"}
+
+
+def _under_load(figs: dict[str, Any], flow: str) -> float | None:
+    """The claim script's mean µs under load (serve, 1 worker) in the throughput runs."""
+    for r in figs.get("throughput", []):
+        if r["server"] == "serve" and r["workers"] == 1 and r["flow"] == LOADED_FLOW[flow]:
+            mean = ((r.get("claim_script") or {}).get("mean_us") or {}).get("median")
+            return float(mean) if mean is not None else None
+    return None
+
+
+def _script_cost(figs: dict[str, Any]) -> list[str]:
+    rows = figs.get("script", [])
+    if not rows:
+        return []
+    out = [
+        f"## The claim script alone: claim.lua on an idle Redis, {rows[0]['open_issues']:,} "
+        "ready issues",
+        "",
+        "`benchmarks/lua_cost.py` on a redis-server of its own, nothing else running against "
+        "it: blocks of calls, each after `CONFIG RESETSTAT`; µs per `EVALSHA` from `INFO "
+        "commandstats` (Redis's time inside the script), the server's CPU µs per call (its main "
+        "thread's run time from `/proc`, request parsing and reply included, time waiting for a "
+        "core not), and the commands each call runs inside the script; median (range) over the "
+        "blocks. settle+claim: one agent asking again with `previous=completed` (its held "
+        "development task completed, the next one claimed); claim: a new agent per call. Under "
+        "load: the throughput table's mean for the same flow (serve, 1 worker), and its ratio to "
+        "the idle median.",
+        "",
+        "| flow | calls | µs inside Redis | server CPU µs | commands | mean under load µs "
+        "| under load ÷ idle | reproduce |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        loaded = _under_load(figs, r["flow"])
+        ratio = loaded / r["us"]["median"] if loaded and r["us"]["median"] else None
+        out.append(
+            f"| {r['flow']} | {r['calls']:,} | {_mid(r['us'], 0)} | {_mid(r['cpu_us'], 0)} "
+            f"| {_n(r['commands'], 0)} | {_n(loaded, 0)} | {_n(ratio, 2)} "
+            f"| {_code(r['reproduce'])} |"
+        )
+    return [*out, ""]
+
+
 def _backlog(figs: dict[str, Any]) -> list[str]:
     rows = figs.get("backlog", [])
     if not rows:
@@ -589,8 +635,10 @@ def _graph(figs: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        out.append(f"| {r['figure']} | {r['links']} | {r['github_calls']:,} | {r['counted']:,} "
-                   f"| {r['graphql']} | {_n(r['wall_s'], 2)} | {_code(r['reproduce'])} |")
+        out.append(
+            f"| {r['figure']} | {r['links']} | {r['github_calls']:,} | {r['counted']:,} "
+            f"| {r['graphql']} | {_n(r['wall_s'], 2)} | {_code(r['reproduce'])} |"
+        )
     return [*out, ""]
 
 
@@ -602,9 +650,11 @@ def merged(results: dict[str, Any], findings: Any) -> dict[str, Any]:
     groups = [f"--only {g}" for g in results["settings"]["only"]]
     for section, rows in results["figures"].items():
         latest["figures"][section] = _merged_rows(latest["figures"].get(section, []), rows, groups)
-    note = (f"{', '.join(results['settings']['only'])} re-measured on {results['machine']['date']}"
-            f" (commit {results['machine']['commit']}, {results['runtime_s']:.0f} s) with "
-            "`--merge`")
+    note = (
+        f"{', '.join(results['settings']['only'])} re-measured on {results['machine']['date']}"
+        f" (commit {results['machine']['commit']}, {results['runtime_s']:.0f} s) with "
+        "`--merge`"
+    )
     latest["merged"] = [*latest.get("merged", []), note]
     latest["findings"] = findings(latest["figures"])
     return dict(latest)
@@ -649,6 +699,7 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for section in (
         _throughput,
+        _script_cost,
         _backlog,
         _latency,
         _costs,

@@ -17,6 +17,7 @@ from benchmarks import (
     checks,
     durability,
     graph,
+    lua_cost,
     report,
     repositories,
     scenarios,
@@ -161,6 +162,9 @@ def measure(bench: Bench) -> None:
     if "graph" in only:
         logger.info("data sets: %d issues without and with %d links", graph.ISSUES, graph.LINKS)
         graph.graph_figures(bench)
+    if "script" in only:
+        logger.info("claim.lua alone on an idle Redis")
+        lua_cost.script_figures(bench)
     if "repositories" in only:
         repositories.repository_figures(bench)
         logger.info("first sync of %d repositories, an agent waiting", o.first_sync_repos)

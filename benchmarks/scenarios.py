@@ -44,6 +44,7 @@ GROUPS = (
     "durability",
     "checks",
     "graph",
+    "script",
 )
 #: Generator CPU (% of one core) above which its own speed may cap the measured rate.
 GENERATOR_LIMIT_PCT = 80.0

@@ -502,6 +502,8 @@ class Judgement(BaseModel):
     judged: list[dict[str, Any]] = []
     #: The repository is left out of claims (its sync keeps failing): why.
     out_of_service: str | None = None
+    #: Its fair share among the repositories tied with it in claim order, in words ('' none).
+    share: str = ""
 
 
 class ControlOutcome(BaseModel):

@@ -378,5 +378,6 @@ async def explain(
         agent_id=agent_id,
         roles=roles,
         repositories=[repository] if repository else mine,
+        share=svc.tasks.walk.share,
     )
     return {name: [v.model_dump() for v in rows] for name, rows in verdicts.items()}

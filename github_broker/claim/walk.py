@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from github_broker.claim.events import ReadyWaker
+from github_broker.claim.share import FairShare
 from github_broker.clock import now_ms
 from github_broker.errors import AgentPaused, MirrorRebuilding
 from github_broker.logs import log_fields
@@ -37,7 +38,8 @@ MAX_FAILING_LOOKUPS = 10
 
 def claim_order(settled: NoTask) -> tuple[int, int]:
     """Where a repository comes in a multi-repository claim, from its settle pass: a task a
-    maintainer reassigned to the agent there first, then by the most urgent bucket."""
+    maintainer reassigned to the agent there first, then by the most urgent bucket; those
+    tied take turns (`share.FairShare`), then go by the configured order."""
     bucket = settled.bucket if settled.bucket is not None else 1 << 30
     return (0 if settled.detail == "1" else 1, bucket)
 
@@ -52,9 +54,11 @@ async def judge(
     agent_id: str | None,
     roles: list[str] | None,
     shown: int,
+    share: FairShare | None = None,
 ) -> list[Judgement]:
     """What a request-task of `agent_id` (None: a fresh agent) would decide in each of
-    `stores`, in the order the claim tries them; the first with a `next_id` hands it out."""
+    `stores`, in the order the claim tries them; the first with a `next_id` hands it out.
+    `share`: the serving process's turns (None: ties go by the configured order)."""
     agent = agent_id or FRESH_AGENT
     results: list[Any] = await asyncio.gather(
         *(s.judge(agent, mode=settings.priority_mode, roles=roles, shown=shown) for s in stores),
@@ -71,14 +75,27 @@ async def judge(
             raise result
         out.append(result)
     if len(stores) > 1:
-        position = {r.full_name: i for i, r in enumerate(settings.repositories)}
-        out.sort(
-            key=lambda j: (
-                LAST if j.out_of_service else claim_order(_as_settled(j)),
-                position.get(j.repository, 0),
-            )
-        )
+        _in_claim_order(out, settings, share)
     return out
+
+
+def _in_claim_order(out: list[Judgement], settings: Settings, share: FairShare | None) -> None:
+    """Sort judgements as the claim tries their repositories; each names its fair share
+    among the repositories with work tied with it."""
+    position = {r.full_name: i for i, r in enumerate(settings.repositories)}
+    turns = share or FairShare({r.full_name: r.weight for r in settings.repositories})
+    order = {j.repository: LAST if j.out_of_service else claim_order(_as_settled(j)) for j in out}
+    out.sort(
+        key=lambda j: (order[j.repository], turns.key(j.repository), position.get(j.repository, 0))
+    )
+    tied: dict[tuple[int, int], list[str]] = {}
+    for j in out:
+        if j.next_id:
+            tied.setdefault(order[j.repository], []).append(j.repository)
+    for j in out:
+        peers = tied.get(order[j.repository], [])
+        if j.repository in peers:
+            j.share = turns.words(j.repository, peers, j.bucket)
 
 
 def _as_settled(j: Judgement) -> NoTask:
@@ -122,6 +139,10 @@ class Attempt:
         #: While the agent's mutex is held: Redis time (ms) after which no script of this
         #: attempt may run (`MutexHold.fence_ms`); None with one repository.
         self.fence_ms: int | None = None
+        #: The repository whose claim handed this attempt a task (not a replay's answer).
+        self.handed_in: str | None = None
+        #: The repository this attempt took its fair-share turn for (share.py), if any.
+        self.turn: str | None = None
 
     def note(self, repository: str, result: NoTask) -> None:
         if result.reason == "replayed":
@@ -160,6 +181,8 @@ class ClaimWalk:
         self.waker = waker
         #: The branch a repository's new work starts from (TaskService.base_branch).
         self.base_branch = base_branch
+        #: This process's turns of repositories tied in claim order.
+        self.share = FairShare({r.full_name: r.weight for r in settings.repositories})
 
     async def claim(
         self,
@@ -177,6 +200,31 @@ class ClaimWalk:
         # them; the mutex's round trip also reads where the agent may hold a task and points
         # at the repository the index puts first.
         tries = await self._tries(asked, roles, _Settled(out={}))
+        # The turn is taken now, before any await: concurrent requests start elsewhere.
+        self._take_turn(attempt, tries)
+        try:
+            return await self._claim_across(asked, agent_id, roles, attempt, tries)
+        finally:
+            self.share.moved(attempt.turn, attempt.handed_in)
+            attempt.turn = None
+
+    def _take_turn(self, attempt: Attempt, tries: list[str]) -> None:
+        """The request's turn moves to the first repository of `tries` (none: none)."""
+        if attempt.turn is not None:
+            self.share.give_back(attempt.turn)
+        attempt.turn = tries[0] if tries else None
+        if attempt.turn is not None:
+            self.share.take(attempt.turn)
+
+    async def _claim_across(
+        self,
+        asked: list[str] | None,
+        agent_id: str,
+        roles: list[str] | None,
+        attempt: Attempt,
+        tries: list[str],
+    ) -> Claimed | None:
+        """A claim across repositories under the agent's mutex, starting with `tries`."""
         keep_ms = self.settings.leases.agent_task_ttl_s * 1000
         first = tries[0] if tries else None
         async with self.store.agent_mutex(
@@ -197,7 +245,10 @@ class ClaimWalk:
                 if not isinstance(settled, _Settled):
                     return settled  # the hand-out this request already got, or a replay's
                 out = settled.out
+                # Ordered again without this request's own turn, which then goes to the new first.
+                self._take_turn(attempt, [])
                 tries = [] if attempt.replayed else await self._tries(asked, roles, settled)
+                self._take_turn(attempt, tries)
             got = await self._claim_each(
                 [self.store.repo(n) for n in tries],
                 agent_id,
@@ -277,9 +328,9 @@ class ClaimWalk:
         for name in names:
             bucket = with_work.get(name)
             order.setdefault(name, (1, bucket if bucket is not None else 1 << 30))
-        # Ties go by the configured order of repositories (as explain's `judge` breaks them).
-        position = self.store.position
-        return sorted(names, key=lambda n: (order[n], position[n]))[:MAX_CLAIM_REPOS]
+        # Ties take turns (share.py), then go by the configured order (as `judge` does).
+        position, turn = self.store.position, self.share.key
+        return sorted(names, key=lambda n: (order[n], turn(n), position[n]))[:MAX_CLAIM_REPOS]
 
     async def _unless_unmirrored(self, asked: list[str] | None, out: dict[str, str]) -> None:
         """Nothing was handed out: a request that asked for repositories whose mirror is being
@@ -331,6 +382,7 @@ class ClaimWalk:
                 continue
             log_settled(rstore.repository, agent_id, got)
             if isinstance(got, Claimed):
+                attempt.handed_in = rstore.repository
                 # DEBUG: a line per claim is noise at an agent fleet's pace; the repository's
                 # timeline (dashboard, /status) records every claim and settlement.
                 logger.debug(

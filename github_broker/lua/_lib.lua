@@ -454,22 +454,28 @@ local function history_duration(out, name, ms)
   out[#out + 1] = ms
 end
 
--- The fields (name, increment, ...) an event counts at `at_ms`.
-local function history_fields(C, at_ms, kind, n, agent, detail)
+-- The fields (name, increment, ...) an event counts at `at_ms`. `facts`, when the caller has
+-- them at hand (nil: read here): a claim's task value {raw = ...}; a lease end's
+-- task_candidate record as end_lease writes it {task_type, claimed_ms, ended_ms}.
+local function history_fields(C, at_ms, kind, n, agent, detail, facts)
   local out = {'ev:' .. kind, 1}
   if kind == 'claim' then
     local task_type = string.match(detail or '', '^(%a+):')
     if not task_type then return out end
     out[#out + 1] = 'claim:' .. task_type
     out[#out + 1] = 1
-    local raw = task_type == 'development' and redis.call('HGET', C.K.tasks, detail)
+    local raw = task_type == 'development'
+      and (facts and facts.raw or redis.call('HGET', C.K.tasks, detail))
     if raw then
       local _, _, _, _, since = task_fields(raw)
       if since then history_duration(out, 'wait', at_ms - since) end
     end
   elseif AGENT_END[kind] and agent and agent ~= '' then
-    local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
-    local cand = raw and cjson.decode(raw)
+    local cand = facts
+    if not cand then
+      local raw = redis.call('GET', C.cand .. n .. ':' .. agent)
+      cand = raw and cjson.decode(raw)
+    end
     out[#out + 1] = 'a:' .. agent .. ':' .. AGENT_END[kind]
     out[#out + 1] = 1
     if kind == 'completed' and cand and tonumber(cand.claimed_ms) then
@@ -482,27 +488,35 @@ local function history_fields(C, at_ms, kind, n, agent, detail)
   return out
 end
 
-local function history_count(C, entry_id, kind, n, agent, detail)
+-- A minute's or an hour's hash is only written during that minute or hour, so its time to
+-- live is set when it is created (the event's first field, `ev:<kind>`, is new in it: a new
+-- hash always is) rather than on every event: the same end within that minute or hour.
+local function history_count(C, entry_id, kind, n, agent, detail, facts)
   local at_ms = tonumber(string.match(entry_id, '^(%d+)'))
   local minute = C.history .. math.floor(at_ms / 60000)
   local hour = C.history_hour .. math.floor(at_ms / 3600000)
-  local fields = history_fields(C, at_ms, kind, n, agent, detail)
-  for i = 1, #fields, 2 do
-    local by = arg(fields[i + 1])
+  local fields = history_fields(C, at_ms, kind, n, agent, detail, facts)
+  local by = arg(fields[2])
+  local new_minute = redis.call('HINCRBY', minute, fields[1], by) == fields[2]
+  local new_hour = redis.call('HINCRBY', hour, fields[1], by) == fields[2]
+  redis.call('HINCRBY', C.history_total, fields[1], by)
+  for i = 3, #fields, 2 do
+    by = arg(fields[i + 1])
     redis.call('HINCRBY', minute, fields[i], by)
     redis.call('HINCRBY', hour, fields[i], by)
     redis.call('HINCRBY', C.history_total, fields[i], by)
   end
-  redis.call('EXPIRE', minute, C.history_minute_s_arg)
-  redis.call('EXPIRE', hour, C.history_hour_s_arg)
+  if new_minute then redis.call('EXPIRE', minute, C.history_minute_s_arg) end
+  if new_hour then redis.call('EXPIRE', hour, C.history_hour_s_arg) end
 end
 
 -- Append an event to the repository's timeline stream (the dashboard's "recent events").
--- Capped approximately, so a busy repository costs a bounded stream. Counted in the history.
-local function timeline(C, kind, n, agent, detail)
+-- Capped approximately, so a busy repository costs a bounded stream. Counted in the history
+-- (`facts`: see history_fields).
+local function timeline(C, kind, n, agent, detail, facts)
   local id = redis.call('XADD', C.timeline, 'MAXLEN', '~', C.timeline_max_arg, '*', 'kind', kind,
              'n', tostring(n or ''), 'agent', agent or '', 'detail', detail or '')
-  history_count(C, id, kind, n, agent, detail)
+  history_count(C, id, kind, n, agent, detail, facts)
 end
 
 -- `agent` is not handed issue n before `until_ms` (a failure's cool-down, or a person revoked
@@ -698,11 +712,11 @@ local function end_lease(C, n, outcome, now, uncounted, h, current, detail)
   end
   local status = CANDIDATE_STATUS[outcome] or 'revoked'
   if outcome == 'completed' and task_type == 'development' then status = 'needs_review' end
-  -- The task_candidate record, rewritten whole from the lease (no read of the old one).
-  redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
-    issue = tonumber(n), agent_id = agent, task_type = task_type, status = status,
-    claimed_ms = tonumber(h[5]), ended_ms = now, outcome = outcome, detail = detail}),
-    'EX', C.cand_s_arg)
+  -- The task_candidate record, rewritten whole from the lease (no read of the old one); the
+  -- history counts the lease's end from it (`cand`, not read again).
+  local cand = {issue = tonumber(n), agent_id = agent, task_type = task_type, status = status,
+    claimed_ms = tonumber(h[5]), ended_ms = now, outcome = outcome, detail = detail}
+  redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode(cand), 'EX', C.cand_s_arg)
   if token ~= ADOPTED then
     local ended = outcome
     if detail and detail ~= '' then ended = outcome .. '|' .. detail end
@@ -735,7 +749,7 @@ local function end_lease(C, n, outcome, now, uncounted, h, current, detail)
   local what = task_type
   if gave_up then what = task_type .. ', labelled ' .. C.needs_human end
   if detail and detail ~= '' then what = what .. ': ' .. detail end
-  timeline(C, outcome, n, agent, what)
+  timeline(C, outcome, n, agent, what, cand)
   if outcome == 'expired' and not uncounted then
     audit(C, 'broker', 'expire', n, agent, 'no heartbeat within the lease TTL',
       'lease ended; ' .. (gave_up and ('labelled ' .. C.needs_human) or 'task back in the pool'),
@@ -744,8 +758,10 @@ local function end_lease(C, n, outcome, now, uncounted, h, current, detail)
   if gave_up then return agent end
   local parked = outcome ~= 'completed' and PARKED[waiting_code(C, n) or '']
   if outcome == 'completed' then
-    redis.call('HDEL', C.agent_streaks, agent)
-    redis.call('HDEL', C.streak_first, agent)
+    -- streak_first is written only beside agent_streaks (count_failure): no streak, no first.
+    if redis.call('HDEL', C.agent_streaks, agent) == 1 then
+      redis.call('HDEL', C.streak_first, agent)
+    end
     redis.call('HDEL', C.instant_failures, agent)
     redis.call('HDEL', C.task_failures, n)
     redis.call('HDEL', C.failure_charges, n)
@@ -836,10 +852,30 @@ local function reap(C, now, limit)
   return #due
 end
 
+-- Reassignments waiting (any agent), and `agent`'s cool-downs still running, each read once
+-- per script call (after any settling): while none, the rules read no reservation or
+-- cool-down per task (task_verdict). reserved:{agent} is written and taken with its
+-- `reservations` entry (control.lua, reservation), and a task without that entry is no
+-- agent's (task_verdict): no entry, no reservation.
+local function reservations_count(C)
+  if C.reserving == nil then C.reserving = redis.call('ZCARD', C.reservations) end
+  return C.reserving
+end
+
+local function cooling_count(C, agent, now)
+  if not C.cools then return 0 end
+  if C.cooling_of ~= agent then
+    C.cooling = redis.call('ZCOUNT', C.cooldowns .. agent, '(' .. arg(now), '+inf')
+    C.cooling_of = agent
+  end
+  return C.cooling
+end
+
 -- A maintainer's reassignment waiting for `agent` (reserved:{agent}), decoded, while its task
 -- can still be handed out; a stale one (task gone, issue held by a lease) is dropped unless
 -- `dry`. One whose issue is blocked now waits (kept, not handed out).
 local function reservation(C, agent, dry)
+  if reservations_count(C) == 0 then return nil end
   local raw = redis.call('GET', C.reserved .. agent)
   if not raw then return nil end
   local r = cjson.decode(raw)
@@ -886,14 +922,17 @@ end
 local function task_verdict(C, id, agent, skip_id, skip_n, now)
   local n = string.match(id, ':(%d+)$')
   if id == skip_id or n == skip_n then return 'given_up' end
-  -- No cool-down can exist while cool-downs are off.
-  if C.cools and (tonumber(redis.call('ZSCORE', C.cooldowns .. agent, n)) or 0) > now
-  then
+  -- No cool-down can exist while cool-downs are off, nor run while the agent has none.
+  if cooling_count(C, agent, now) > 0
+      and (tonumber(redis.call('ZSCORE', C.cooldowns .. agent, n)) or 0) > now then
     return 'cooldown'
   end
   if redis.call('EXISTS', C.lock .. n) == 1 then return 'held' end
   -- A maintainer reassigned it: only the named agent takes it (through its reservation).
-  if (tonumber(redis.call('ZSCORE', C.reservations, n)) or 0) > now then return 'reserved' end
+  if reservations_count(C) > 0
+      and (tonumber(redis.call('ZSCORE', C.reservations, n)) or 0) > now then
+    return 'reserved'
+  end
   if blocker_of(C, n) then return 'blocked' end
   if string.sub(id, 1, 7) == 'review:' then
     local raw = redis.call('HGET', C.K.tasks, id)
@@ -926,11 +965,7 @@ end
 -- history and the reassignments waiting, not the backlog).
 local SCAN_PAGES = 5
 local function scan_limit(C, agent, scan, now)
-  local cooling = 0
-  if C.cools then
-    cooling = redis.call('ZCOUNT', C.cooldowns .. agent, '(' .. arg(now), '+inf')
-  end
-  return 1 + scan * (SCAN_PAGES - 1) + cooling + redis.call('ZCARD', C.reservations)
+  return 1 + scan * (SCAN_PAGES - 1) + cooling_count(C, agent, now) + reservations_count(C)
 end
 
 -- The first task of one index the agent may get, with its score and (when read) its value:

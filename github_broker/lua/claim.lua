@@ -183,7 +183,7 @@ redis.call('SET', C.cand .. n .. ':' .. agent, cjson.encode({
   claimed_ms = now, token = token}), 'EX', C.cand_s_arg)
 unready(C.K.tasks, C.K.ready, C.ready_role, best_id, raw)
 want_labels(C.K.intent, C.K.outbox, n, {C.in_progress, agent}, {}, now)
-timeline(C, 'claim', n, agent, best_id)
+timeline(C, 'claim', n, agent, best_id, {raw = raw})
 -- A reassigned task keeps its branch: the agent continues the work already pushed there.
 if task_type == 'development' and branch ~= '' and not continues then
   local job = 'branch:' .. n

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from github_broker.claim.rules import Rules
+from github_broker.claim.share import FairShare
 from github_broker.claim.walk import judge
 from github_broker.clock import iso_from_ms, now_ms, span
 from github_broker.models import Issue, Judgement, priority_of_score
@@ -90,12 +91,14 @@ async def explain(
     agent_id: str | None = None,
     roles: list[str] | None = None,
     repositories: list[str] | None = None,
+    share: FairShare | None = None,
 ) -> dict[str, list[Verdict]]:
     """Per repository (in the order the claim tries them), each issue's verdict for
     `agent_id` (None: a fresh agent) accepting `roles`: exactly one `next` overall, the task a
-    request-task would hand it now."""
+    request-task would hand it now. `share`: the serving process's turns of repositories
+    (None, outside a serve process: ties in claim order go by the configured order)."""
     names = repositories or list(store.repos)
-    return await explain_stores([store.repo(n) for n in names], settings, agent_id, roles)
+    return await explain_stores([store.repo(n) for n in names], settings, agent_id, roles, share)
 
 
 async def explain_repo(
@@ -106,9 +109,13 @@ async def explain_repo(
 
 
 async def explain_stores(
-    stores: list[RepoStore], settings: Settings, agent_id: str | None, roles: list[str] | None
+    stores: list[RepoStore],
+    settings: Settings,
+    agent_id: str | None,
+    roles: list[str] | None,
+    share: FairShare | None = None,
 ) -> dict[str, list[Verdict]]:
-    judged = await judge(stores, settings, agent_id, roles, JUDGED)
+    judged = await judge(stores, settings, agent_id, roles, JUDGED, share)
     giver = next((j for j in judged if j.next_id), None)
     by_name = {s.repository: s for s in stores}
     return {
@@ -198,6 +205,8 @@ async def no_task_detail(rstore: RepoStore, settings: Settings, issue: Issue) ->
             f"{ttl} unless its agent's heartbeat adopts it again"
         )
     return "no task for it now: the broker's next sync pass reads it again"
+
+
 async def _blocked_rest(
     rstore: RepoStore, work: dict[int, int], listed: set[int], cycles: dict[int, list[str]]
 ) -> list[Verdict]:
@@ -222,17 +231,18 @@ def _annotate(rules: Rules, verdicts: list[Verdict], shown: dict[int, Issue]) ->
             _planning_words(rules, verdict, mirrored, shown)
 
 
-def _planning_words(
-    rules: Rules, verdict: Verdict, issue: Issue, shown: dict[int, Issue]
-) -> None:
+def _planning_words(rules: Rules, verdict: Verdict, issue: Issue, shown: dict[int, Issue]) -> None:
     """What GitHub's planning data decided for a claimable issue: a sub-issue behind its
     sibling waits for its parent's order; a priority or role from a field or an issue type
     says which rule won over the labels."""
     if verdict.verdict not in ("next", "queued", "outside_bucket", "role"):
         return
     ahead = shown.get(verdict.blocking[0].issue) if verdict.blocking else None
-    if verdict.verdict == "queued" and ahead is not None and issue.parent and (
-        ahead.parent == issue.parent
+    if (
+        verdict.verdict == "queued"
+        and ahead is not None
+        and issue.parent
+        and (ahead.parent == issue.parent)
     ):
         verdict.detail = (
             f"claimable, waits for its parent's order: #{ahead.number} comes first in "
@@ -275,13 +285,16 @@ def _claimable(
         return _v(n, prio, "paused", f"you are paused by {_pause_text(j.agent_paused)}")
     if j.repo_paused is not None and why in ("", "queued", "bucket"):
         return _v(n, prio, "repo_paused", f"handed out nobody: {_pause_text(j.repo_paused)}")
+    share = f"; fair share: {j.share}" if j.share else ""
     if why == "" and first_here:
-        return _v(n, prio, "next", f"{kind} task you would get now")
+        return _v(n, prio, "next", f"{kind} task you would get now{share}")
     if why in ("", "queued"):
         verdict = _v(n, prio, "queued", "claimable, behind the task you would get now")
         if giver is not None and giver.next_id:
             ahead = int(giver.next_id.split(":")[1])
-            where = "" if giver is j else f" in {giver.repository}"
+            tied = share and giver.share and giver.bucket == j.bucket
+            turn = f" (its turn comes first{share})" if tied else ""
+            where = "" if giver is j else f" in {giver.repository}{turn}"
             verdict.detail = f"claimable, behind #{ahead}{where}"
             verdict.blocking = [Blocker(issue=ahead, url="")] if giver is j else []
         return verdict

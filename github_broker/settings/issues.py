@@ -17,6 +17,9 @@ class Repository(Section):
     name: str = Field(min_length=1)
     #: Branch new work starts from; None means the repository's default branch.
     base_branch: str | None = None
+    #: Its share of hand-outs among repositories with work at the same priority, against
+    #: theirs (claim/share.py): weight 2 gets two tasks for every one of a weight-1 one.
+    weight: int = Field(default=1, ge=1, le=1000)
 
     @property
     def full_name(self) -> str:
