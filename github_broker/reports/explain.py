@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from github_broker.claim.rules import Rules
 from github_broker.claim.walk import judge
 from github_broker.clock import iso_from_ms, now_ms, span
-from github_broker.models import Issue, Judgement, priority_of_score
+from github_broker.models import Issue, Judgement, LeaseInfo, priority_of_score
 from github_broker.reports.blockers import blocker_words, same_repository
 from github_broker.reports.status import waiting_reviews
 from github_broker.settings import Settings
@@ -116,65 +116,96 @@ async def explain_stores(
     }
 
 
+class _Listing:
+    """The verdicts so far, at most one per issue: the first reason found is the one shown."""
+
+    def __init__(self) -> None:
+        self.verdicts: list[Verdict] = []
+        self.listed: set[int] = set()
+
+    def add(self, verdict: Verdict) -> None:
+        if verdict.issue not in self.listed:
+            self.verdicts.append(verdict)
+            self.listed.add(verdict.issue)
+
+
 async def _verdicts(
     rstore: RepoStore, settings: Settings, j: Judgement, giver: Judgement | None
 ) -> list[Verdict]:
-    verdicts: list[Verdict] = []
-    listed: set[int] = set()
+    out = _Listing()
     work = await rstore.work_priorities()
     blockers = await _bucket_blockers(rstore, work, j.bucket)
-    first_here = giver is j
     if j.out_of_service:
-        verdicts.append(_v(0, None, "out_of_service", f"left out of claims: {j.out_of_service}"))
+        out.verdicts.append(
+            _v(0, None, "out_of_service", f"left out of claims: {j.out_of_service}")
+        )
     cycles = await rstore.cycles()
+    _judged(out, rstore, j, giver, blockers, cycles)
+    held_here = await rstore.leases()
+    _held(out, j, work, held_here)
+    await _blocked_rest(out, rstore, work, cycles)
+    await _waiting(out, rstore, settings, work, held_here)
+    rest = [n for n in sorted(work) if n not in out.listed]
+    shown_numbers = sorted(out.listed | set(rest))
+    issues: list[Issue] = await rstore.get_issues(rest)
+    for issue in issues:
+        detail = await no_task_detail(rstore, settings, issue)
+        out.add(_v(issue.number, work.get(issue.number), "waiting", detail))
+    shown = {i.number: i for i in await rstore.get_issues(shown_numbers)}
+    _annotate(Rules(settings), out.verdicts, shown)
+    return out.verdicts
+
+
+def _judged(
+    out: _Listing,
+    rstore: RepoStore,
+    j: Judgement,
+    giver: Judgement | None,
+    blockers: list[Blocker],
+    cycles: dict[int, list[str]],
+) -> None:
+    """The tasks explain.lua judged, in claim order."""
     for row in j.judged:
         task_id, score, role, why = row["id"], float(row["score"]), row["role"], row["why"]
         n = int(task_id.split(":")[1])
-        if n in listed:
+        if n in out.listed:
             continue  # a review and a fix of one issue: the first one is what it offers
-        listed.add(n)
-        verdicts.append(
+        out.add(
             _blocked(rstore, n, priority_of_score(score), row.get("blocker"), cycles.get(n))
             if why == "blocked"
-            else _claimable(j, giver, first_here, task_id, n, score, role, why, blockers)
+            else _claimable(j, giver, giver is j, task_id, n, score, role, why, blockers)
         )
-    held_here = await rstore.leases()
-    for lease in sorted(held_here, key=lambda lease: lease.issue):
-        if lease.issue in listed:
-            continue
+
+
+def _held(out: _Listing, j: Judgement, work: dict[int, int], leases: list[LeaseInfo]) -> None:
+    """Issues a lease holds that the claim did not judge."""
+    for lease in sorted(leases, key=lambda lease: lease.issue):
         until = iso_from_ms(lease.expires_ms)
         mine = " (yours)" if lease.agent_id == j.agent else ""
         detail = f"{lease.task_type} held by {lease.agent_id}{mine} until {until}"
         if lease.stalled:
             detail += f"; stalled: {lease.stalled}"
-        verdicts.append(_v(lease.issue, work.get(lease.issue), "held", detail))
-        listed.add(lease.issue)
-    verdicts += await _blocked_rest(rstore, work, listed, cycles)
+        out.add(_v(lease.issue, work.get(lease.issue), "held", detail))
+
+
+async def _waiting(
+    out: _Listing,
+    rstore: RepoStore,
+    settings: Settings,
+    work: dict[int, int],
+    held_here: list[LeaseInfo],
+) -> None:
+    """Issues waiting on a person, skipped, or in their review loop."""
     now = now_ms()
     for n, w in sorted((await rstore.waiting()).items()):
-        if n in listed:
-            continue
         age = span(max(0, now - w.since_ms) // 1000)
         detail = f"waiting on a person for {age} ({w.code}): {w.detail or WAITING.get(w.code)}"
-        verdicts.append(_v(n, w.priority, "waiting_on_person", detail))
-        listed.add(n)
+        out.add(_v(n, w.priority, "waiting_on_person", detail))
     for n, reason in sorted((await rstore.skipped()).items()):
-        if n not in listed:
-            verdicts.append(_v(n, work.get(n), "skipped", f"{reason.code}: {reason.reason}"))
-            listed.add(n)
+        out.add(_v(n, work.get(n), "skipped", f"{reason.code}: {reason.reason}"))
     reviews = await waiting_reviews(rstore, settings, {}, held_here)
     for n, review in sorted(reviews.items()):
-        if n not in listed:
-            verdicts.append(_v(n, work.get(n), "waiting", f"{review.step}: {review.detail}"))
-            listed.add(n)
-    rest = [n for n in sorted(work) if n not in listed]
-    issues: list[Issue] = await rstore.get_issues(rest)
-    for issue in issues:
-        detail = await no_task_detail(rstore, settings, issue)
-        verdicts.append(_v(issue.number, work.get(issue.number), "waiting", detail))
-    shown = {i.number: i for i in await rstore.get_issues(sorted(listed | set(rest)))}
-    _annotate(Rules(settings), verdicts, shown)
-    return verdicts
+        out.add(_v(n, work.get(n), "waiting", f"{review.step}: {review.detail}"))
 
 
 async def no_task_detail(rstore: RepoStore, settings: Settings, issue: Issue) -> str:
@@ -198,16 +229,14 @@ async def no_task_detail(rstore: RepoStore, settings: Settings, issue: Issue) ->
             f"{ttl} unless its agent's heartbeat adopts it again"
         )
     return "no task for it now: the broker's next sync pass reads it again"
+
+
 async def _blocked_rest(
-    rstore: RepoStore, work: dict[int, int], listed: set[int], cycles: dict[int, list[str]]
-) -> list[Verdict]:
+    out: _Listing, rstore: RepoStore, work: dict[int, int], cycles: dict[int, list[str]]
+) -> None:
     """Issues a blocker keeps out of the pool, as the leader last judged (not listed yet)."""
-    out = []
     for n, b in sorted((await rstore.blocked()).items()):
-        if n not in listed:
-            out.append(_blocked(rstore, n, work.get(n), f"{b.ref} {b.state}", cycles.get(n)))
-            listed.add(n)
-    return out
+        out.add(_blocked(rstore, n, work.get(n), f"{b.ref} {b.state}", cycles.get(n)))
 
 
 def _annotate(rules: Rules, verdicts: list[Verdict], shown: dict[int, Issue]) -> None:
@@ -222,17 +251,18 @@ def _annotate(rules: Rules, verdicts: list[Verdict], shown: dict[int, Issue]) ->
             _planning_words(rules, verdict, mirrored, shown)
 
 
-def _planning_words(
-    rules: Rules, verdict: Verdict, issue: Issue, shown: dict[int, Issue]
-) -> None:
+def _planning_words(rules: Rules, verdict: Verdict, issue: Issue, shown: dict[int, Issue]) -> None:
     """What GitHub's planning data decided for a claimable issue: a sub-issue behind its
     sibling waits for its parent's order; a priority or role from a field or an issue type
     says which rule won over the labels."""
     if verdict.verdict not in ("next", "queued", "outside_bucket", "role"):
         return
     ahead = shown.get(verdict.blocking[0].issue) if verdict.blocking else None
-    if verdict.verdict == "queued" and ahead is not None and issue.parent and (
-        ahead.parent == issue.parent
+    if (
+        verdict.verdict == "queued"
+        and ahead is not None
+        and issue.parent
+        and (ahead.parent == issue.parent)
     ):
         verdict.detail = (
             f"claimable, waits for its parent's order: #{ahead.number} comes first in "
