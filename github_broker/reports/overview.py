@@ -208,7 +208,6 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
     wanted |= set(reviewing) | set(waiting)
     issues = {i.number: i for i in await rstore.get_issues(sorted(wanted))}
     ready_ids = {t for t, _ in ready}
-    state = await rstore.sync_state()
     ref = partial(_ref, rstore, issues)
     view = RepoOverview(
         repository=rstore.repository,
@@ -232,17 +231,26 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
         skipped=[SkippedRow(ref(n), skipped[n].code, skipped[n].reason) for n in skipped_shown],
         skipped_total=len(skipped),
         reviews=await _reviews(rstore, issues, dict(ready), leases, settings),
-        write_queue=await rstore.write_queue(),
-        streaks=await rstore.agent_streaks(),
-        last_sync_ms=_secs_ms(state.get("synced_at")),
-        last_full_sync_ms=_secs_ms(state.get("full_at")),
         waiting=_waiting_rows(ref, waiting),
-        paused=await rstore.repo_pause(),
-        health=await repo_health(rstore, settings),
-        overlaps=overlapping(await rstore.checks_records()),
+        **await _repo_state(rstore, settings),
     )
     await _add_graph(rstore, view, issues)
     return view
+
+
+async def _repo_state(rstore: RepoStore, settings: Settings) -> dict[str, Any]:
+    """What the overview shows of the repository beside its issues: the writes owed, the
+    agents' streaks, the last syncs, a pause, the integrations' health, overlapping PRs."""
+    state = await rstore.sync_state()
+    return {
+        "write_queue": await rstore.write_queue(),
+        "streaks": await rstore.agent_streaks(),
+        "last_sync_ms": _secs_ms(state.get("synced_at")),
+        "last_full_sync_ms": _secs_ms(state.get("full_at")),
+        "paused": await rstore.repo_pause(),
+        "health": await repo_health(rstore, settings),
+        "overlaps": overlapping(await rstore.checks_records()),
+    }
 
 
 def _waiting_rows(ref: Callable[[int], IssueRef], waiting: dict[int, Waiting]) -> list[WaitingRow]:
