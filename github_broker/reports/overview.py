@@ -194,6 +194,7 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
     strict = settings.priority_mode == "strict"
     work = await rstore.work_priorities()
     bucket = min(work.values()) if work else None
+    pinning = sorted(n for n, p in work.items() if p == bucket)
     leases = await rstore.leases()
     held = {lease.issue: lease for lease in leases}
     ready = sorted(await rstore.ready_tasks(), key=lambda kv: (kv[1], kv[0]))
@@ -201,7 +202,6 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
     skipped = await rstore.skipped()
     reviewing = await rstore.reviewing()
     counts, rows = _queue(ready, tasks, bucket if strict else None)
-    pinning = sorted(n for n, p in work.items() if p == bucket)
     skipped_shown = sorted(skipped)[:SKIPPED_SHOWN]
     waiting = await rstore.waiting()
     wanted = {n for _, n, *_ in rows} | set(held) | set(pinning) | set(skipped_shown)
@@ -209,23 +209,17 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
     issues = {i.number: i for i in await rstore.get_issues(sorted(wanted))}
     ready_ids = {t for t, _ in ready}
     ref = partial(_ref, rstore, issues)
+    states = {n: _blocker_state(n, held, ready_ids, skipped, set(reviewing)) for n in pinning}
     view = RepoOverview(
         repository=rstore.repository,
         strict=strict,
         bucket=bucket,
         blockers=[
-            Blocker(
-                ref(n),
-                _blocker_state(n, held, ready_ids, skipped, set(reviewing))
-                or await _no_task(rstore, settings, issues.get(n)),
-            )
+            Blocker(ref(n), states[n] or await _no_task(rstore, settings, issues.get(n)))
             for n in pinning
         ],
         leases=[_lease_row(rstore, issues, lease, settings) for lease in leases],
-        queue=[
-            QueueRow(ref(n), task_id, prio, role, blocked)
-            for task_id, n, prio, role, blocked in rows
-        ],
+        queue=_queue_rows(ref, rows),
         queue_total=len(ready),
         queue_counts=dict(sorted(counts.items())),
         skipped=[SkippedRow(ref(n), skipped[n].code, skipped[n].reason) for n in skipped_shown],
@@ -251,6 +245,14 @@ async def _repo_state(rstore: RepoStore, settings: Settings) -> dict[str, Any]:
         "health": await repo_health(rstore, settings),
         "overlaps": overlapping(await rstore.checks_records()),
     }
+
+
+def _queue_rows(
+    ref: Callable[[int], IssueRef], rows: list[tuple[str, int, int, str, bool]]
+) -> list[QueueRow]:
+    return [
+        QueueRow(ref(n), task_id, prio, role, blocked) for task_id, n, prio, role, blocked in rows
+    ]
 
 
 def _waiting_rows(ref: Callable[[int], IssueRef], waiting: dict[int, Waiting]) -> list[WaitingRow]:
