@@ -263,34 +263,29 @@ async def _deployment_gauges(store: Store) -> list[Metric]:
     ]
 
 
+def _per_repo(name: str, documentation: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=["repository"])
+
+
 def _queue_families() -> dict[str, GaugeMetricFamily]:
     """The work queue per repository: what is claimable, held, blocked, and the writes owed."""
-    by_repo = ["repository"]
     return {
         "ready": GaugeMetricFamily(
             "gb_ready_tasks",
             "Claimable tasks per repository and priority.",
             labels=["repository", "priority"],
         ),
-        "leases": GaugeMetricFamily("gb_leases", "Live leases.", labels=by_repo),
-        "writes": GaugeMetricFamily(
-            "gb_pending_github_writes", "Queued GitHub writes.", labels=by_repo
-        ),
-        "lag": GaugeMetricFamily(
+        "leases": _per_repo("gb_leases", "Live leases."),
+        "writes": _per_repo("gb_pending_github_writes", "Queued GitHub writes."),
+        "lag": _per_repo(
             "gb_github_write_queue_lag_seconds",
             "How long the longest-waiting due GitHub write has waited.",
-            labels=by_repo,
         ),
-        "skipped": GaugeMetricFamily(
-            "gb_skipped_issues", "Work issues that cannot be handed out.", labels=by_repo
-        ),
-        "bucket": GaugeMetricFamily(
-            "gb_priority_bucket", "Most urgent open priority (0 = P0).", labels=by_repo
-        ),
-        "blocked": GaugeMetricFamily(
+        "skipped": _per_repo("gb_skipped_issues", "Work issues that cannot be handed out."),
+        "bucket": _per_repo("gb_priority_bucket", "Most urgent open priority (0 = P0)."),
+        "blocked": _per_repo(
             "gb_blocked_issues",
             "Open issues a blocker keeps from being handed out (open, unreadable, not planned).",
-            labels=by_repo,
         ),
     }
 
@@ -417,39 +412,25 @@ def _agent_families(per_agent: dict[tuple[str, str], int]) -> list[Metric]:
 
 def _health_families() -> dict[str, GaugeMetricFamily]:
     """The integrations' health per repository (see reports/health.py)."""
-    by_repo = ["repository"]
     return {
-        "sync_failing": GaugeMetricFamily(
-            "gb_sync_failing",
-            "1 while the leader's sync of the repository keeps failing.",
-            labels=by_repo,
+        "sync_failing": _per_repo(
+            "gb_sync_failing", "1 while the leader's sync of the repository keeps failing."
         ),
-        "rebuilding": GaugeMetricFamily(
-            "gb_mirror_rebuilding",
-            "1 while the mirror is being rebuilt from GitHub.",
-            labels=by_repo,
+        "rebuilding": _per_repo(
+            "gb_mirror_rebuilding", "1 while the mirror is being rebuilt from GitHub."
         ),
-        "queued": GaugeMetricFamily(
-            "gb_webhook_queue",
-            "Verified webhook deliveries waiting for the worker.",
-            labels=by_repo,
+        "queued": _per_repo(
+            "gb_webhook_queue", "Verified webhook deliveries waiting for the worker."
         ),
-        "inflight": GaugeMetricFamily(
-            "gb_webhook_inflight",
-            "Deliveries the worker took and has not finished.",
-            labels=by_repo,
+        "inflight": _per_repo(
+            "gb_webhook_inflight", "Deliveries the worker took and has not finished."
         ),
-        "age": GaugeMetricFamily(
+        "age": _per_repo(
             "gb_webhook_last_delivery_age_seconds",
             "Seconds since the last verified delivery (absent: none yet).",
-            labels=by_repo,
         ),
-        "stalled": GaugeMetricFamily(
-            "gb_stalled_leases", "Live leases flagged stalled (no progress).", labels=by_repo
-        ),
-        "waiting": GaugeMetricFamily(
-            "gb_waiting_on_people", "Work issues that wait on a person.", labels=by_repo
-        ),
+        "stalled": _per_repo("gb_stalled_leases", "Live leases flagged stalled (no progress)."),
+        "waiting": _per_repo("gb_waiting_on_people", "Work issues that wait on a person."),
     }
 
 
