@@ -303,15 +303,9 @@ class ReviewKeeper:
             "feedback_ids": [f.key for f in feedback],
             "comments": [f.comment.model_dump() for f in feedback],
         }
-        result = await rstore.put_task(
-            f"{TaskType.REVIEW}:{issue.number}",
-            score=self._score(issue, TaskType.REVIEW),
-            role=self.review.review_role or self.rules.issue_role(issue) or "",
-            pr=pull["number"],
-            author=state.get("dev_agent", ""),
-            branch=pull["head"]["ref"],
-            payload=payload,
-        )
+        role = self.review.review_role or self.rules.issue_role(issue) or ""
+        author = state.get("dev_agent", "")
+        result = await self._put_task(rstore, TaskType.REVIEW, issue, pull, role, author, payload)
         if result == 2:
             logger.info(
                 "%s#%d: waiting review refreshed (%d feedback items)",
@@ -384,16 +378,30 @@ class ReviewKeeper:
             rounds + 1,
             {f.key: f.comment for f in new},
         )
-        if await rstore.put_task(
-            f"{TaskType.FIX}:{issue.number}",
-            score=self._score(issue, TaskType.FIX),
-            role=self.rules.issue_role(issue) or "",
+        role = self.rules.issue_role(issue) or ""
+        if await self._put_task(rstore, TaskType.FIX, issue, pull, role, "", payload):
+            report.fixes_offered += 1
+
+    async def _put_task(
+        self,
+        rstore: RepoStore,
+        task_type: TaskType,
+        issue: Issue,
+        pull: dict[str, Any],
+        role: str,
+        author: str,
+        payload: dict[str, Any],
+    ) -> int:
+        """A review or fix task on `pull`'s branch, at the issue's priority (see put_task)."""
+        return await rstore.put_task(
+            f"{task_type}:{issue.number}",
+            score=self._score(issue, task_type),
+            role=role,
             pr=pull["number"],
-            author="",
+            author=author,
             branch=pull["head"]["ref"],
             payload=payload,
-        ):
-            report.fixes_offered += 1
+        )
 
     async def _needs_human(
         self, rstore: RepoStore, n: int, rounds: int, report: ReviewReport
