@@ -1,5 +1,6 @@
-"""What the steering verbs share, run on Redis here or sent through a broker's API
-(remote.py): naming an issue, printing the audit log."""
+"""What the CLI's commands share: a subcommand made from its function; and for the steering
+verbs, run on Redis here or sent through a broker's API (remote.py), naming an issue and
+printing the audit log."""
 
 from __future__ import annotations
 
