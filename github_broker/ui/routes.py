@@ -55,15 +55,20 @@ async def favicon() -> Response:
     return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
 
+def _page_responses(page: str, invalid: str) -> dict[int | str, dict[str, Any]]:
+    """The answers of a signed-in page, for the OpenAPI: `invalid` says what a 422 refuses."""
+    return {
+        200: {"description": page, **HTML},
+        303: {"description": "Not logged in: go to /ui/login."},
+        422: {"description": invalid, "content": PROBLEM_JSON},
+        503: {"description": "Redis unavailable: the page says so.", **HTML},
+    }
+
+
 @router.get(
     "/ui",
     response_class=HTMLResponse,
-    responses={
-        200: {"description": "The dashboard page.", **HTML},
-        303: {"description": "Not logged in: go to /ui/login."},
-        422: {"description": "`range` is not 1h or 24h.", "content": PROBLEM_JSON},
-        503: {"description": "Redis unavailable: the page says so.", **HTML},
-    },
+    responses=_page_responses("The dashboard page.", "`range` is not 1h or 24h."),
 )
 async def dashboard(request: Request, range_name: RangeName = "1h") -> Response:
     """Trend charts, leases, queues, blockers, reviews, agents, the integrations' health, the
@@ -80,12 +85,7 @@ async def dashboard(request: Request, range_name: RangeName = "1h") -> Response:
 @router.get(
     "/ui/agents/{agent_id}",
     response_class=HTMLResponse,
-    responses={
-        200: {"description": "The agent's page.", **HTML},
-        303: {"description": "Not logged in: go to /ui/login."},
-        422: {"description": "Not an agent id.", "content": PROBLEM_JSON},
-        503: {"description": "Redis unavailable: the page says so.", **HTML},
-    },
+    responses=_page_responses("The agent's page.", "Not an agent id."),
 )
 async def agent_page(request: Request, agent_id: AgentId) -> Response:
     """One agent: what it holds, its recent tasks, its failure streaks, whether it is paused,
