@@ -173,7 +173,7 @@ def _judged(
         out.add(
             _blocked(rstore, n, priority_of_score(score), row.get("blocker"), cycles.get(n))
             if why == "blocked"
-            else _claimable(j, giver, giver is j, task_id, n, score, role, why, blockers)
+            else _claimable(j, giver, task_id, n, score, role, why, blockers)
         )
 
 
@@ -288,7 +288,6 @@ def _blocked(
 def _claimable(
     j: Judgement,
     giver: Judgement | None,
-    first_here: bool,
     task_id: str,
     n: int,
     score: float,
@@ -305,16 +304,10 @@ def _claimable(
         return _v(n, prio, "paused", f"you are paused by {_pause_text(j.agent_paused)}")
     if j.repo_paused is not None and why in ("", "queued", "bucket"):
         return _v(n, prio, "repo_paused", f"handed out nobody: {_pause_text(j.repo_paused)}")
-    if why == "" and first_here:
+    if why == "" and giver is j:
         return _v(n, prio, "next", f"{kind} task you would get now")
     if why in ("", "queued"):
-        verdict = _v(n, prio, "queued", "claimable, behind the task you would get now")
-        if giver is not None and giver.next_id:
-            ahead = int(giver.next_id.split(":")[1])
-            where = "" if giver is j else f" in {giver.repository}"
-            verdict.detail = f"claimable, behind #{ahead}{where}"
-            verdict.blocking = [Blocker(issue=ahead, url="")] if giver is j else []
-        return verdict
+        return _queued(j, giver, n, prio)
     if why == "role":
         return _v(n, prio, "role", f"needs role {role}, not one of yours")
     if why == "bucket":
@@ -323,6 +316,17 @@ def _claimable(
         return verdict
     verdict_name, detail = CAUSES.get(why, (why, why))
     return _v(n, prio, verdict_name, detail)
+
+
+def _queued(j: Judgement, giver: Judgement | None, n: int, prio: int) -> Verdict:
+    """Claimable, behind the task the agent would get now (here or in another repository)."""
+    verdict = _v(n, prio, "queued", "claimable, behind the task you would get now")
+    if giver is not None and giver.next_id:
+        ahead = int(giver.next_id.split(":")[1])
+        where = "" if giver is j else f" in {giver.repository}"
+        verdict.detail = f"claimable, behind #{ahead}{where}"
+        verdict.blocking = [Blocker(issue=ahead, url="")] if giver is j else []
+    return verdict
 
 
 async def _bucket_blockers(
