@@ -304,22 +304,32 @@ class CheckKeeper:
         if source == "checks":
             await self._annotate(rstore.repository, rec, verdict.names, report)
         payload = view.fix_payload(n, rec, source, verdict.names, rounds + 1, self.cfg)
-        added = await rstore.put_task(
-            f"{TaskType.FIX}:{n}",
+        if await self._put_fix(rstore, issue, rec, state.get("dev_agent", ""), payload):
+            entry = {"round": rounds + 1, "source": source, "head": rec["head"]}
+            history = [*history, {**entry, "names": verdict.names}][-HISTORY_KEPT:]
+            await self._fix_offered(rstore, n, state, history, verdict, report)
+
+    async def _put_fix(
+        self,
+        rstore: RepoStore,
+        issue: Issue,
+        rec: dict[str, Any],
+        author: str,
+        payload: dict[str, Any],
+    ) -> int:
+        """The fix or rebase task on the PR's branch, its round counted in `ci_rounds`."""
+        return await rstore.put_task(
+            f"{TaskType.FIX}:{issue.number}",
             score=task_score(
                 self.rules.priority(issue.labels) or 0, TaskType.FIX, issue.created_at
             ),
             role=self.rules.role(issue.labels) or "",
             pr=rec["pr"],
-            author=state.get("dev_agent", ""),
+            author=author,
             branch=rec["branch"],
             payload=payload,
             rounds_field="ci_rounds",
         )
-        if added:
-            entry = {"round": rounds + 1, "source": source, "head": rec["head"]}
-            history = [*history, {**entry, "names": verdict.names}][-HISTORY_KEPT:]
-            await self._fix_offered(rstore, n, state, history, verdict, report)
 
     async def _rounds_used_up(
         self,
