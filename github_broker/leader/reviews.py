@@ -229,14 +229,14 @@ class ReviewKeeper:
         branch = self.rules.branch(issue)
         ahead = await self._commits_ahead(repo, rstore, branch) if branch else None
         agent = state.get("dev_agent", "")
-        n = str(issue.number)
+        target = str(issue.number)
         if ahead:
             await rstore.mark_review_state(issue.number, "no_pr", "1")
             what = f"{ahead} commit(s) on {branch} but no PR opened"
-            await rstore.control("no_pr", "broker", n, what, agent, "1")
+            await rstore.control("no_pr", "broker", target, what, agent, "1")
             return
         what = f"no PR and no commit on {branch}"
-        done = await rstore.control("no_pr", "broker", n, what, agent, "")
+        done = await rstore.control("no_pr", "broker", target, what, agent, "")
         report.no_pr += 1
         logger.info("%s#%d: %s", repo.full_name, issue.number, done.outcome)
         if done.reindex:
