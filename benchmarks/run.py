@@ -82,69 +82,89 @@ def parse_args(argv: list[str] | None) -> tuple[Options, bool]:
 
 def measure(bench: Bench) -> None:
     """Every selected figure, grouped by the data set it needs (a sync per data set)."""
-    o = bench.options
-    only = set(o.only)
+    only = set(bench.options.only)
     if only & {"sync", "costs", "latency", "backlog"}:
-        logger.info("data set: %d issues", o.sync_issues)
-        with bench.dataset(o.sync_issues) as (sim, env, first):
-            if "sync" in only:
-                scenarios.sync_figures(bench, sim, env, first)
-            if "costs" in only:
-                scenarios.cost_figures(bench, sim, env)
-            # Backlog before latency: the latency flows complete issues, the backlog's don't.
-            if "backlog" in only:
-                scenarios.backlog_figure(bench, sim, env, o.sync_issues)
-            if "latency" in only:
-                scenarios.latency_figures(bench, env)
+        _on_sync_dataset(bench, only)
     if "backlog" in only:
-        # The smallest and the largest backlog side by side, each on a Redis of its own, so
-        # that their runs alternate.
-        logger.info("data sets: %d and %d issues", o.small_backlog, o.big_backlog)
-        with (
-            bench.companion() as other,
-            bench.dataset(o.small_backlog) as (small_sim, small_env, _),
-            other.dataset(o.big_backlog) as (big_sim, big_env, first),
-        ):
-            rep = o.reproduce("backlog")
-            bench.add(
-                "sync",
-                {
-                    "figure": f"first sync, {o.big_backlog:,} issues (`sync --full`)",
-                    **first,
-                    "reproduce": rep,
-                },
-            )
-            scenarios.backlog_comparison(
-                [
-                    (bench, small_sim, small_env, o.small_backlog),
-                    (other, big_sim, big_env, o.big_backlog),
-                ]
-            )
+        _backlog_side_by_side(bench)
+    _on_large_backlog(bench, only)
+    _on_own_datasets(bench, only)
+    bench.figures.get("backlog", []).sort(key=lambda row: (row["poller"], row["open_issues"]))
+
+
+def _add_first_sync(bench: Bench, issues: int, first: dict[str, Any], group: str) -> None:
+    """The first sync of a data set, as a figure of its own."""
+    bench.add(
+        "sync",
+        {
+            "figure": f"first sync, {issues:,} issues (`sync --full`)",
+            **first,
+            "reproduce": bench.options.reproduce(group),
+        },
+    )
+
+
+def _on_sync_dataset(bench: Bench, only: set[str]) -> None:
+    """The figures that share the sync's data set."""
+    o = bench.options
+    logger.info("data set: %d issues", o.sync_issues)
+    with bench.dataset(o.sync_issues) as (sim, env, first):
+        if "sync" in only:
+            scenarios.sync_figures(bench, sim, env, first)
+        if "costs" in only:
+            scenarios.cost_figures(bench, sim, env)
+        # Backlog before latency: the latency flows complete issues, the backlog's don't.
+        if "backlog" in only:
+            scenarios.backlog_figure(bench, sim, env, o.sync_issues)
+        if "latency" in only:
+            scenarios.latency_figures(bench, env)
+
+
+def _backlog_side_by_side(bench: Bench) -> None:
+    """The smallest and the largest backlog side by side, each on a Redis of its own, so that
+    their runs alternate."""
+    o = bench.options
+    logger.info("data sets: %d and %d issues", o.small_backlog, o.big_backlog)
+    with (
+        bench.companion() as other,
+        bench.dataset(o.small_backlog) as (small_sim, small_env, _),
+        other.dataset(o.big_backlog) as (big_sim, big_env, first),
+    ):
+        _add_first_sync(bench, o.big_backlog, first, "backlog")
+        scenarios.backlog_comparison(
+            [
+                (bench, small_sim, small_env, o.small_backlog),
+                (other, big_sim, big_env, o.big_backlog),
+            ]
+        )
+
+
+def _on_large_backlog(bench: Bench, only: set[str]) -> None:
+    """Throughput, the profile and durability: the completing flows retire an issue per
+    claim, over every repetition, so a backlog large enough that no run drains it. The
+    durability runs share it when both run."""
+    o = bench.options
     skipped = durability.unavailable() if "durability" in only else None
     if skipped is not None:
         bench.add("durability", {"skipped": skipped, "reproduce": o.reproduce("durability")})
     big = "throughput" in only or o.profile
-    if big or ("durability" in only and skipped is None):
-        # The completing flows retire an issue per claim, over every repetition: a backlog
-        # large enough that no run drains it. The durability runs share it when both run.
-        issues = o.throughput_issues if big else o.durability_issues
-        logger.info("data set: %d issues", issues)
-        with bench.dataset(issues) as (sim, env, first):
-            rep = o.reproduce("throughput" if big else "durability")
-            bench.add(
-                "sync",
-                {
-                    "figure": f"first sync, {issues:,} issues (`sync --full`)",
-                    **first,
-                    "reproduce": rep,
-                },
-            )
-            if "throughput" in only:
-                scenarios.throughput_figures(bench, sim, env)
-            if o.profile:
-                scenarios.profile_figure(bench, sim, env)
-            if "durability" in only and skipped is None:
-                durability.durability_figures(bench, sim, env)
+    if not big and not ("durability" in only and skipped is None):
+        return
+    issues = o.throughput_issues if big else o.durability_issues
+    logger.info("data set: %d issues", issues)
+    with bench.dataset(issues) as (sim, env, first):
+        _add_first_sync(bench, issues, first, "throughput" if big else "durability")
+        if "throughput" in only:
+            scenarios.throughput_figures(bench, sim, env)
+        if o.profile:
+            scenarios.profile_figure(bench, sim, env)
+        if "durability" in only and skipped is None:
+            durability.durability_figures(bench, sim, env)
+
+
+def _on_own_datasets(bench: Bench, only: set[str]) -> None:
+    """The groups that build data sets of their own."""
+    o = bench.options
     if "webhooks" in only:
         logger.info("data set: %d issues (webhooks)", o.small_backlog)
         with bench.dataset(o.small_backlog) as (sim, env, _):
@@ -169,7 +189,6 @@ def measure(bench: Bench) -> None:
         repositories.repository_figures(bench)
         logger.info("first sync of %d repositories, an agent waiting", o.first_sync_repos)
         repositories.first_sync_figure(bench)
-    bench.figures.get("backlog", []).sort(key=lambda row: (row["poller"], row["open_issues"]))
 
 
 def findings(figures: dict[str, Any]) -> list[str]:

@@ -288,6 +288,12 @@ class RepoKeys:
         self.sync_failing = self.base + "sync:failing"
         self.orphans = self.base + "orphans"
         self.outbox_taken = self.base + "outbox:taken"
+        self._failures()
+        self._steering()
+        self._graph()
+
+    def _failures(self) -> None:
+        """Failed attempts: per task and per agent, the circuit breaker's trips, recovery."""
         self.task_failures = self.base + "task_failures"
         self.agent_streaks = self.base + "agent_streaks"
         self.streak_first = self.base + "streak_first"
@@ -296,6 +302,9 @@ class RepoKeys:
         self.failure_charges = self.base + "failure_charges"
         self.revived = self.base + "revived"
         self.recovering = self.base + "recovering"
+
+    def _steering(self) -> None:
+        """What maintainers decide: pauses, waits on a person, reservations, budgets, audit."""
         self.paused_agents = self.base + "paused_agents"
         self.control = self.base + "control"
         self.waiting = self.base + "waiting"
@@ -304,7 +313,9 @@ class RepoKeys:
         self.kept_away = self.base + "kept_away"
         self.reserved_issues = self.base + "reserved_issues"
         self.audit = self.base + "audit"
-        # GitHub's dependency graph as the leader reads it (leader/graph.py, graph_save.lua).
+
+    def _graph(self) -> None:
+        """GitHub's dependency graph as the leader reads it (leader/graph.py, graph_save.lua)."""
         self.graph_deps = self.base + "graph:deps"
         self.graph_dependents = self.base + "graph:dependents"
         self.graph_state = self.base + "graph:state"

@@ -248,55 +248,76 @@ def _multiprocess_pids(path: Path) -> list[int]:
 
 
 async def _deployment_gauges(store: Store) -> list[Metric]:
-    ready = GaugeMetricFamily(
-        "gb_ready_tasks",
-        "Claimable tasks per repository and priority.",
-        labels=["repository", "priority"],
-    )
-    leases = GaugeMetricFamily("gb_leases", "Live leases.", labels=["repository"])
-    writes = GaugeMetricFamily(
-        "gb_pending_github_writes", "Queued GitHub writes.", labels=["repository"]
-    )
-    lag = GaugeMetricFamily(
-        "gb_github_write_queue_lag_seconds",
-        "How long the longest-waiting due GitHub write has waited.",
-        labels=["repository"],
-    )
-    skipped = GaugeMetricFamily(
-        "gb_skipped_issues", "Work issues that cannot be handed out.", labels=["repository"]
-    )
-    bucket = GaugeMetricFamily(
-        "gb_priority_bucket", "Most urgent open priority (0 = P0).", labels=["repository"]
-    )
-    blocked = GaugeMetricFamily(
-        "gb_blocked_issues",
-        "Open issues a blocker keeps from being handed out (open, unreadable, not planned).",
-        labels=["repository"],
-    )
+    queue = _queue_families()
     health = _health_families()
     now = now_ms()
     for name, rstore in store.repos.items():
         await _add_health(health, name, rstore, now)
-        per_priority: dict[int, int] = {}
-        for _, score in await rstore.ready_tasks():
-            p = priority_of_score(score)
-            per_priority[p] = per_priority.get(p, 0) + 1
-        for p, n in sorted(per_priority.items()):
-            ready.add_metric([name, f"P{p}"], n)
-        held = await rstore.leases()
-        leases.add_metric([name], len(held))
-        health["stalled"].add_metric([name], sum(1 for lease in held if lease.stalled))
-        writes.add_metric([name], await rstore.outbox_size())
-        oldest = await rstore.outbox_oldest_due_ms()
-        lag.add_metric([name], 0 if oldest is None else max(0, now - oldest) / 1000)
-        skipped.add_metric([name], len(await rstore.skipped()))
-        blocked.add_metric([name], await rstore.blocked_count())
-        current = await rstore.bucket()
-        if current is not None:
-            bucket.add_metric([name], current)
-    families: list[Metric] = [
-        ready, leases, writes, lag, skipped, bucket, blocked, *health.values()
+        await _add_queue(queue, health, name, rstore, now)
+    return [
+        *queue.values(),
+        *health.values(),
+        *await _deployment_wide(store),
+        *await _history_families(store),
+        *await _quota_family(store),
     ]
+
+
+def _per_repo(name: str, documentation: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=["repository"])
+
+
+def _queue_families() -> dict[str, GaugeMetricFamily]:
+    """The work queue per repository: what is claimable, held, blocked, and the writes owed."""
+    return {
+        "ready": GaugeMetricFamily(
+            "gb_ready_tasks",
+            "Claimable tasks per repository and priority.",
+            labels=["repository", "priority"],
+        ),
+        "leases": _per_repo("gb_leases", "Live leases."),
+        "writes": _per_repo("gb_pending_github_writes", "Queued GitHub writes."),
+        "lag": _per_repo(
+            "gb_github_write_queue_lag_seconds",
+            "How long the longest-waiting due GitHub write has waited.",
+        ),
+        "skipped": _per_repo("gb_skipped_issues", "Work issues that cannot be handed out."),
+        "bucket": _per_repo("gb_priority_bucket", "Most urgent open priority (0 = P0)."),
+        "blocked": _per_repo(
+            "gb_blocked_issues",
+            "Open issues a blocker keeps from being handed out (open, unreadable, not planned).",
+        ),
+    }
+
+
+async def _add_queue(
+    families: dict[str, GaugeMetricFamily],
+    health: dict[str, GaugeMetricFamily],
+    name: str,
+    rstore: Any,
+    now: int,
+) -> None:
+    per_priority: dict[int, int] = {}
+    for _, score in await rstore.ready_tasks():
+        p = priority_of_score(score)
+        per_priority[p] = per_priority.get(p, 0) + 1
+    for p, n in sorted(per_priority.items()):
+        families["ready"].add_metric([name, f"P{p}"], n)
+    held = await rstore.leases()
+    families["leases"].add_metric([name], len(held))
+    health["stalled"].add_metric([name], sum(1 for lease in held if lease.stalled))
+    families["writes"].add_metric([name], await rstore.outbox_size())
+    oldest = await rstore.outbox_oldest_due_ms()
+    families["lag"].add_metric([name], 0 if oldest is None else max(0, now - oldest) / 1000)
+    families["skipped"].add_metric([name], len(await rstore.skipped()))
+    families["blocked"].add_metric([name], await rstore.blocked_count())
+    current = await rstore.bucket()
+    if current is not None:
+        families["bucket"].add_metric([name], current)
+
+
+async def _deployment_wide(store: Store) -> list[Metric]:
+    """Gauges of the whole deployment: refused webhook deliveries, paused agents."""
     refused = await store.webhook_refused()
     refused_total = GaugeMetricFamily(
         "gb_webhook_deliveries_refused", "Webhook deliveries refused (bad signature, ...)."
@@ -304,15 +325,17 @@ async def _deployment_gauges(store: Store) -> list[Metric]:
     refused_total.add_metric([], refused[2] if refused else 0)
     paused = GaugeMetricFamily("gb_paused_agents", "Agents paused (maintainer or breaker).")
     paused.add_metric([], len(await store.paused_agents()))
-    families += [refused_total, paused, *await _history_families(store)]
+    return [refused_total, paused]
+
+
+async def _quota_family(store: Store) -> list[Metric]:
+    """GitHub's REST quota left, once a response has told it."""
     quota = await store.quota()
-    if quota and quota.remaining is not None:
-        remaining = GaugeMetricFamily(
-            "gb_github_quota_remaining", "GitHub REST calls left this hour."
-        )
-        remaining.add_metric([], quota.remaining)
-        families.append(remaining)
-    return families
+    if not quota or quota.remaining is None:
+        return []
+    remaining = GaugeMetricFamily("gb_github_quota_remaining", "GitHub REST calls left this hour.")
+    remaining.add_metric([], quota.remaining)
+    return [remaining]
 
 
 #: Lease ends an agent is charged with (`a:<agent>:fail` in the history).
@@ -389,39 +412,25 @@ def _agent_families(per_agent: dict[tuple[str, str], int]) -> list[Metric]:
 
 def _health_families() -> dict[str, GaugeMetricFamily]:
     """The integrations' health per repository (see reports/health.py)."""
-    by_repo = ["repository"]
     return {
-        "sync_failing": GaugeMetricFamily(
-            "gb_sync_failing",
-            "1 while the leader's sync of the repository keeps failing.",
-            labels=by_repo,
+        "sync_failing": _per_repo(
+            "gb_sync_failing", "1 while the leader's sync of the repository keeps failing."
         ),
-        "rebuilding": GaugeMetricFamily(
-            "gb_mirror_rebuilding",
-            "1 while the mirror is being rebuilt from GitHub.",
-            labels=by_repo,
+        "rebuilding": _per_repo(
+            "gb_mirror_rebuilding", "1 while the mirror is being rebuilt from GitHub."
         ),
-        "queued": GaugeMetricFamily(
-            "gb_webhook_queue",
-            "Verified webhook deliveries waiting for the worker.",
-            labels=by_repo,
+        "queued": _per_repo(
+            "gb_webhook_queue", "Verified webhook deliveries waiting for the worker."
         ),
-        "inflight": GaugeMetricFamily(
-            "gb_webhook_inflight",
-            "Deliveries the worker took and has not finished.",
-            labels=by_repo,
+        "inflight": _per_repo(
+            "gb_webhook_inflight", "Deliveries the worker took and has not finished."
         ),
-        "age": GaugeMetricFamily(
+        "age": _per_repo(
             "gb_webhook_last_delivery_age_seconds",
             "Seconds since the last verified delivery (absent: none yet).",
-            labels=by_repo,
         ),
-        "stalled": GaugeMetricFamily(
-            "gb_stalled_leases", "Live leases flagged stalled (no progress).", labels=by_repo
-        ),
-        "waiting": GaugeMetricFamily(
-            "gb_waiting_on_people", "Work issues that wait on a person.", labels=by_repo
-        ),
+        "stalled": _per_repo("gb_stalled_leases", "Live leases flagged stalled (no progress)."),
+        "waiting": _per_repo("gb_waiting_on_people", "Work issues that wait on a person."),
     }
 
 

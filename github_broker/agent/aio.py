@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -178,7 +179,7 @@ class AsyncBrokerClient:
         """POST with retries; returns the answer and whether an earlier attempt may have
         reached the broker (its effect may already have happened)."""
         maybe_delivered = False
-        try:
+        with _client_errors(f"POST {path}"):
             async for attempt in self._retrying(f"POST {path}"):
                 with attempt:
                     try:
@@ -195,16 +196,10 @@ class AsyncBrokerClient:
                         maybe_delivered = maybe_delivered or response.status_code == 504
                         raise RetryStatus(response.status_code, _retry_after_s(response), response)
                     return response, maybe_delivered
-        except RetryStatus as e:
-            raise _unavailable(f"POST {path}", e.response) from None
-        except TRANSIENT as e:
-            raise BrokerUnavailable(f"POST {path}: broker unreachable: {e!r}") from e
-        except httpx.HTTPError as e:
-            raise BrokerClientError(f"POST {path}: {e!r}") from e
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _get(self, path: str, params: dict[str, str | list[str]]) -> httpx.Response:
-        try:
+        with _client_errors(f"GET {path}"):
             async for attempt in self._retrying(f"GET {path}"):
                 with attempt:
                     response = await self._http.get(
@@ -213,13 +208,20 @@ class AsyncBrokerClient:
                     if response.status_code in RETRY_STATUSES:
                         raise RetryStatus(response.status_code, _retry_after_s(response), response)
                     return response
-        except RetryStatus as e:
-            raise _unavailable(f"GET {path}", e.response) from None
-        except TRANSIENT as e:
-            raise BrokerUnavailable(f"GET {path}: broker unreachable: {e!r}") from e
-        except httpx.HTTPError as e:
-            raise BrokerClientError(f"GET {path}: {e!r}") from e
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+@contextmanager
+def _client_errors(what: str) -> Iterator[None]:
+    """httpx's failures, once the retries are spent, as the client's own errors."""
+    try:
+        yield
+    except RetryStatus as e:
+        raise _unavailable(what, e.response) from None
+    except TRANSIENT as e:
+        raise BrokerUnavailable(f"{what}: broker unreachable: {e!r}") from e
+    except httpx.HTTPError as e:
+        raise BrokerClientError(f"{what}: {e!r}") from e
 
 
 def _never_sent(e: Exception) -> bool:

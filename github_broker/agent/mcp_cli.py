@@ -9,6 +9,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from github_broker.agent.runner.cli import add_broker_options
 from github_broker.agent.session import DEFAULT_CHECK_INTERVAL_S
@@ -19,6 +20,9 @@ ADMIN_TOKEN_ENV = "GITHUB_BROKER_ADMIN_TOKEN"
 MCP_TOKEN_ENV = "GITHUB_BROKER_MCP_TOKEN"
 #: Bounds of --check-interval (seconds): faster is a heartbeat storm, slower a stale client.
 CHECK_INTERVAL_RANGE = (1.0, 60.0)
+
+if TYPE_CHECKING:
+    from github_broker.agent.mcp_http import HttpEndpoint
 
 EPILOG = f"""\
 examples:
@@ -68,26 +72,11 @@ def http_token(args: argparse.Namespace) -> str | None:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Serve the broker's task calls as MCP tools for one agent (stdio or streamable HTTP)."""
-    problem = agent_id_problem(args.agent_id, args.role or [], getattr(args, "config", None))
+    problem = _arguments_problem(args)
     if problem is not None:
         print(f"github-broker mcp: {problem}", file=sys.stderr)
         return 2
-    low, high = CHECK_INTERVAL_RANGE
-    if not low <= args.check_interval <= high:
-        print(
-            f"github-broker mcp: --check-interval {args.check_interval:g} is outside "
-            f"{low:g}..{high:g} seconds",
-            file=sys.stderr,
-        )
-        return 2
-
-    import anyio
-    from mcp import MCPDeprecationWarning
-
-    from github_broker.agent.aio import AsyncBrokerClient
     from github_broker.agent.mcp_http import EndpointRefused, HttpEndpoint
-    from github_broker.agent.mcp_server import build_server, serve
-    from github_broker.agent.session import AgentSession
 
     http = None
     if args.transport == "http":
@@ -97,6 +86,27 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         except EndpointRefused as e:
             print(f"github-broker mcp: {e}", file=sys.stderr)
             return 2
+    _quiet_libraries()
+    try:
+        _serve(args, http)
+    except KeyboardInterrupt:
+        print("github-broker mcp: stopped", file=sys.stderr)
+    return 0
+
+
+def _arguments_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the agent id, its roles or the check interval, if anything."""
+    problem = agent_id_problem(args.agent_id, args.role or [], getattr(args, "config", None))
+    if problem is not None:
+        return problem
+    low, high = CHECK_INTERVAL_RANGE
+    if not low <= args.check_interval <= high:
+        return f"--check-interval {args.check_interval:g} is outside {low:g}..{high:g} seconds"
+    return None
+
+
+def _quiet_libraries() -> None:
+    from mcp import MCPDeprecationWarning
 
     # Pre-2026 clients (most in use) learn of a lost lease by a log message, a feature the
     # 2026-07-28 revision deprecates; the SDK warns about it on every use.
@@ -106,6 +116,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         for name in ("httpx", "mcp"):
             logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _serve(args: argparse.Namespace, http: HttpEndpoint | None) -> None:
+    """One agent's session served until interrupted."""
+    import anyio
+
+    from github_broker.agent.aio import AsyncBrokerClient
+    from github_broker.agent.mcp_server import build_server, serve
+    from github_broker.agent.session import AgentSession
 
     async def run() -> None:
         client = AsyncBrokerClient(args.broker_url, args.agent_id, token=args.token)
@@ -121,11 +140,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         )
         await serve(session, mcp, http, explainer)
 
-    try:
-        anyio.run(run)
-    except KeyboardInterrupt:
-        print("github-broker mcp: stopped", file=sys.stderr)
-    return 0
+    anyio.run(run)
 
 
 def add_mcp_command(

@@ -45,11 +45,21 @@ Roles = Annotated[
     list[RoleName] | None,
     Field(max_length=MAX_LIST_ITEMS, description="Roles you accept; omit for the defaults."),
 ]
+Repositories = Annotated[
+    list[RepoName] | None,
+    Field(max_length=MAX_LIST_ITEMS, description="owner/name list; omit for all."),
+]
+WaitSeconds = Annotated[float, Field(ge=0, le=60, description="Wait up to this long for a task.")]
+RequestId = Annotated[
+    str | None,
+    Field(
+        pattern=REQUEST_ID_PATTERN,
+        description="Reuse the same id when you retry this call after an error.",
+    ),
+]
 
 
-def describe(
-    task: Task, check_interval_s: float, credential: AgentCredential | None = None
-) -> str:
+def describe(task: Task, check_interval_s: float, credential: AgentCredential | None = None) -> str:
     """What an LLM needs to start: where, which branch, the task's GitHub token if any, what
     to do next, then the prompt."""
     lines = [
@@ -218,20 +228,9 @@ class AgentTools:
         self,
         ctx: Context,
         roles: Roles = None,
-        repositories: Annotated[
-            list[RepoName] | None,
-            Field(max_length=MAX_LIST_ITEMS, description="owner/name list; omit for all."),
-        ] = None,
-        wait_seconds: Annotated[
-            float, Field(ge=0, le=60, description="Wait up to this long for a task.")
-        ] = DEFAULT_WAIT_S,
-        request_id: Annotated[
-            str | None,
-            Field(
-                pattern=REQUEST_ID_PATTERN,
-                description="Reuse the same id when you retry this call after an error.",
-            ),
-        ] = None,
+        repositories: Repositories = None,
+        wait_seconds: WaitSeconds = DEFAULT_WAIT_S,
+        request_id: RequestId = None,
     ) -> str:
         """Ask the broker for the next task for you: an issue to work on, with its prompt."""
         client_session = ctx.session

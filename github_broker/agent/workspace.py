@@ -120,7 +120,10 @@ class Workspaces:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _run(cwd: Path, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+def run_git(
+    cwd: Path, args: tuple[str, ...], timeout_s: float = GIT_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """`git args` in `cwd`, its output captured; WorkspaceError when git cannot run."""
     # No terminal prompt: a missing credential fails the command instead of hanging it.
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
     try:
@@ -130,7 +133,7 @@ def _run(cwd: Path, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
             env=env,
             capture_output=True,
             text=True,
-            timeout=GIT_TIMEOUT_S,
+            timeout=timeout_s,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -138,11 +141,11 @@ def _run(cwd: Path, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    result = _run(cwd, args)
+    result = run_git(cwd, args)
     if result.returncode != 0:
         raise WorkspaceError(f"git {' '.join(args)} (in {cwd}): {result.stderr.strip()}")
     return result.stdout
 
 
 def _git_ok(cwd: Path, *args: str) -> bool:
-    return _run(cwd, args).returncode == 0
+    return run_git(cwd, args).returncode == 0

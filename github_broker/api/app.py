@@ -133,12 +133,7 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _say_how_leases_are_signed(settings)
-        store = Store.from_settings(settings)
-        try:
-            logger.info("durability %s", await store.check_durability())
-        except StoreUnavailable as e:
-            # Serve anyway (answers 503 while Redis is away); checked again by no one, so say so.
-            logger.warning("redis.durability not checked at start, Redis unavailable: %s", e)
+        store = await _open_store(settings)
         gateway = GitHubGateway(settings.github)
         waker = ReadyWaker(settings.server.long_poll_recheck_s)
         waker.start(store)
@@ -147,33 +142,62 @@ def _lifespan(
         if daemon is not None:
             await daemon.hold_leadership()
             daemon.start()
-        auth = Authenticator(settings.server, [r.full_name for r in settings.repositories])
-        app.state.services = Services(
-            settings=settings,
-            store=store,
-            gateway=gateway,
-            tasks=TaskService(settings, store, prompts, waker),
-            auth=auth,
-            daemon=daemon,
-            metrics=Metrics(),
-            steering=Steering(settings, store, Syncer(settings, store, gateway).reindex),
-            rights=GitHubRights(settings, store, gateway, auth.people),
-        )
-        app.state.services.credentials = _agent_credentials(settings, store)
+        app.state.services = _services(settings, prompts, store, gateway, waker, daemon)
         try:
             yield
         finally:
-            app.state.services.rights.close()
-            if app.state.services.credentials is not None:
-                await app.state.services.credentials.close()
-            if daemon is not None:
-                await daemon.stop()
+            await _stop_services(app.state.services)
             restore_signals()
             await waker.stop()
             await store.close()
             await asyncio.to_thread(gateway.close)
 
     return lifespan
+
+
+async def _open_store(settings: Settings) -> Store:
+    """The store, its durability said in the log (checked at start only)."""
+    store = Store.from_settings(settings)
+    try:
+        logger.info("durability %s", await store.check_durability())
+    except StoreUnavailable as e:
+        # Serve anyway (answers 503 while Redis is away); checked again by no one, so say so.
+        logger.warning("redis.durability not checked at start, Redis unavailable: %s", e)
+    return store
+
+
+def _services(
+    settings: Settings,
+    prompts: Prompts,
+    store: Store,
+    gateway: GitHubGateway,
+    waker: ReadyWaker,
+    daemon: Daemon | None,
+) -> Services:
+    """What the routes use, built once per app."""
+    auth = Authenticator(settings.server, [r.full_name for r in settings.repositories])
+    services = Services(
+        settings=settings,
+        store=store,
+        gateway=gateway,
+        tasks=TaskService(settings, store, prompts, waker),
+        auth=auth,
+        daemon=daemon,
+        metrics=Metrics(),
+        steering=Steering(settings, store, Syncer(settings, store, gateway).reindex),
+        rights=GitHubRights(settings, store, gateway, auth.people),
+    )
+    services.credentials = _agent_credentials(settings, store)
+    return services
+
+
+async def _stop_services(services: Services) -> None:
+    """The services' own background work ended: rights, agents' credentials, the daemon."""
+    services.rights.close()
+    if services.credentials is not None:
+        await services.credentials.close()
+    if services.daemon is not None:
+        await services.daemon.stop()
 
 
 def _agent_credentials(settings: Settings, store: Store) -> AgentCredentials | None:

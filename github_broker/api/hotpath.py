@@ -202,28 +202,7 @@ class LeasePath:
     async def _answer(self, request: Request, scope: Scope) -> BaseModel:
         params = scope["path_params"]
         model, answer = _LEASE_ACTIONS[params["action"]]
-        raw = await request.body()
-        value: Any = _MISSING
-        if raw:
-            if _json_content(request):
-                try:
-                    value = json.loads(raw)
-                except json.JSONDecodeError as e:
-                    raise RequestValidationError(
-                        [
-                            {
-                                "type": "json_invalid",
-                                "loc": ("body", e.pos),
-                                "msg": "JSON decode error",
-                                "input": {},
-                                "ctx": {"error": e.msg},
-                            }
-                        ]
-                    ) from e
-                except Exception as e:  # undecodable, too deep: FastAPI's 400, our 422
-                    raise _UNPARSABLE from e
-            else:
-                value = raw  # not JSON: validated as it is, and refused, as FastAPI does
+        value = await _body_value(request)
         problems: list[dict[str, Any]] = []
         number = 0
         try:
@@ -247,6 +226,32 @@ class LeasePath:
             repository, number, body, request, scope["app"].state.services
         )
         return result
+
+
+async def _body_value(request: Request) -> Any:
+    """The body as FastAPI reads it: JSON when it says so, else the raw bytes (refused by the
+    model as FastAPI refuses them); _MISSING when there is none."""
+    raw = await request.body()
+    if not raw:
+        return _MISSING
+    if not _json_content(request):
+        return raw  # not JSON: validated as it is, and refused, as FastAPI does
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "json_invalid",
+                    "loc": ("body", e.pos),
+                    "msg": "JSON decode error",
+                    "input": {},
+                    "ctx": {"error": e.msg},
+                }
+            ]
+        ) from e
+    except Exception as e:  # undecodable, too deep: FastAPI's 400, our 422
+        raise _UNPARSABLE from e
 
 
 _MISSING = object()

@@ -61,6 +61,29 @@ REQUEST_BODY: dict[str, Any] = {
 }
 
 
+async def _verify(
+    svc: Services,
+    receiver: WebhookReceiver,
+    body: bytes,
+    signature: str | None,
+    event: str,
+    delivery: str,
+    source: str,
+) -> None:
+    """The signature checked; a refusal is logged, and noted for the integrations' health."""
+    try:
+        receiver.verify(body, signature)
+    except BrokerError as e:
+        reported = note_refusal(e, event, delivery, source, signature=True)
+        if reported:
+            # Refused before it was trusted (a secret set on one side only): the integrations'
+            # health shows it. Recorded with the log line, at most once a minute, so forged
+            # deliveries cause no Redis work of their own.
+            with contextlib.suppress(BrokerError):
+                await svc.store.record_webhook_refused(str(e), reported)
+        raise
+
+
 @router.post(
     "/github/webhook",
     status_code=202,
@@ -91,17 +114,9 @@ async def github_webhook(
             {"detail": f"delivery larger than {limit} bytes", "reason": "too_large"},
             status_code=413,
         )
-    try:
-        receiver.verify(body, x_hub_signature_256)
-    except BrokerError as e:
-        reported = note_refusal(e, x_github_event, x_github_delivery, source, signature=True)
-        if reported:
-            # Refused before it was trusted (a secret set on one side only): the integrations'
-            # health shows it. Recorded with the log line, at most once a minute, so forged
-            # deliveries cause no Redis work of their own.
-            with contextlib.suppress(BrokerError):
-                await svc.store.record_webhook_refused(str(e), reported)
-        raise
+    await _verify(
+        svc, receiver, body, x_hub_signature_256, x_github_event, x_github_delivery, source
+    )
     try:
         content_type = request.headers.get("content-type", "application/json")
         receipt = await receiver.accept(x_github_event, x_github_delivery, body, content_type)

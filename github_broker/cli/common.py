@@ -1,10 +1,13 @@
-"""What the steering verbs share, run on Redis here or sent through a broker's API
-(remote.py): naming an issue, printing the audit log."""
+"""What the CLI's commands share: a subcommand made from its function; and for the steering
+verbs, run on Redis here or sent through a broker's API (remote.py), naming an issue and
+printing the audit log."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from github_broker.errors import ConfigError
@@ -12,6 +15,7 @@ from github_broker.settings import Settings
 
 #: `owner/name#12`, or `12` when one repository is configured.
 _REF = re.compile(r"^(?:(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#)?(?P<n>[1-9][0-9]{0,15})$")
+
 
 def issue_ref(text: str, settings: Settings) -> tuple[str, int]:
     """`owner/name#12` (or `12` with one repository) as (repository, number)."""
@@ -47,3 +51,15 @@ def print_audit(entries: list[Any], *, as_json: bool) -> None:
         print(
             f"{iso_from_ms(e.at_ms)}  {e.actor:<16} {e.action:<14} {where}{who}{why}: {e.outcome}"
         )
+
+
+def add_command(
+    sub: Any, name: str, func: Callable[[argparse.Namespace], int], **options: Any
+) -> argparse.ArgumentParser:
+    """Subcommand `name` running `func`: its help and description are `func`'s docstring."""
+    doc = (func.__doc__ or "").strip()
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=doc.splitlines()[0], description=doc, **options
+    )
+    p.set_defaults(func=func)
+    return p

@@ -8,12 +8,12 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from github_broker import __version__, logs
 from github_broker.cli import target
+from github_broker.cli.common import add_command
 from github_broker.errors import BrokerError, ConfigError
 from github_broker.settings import ENV_PREFIX, Settings, default_config_dir
 
@@ -196,23 +196,22 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_broker_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The broker's own commands: sync, poll, serve, status, explain."""
+    _add_running_commands(sub)
+    _add_reading_commands(sub)
 
-    def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        doc = (func.__doc__ or "").strip()
-        p: argparse.ArgumentParser = sub.add_parser(name, help=doc.splitlines()[0], description=doc)
-        p.set_defaults(func=func)
-        return p
 
-    p = add("sync", cmd_sync)
+def _add_running_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """sync, poll and serve: the commands that run the broker's work."""
+    p = add_command(sub, "sync", cmd_sync)
     p.add_argument("--full", action="store_true", help="full pass (catches deletions)")
     p.add_argument("--repo", help="only this owner/name")
-    p = add("poll", cmd_poll)
+    p = add_command(sub, "poll", cmd_poll)
     p.add_argument(
         "--metrics-port",
         type=int,
         help="serve this process's Prometheus metrics (GitHub calls, write lag) on this port",
     )
-    p = add("serve", cmd_serve)
+    p = add_command(sub, "serve", cmd_serve)
     p.add_argument("--host", help="address to bind (default: server.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to bind (default: server.port, 8080)")
     p.add_argument("--workers", type=int, default=1, help="API worker processes")
@@ -222,12 +221,16 @@ def _add_broker_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="API and poller in this one process (debugging, profiling); ignores --workers",
     )
     p.add_argument("--access-log", action="store_true", help="log every HTTP request")
+
+
+def _add_reading_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """status and explain: what maintainers read, from a running broker or the sandbox."""
     sandbox_help = target.SANDBOX_HELP
-    p = add("status", cmd_status)
+    p = add_command(sub, "status", cmd_status)
     p.epilog = target.FINDS_BROKER
     p.add_argument("--json", action="store_true", help="the /status JSON instead of tables")
     p.add_argument("--sandbox", action="store_true", help=sandbox_help)
-    p = add("explain", cmd_explain)
+    p = add_command(sub, "explain", cmd_explain)
     p.epilog = target.FINDS_BROKER
     p.add_argument("--agent", help="the agent asking (its cool-downs, pause, reviews of its work)")
     p.add_argument("--sandbox", action="store_true", help=sandbox_help)

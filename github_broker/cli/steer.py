@@ -10,10 +10,11 @@ import argparse
 import asyncio
 import getpass
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from github_broker.cli import remote
-from github_broker.cli.common import issue_ref, print_audit
+from github_broker.cli.common import add_command, issue_ref, print_audit
 from github_broker.cli.target import FINDS_BROKER, SANDBOX_HELP, broker_settings
 from github_broker.errors import ConfigError
 from github_broker.models import Actor
@@ -166,19 +167,26 @@ REASON_HELP = {
 ISSUE_HELP = "the issue: owner/name#N (or N when the broker serves one repository)"
 
 
-def add_steer_commands(sub: Any) -> None:
-    def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        doc = (func.__doc__ or "").strip()
-        p: argparse.ArgumentParser = sub.add_parser(
-            name, help=doc.splitlines()[0], description=doc, epilog=FINDS_BROKER
-        )
-        p.set_defaults(func=func)
-        p.add_argument("--sandbox", action="store_true", help=SANDBOX_HELP)
-        if name in REASON_HELP:
-            p.add_argument("--reason", default="", help=REASON_HELP[name])
-        remote.add_options(p)
-        return p
+def _steer_command(
+    sub: Any, name: str, func: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """A steering verb: it finds the broker like status does and may carry a reason."""
+    p = add_command(sub, name, func, epilog=FINDS_BROKER)
+    p.add_argument("--sandbox", action="store_true", help=SANDBOX_HELP)
+    if name in REASON_HELP:
+        p.add_argument("--reason", default="", help=REASON_HELP[name])
+    remote.add_options(p)
+    return p
 
+
+def add_steer_commands(sub: Any) -> None:
+    _add_task_verbs(sub)
+    _add_agent_verbs(sub)
+
+
+def _add_task_verbs(sub: Any) -> None:
+    """revoke, reassign, note, retry: one issue's task."""
+    add = partial(_steer_command, sub)
     p = add("revoke", cmd_revoke)
     p.add_argument("issue", help=ISSUE_HELP)
     p.add_argument(
@@ -194,6 +202,11 @@ def add_steer_commands(sub: Any) -> None:
     p.add_argument("text", help="the message (quote it); delivered with the holder's heartbeat")
     p = add("retry", cmd_retry)
     p.add_argument("issue", help=ISSUE_HELP)
+
+
+def _add_agent_verbs(sub: Any) -> None:
+    """pause, resume, stop, audit: agents, repositories, the whole broker."""
+    add = partial(_steer_command, sub)
     for name, func in (("pause", cmd_pause), ("resume", cmd_resume)):
         p = add(name, func)
         p.add_argument("agent", nargs="?", help="the agent id (or give --repo or --all instead)")

@@ -152,25 +152,14 @@ class CheckKeeper:
         size = self.cfg.page_size
         for start in range(0, len(numbers), size):
             page = numbers[start : start + size]
-            query = ChecksQuery()
-            for n in page:
-                branch, pr, _ = wanted[n]
-                if pr is not None:
-                    query.numbers[f"p{n}"] = pr
-                else:
-                    query.heads[f"h{n}"] = branch
-            bases = sorted({r["base"] for n in page if (r := records.get(n)) and r.get("base")})
-            query.bases = {f"b{i}": base for i, base in enumerate(bases)}
+            query, bases = _page_query(page, wanted, records)
             answer = await asyncio.to_thread(
                 self.gateway.pulls_checks, repo.full_name, query, self.cfg.max_annotations
             )
             report.github_calls += 1
             base_failing = {b: view.failing_on(answer.get(f"b{i}")) for i, b in enumerate(bases)}
             for n in page:
-                node = answer.get(f"p{n}")
-                if f"h{n}" in query.heads:
-                    nodes = (answer.get(f"h{n}") or {}).get("nodes") or []
-                    node = nodes[0] if nodes else None
+                node = _page_node(answer, query, n)
                 if node is None:
                     continue
                 rec = view.from_graphql(node, self.cfg, records.get(n), now)
@@ -310,43 +299,76 @@ class CheckKeeper:
         rounds = int(state.get("ci_rounds") or 0)
         history = json.loads(state.get("ci_history") or "[]")
         if rounds >= self.cfg.max_rounds:
-            rec["capped"] = rec["head"]
-            lines = "; ".join(
-                f"round {h['round']} ({h['source']} {h['head'][:7]}: {', '.join(h['names'])})"
-                for h in history
-            )
-            detail = (
-                f"{rounds} of {self.cfg.max_rounds} fix rounds used and {verdict.detail}; a "
-                f"person must look (a retry starts the rounds again). History: {lines}"
-            )
-            await self._wait(rstore, n, "checks_failed", detail, report)
+            await self._rounds_used_up(rstore, n, rec, rounds, history, verdict, report)
             return
         if source == "checks":
             await self._annotate(rstore.repository, rec, verdict.names, report)
         payload = view.fix_payload(n, rec, source, verdict.names, rounds + 1, self.cfg)
-        added = await rstore.put_task(
-            f"{TaskType.FIX}:{n}",
+        if await self._put_fix(rstore, issue, rec, state.get("dev_agent", ""), payload):
+            entry = {"round": rounds + 1, "source": source, "head": rec["head"]}
+            history = [*history, {**entry, "names": verdict.names}][-HISTORY_KEPT:]
+            await self._fix_offered(rstore, n, state, history, verdict, report)
+
+    async def _put_fix(
+        self,
+        rstore: RepoStore,
+        issue: Issue,
+        rec: dict[str, Any],
+        author: str,
+        payload: dict[str, Any],
+    ) -> int:
+        """The fix or rebase task on the PR's branch, its round counted in `ci_rounds`."""
+        return await rstore.put_task(
+            f"{TaskType.FIX}:{issue.number}",
             score=task_score(
                 self.rules.priority(issue.labels) or 0, TaskType.FIX, issue.created_at
             ),
             role=self.rules.role(issue.labels) or "",
             pr=rec["pr"],
-            author=state.get("dev_agent", ""),
+            author=author,
             branch=rec["branch"],
             payload=payload,
             rounds_field="ci_rounds",
         )
-        if not added:
-            return
-        history = [
-            *history,
-            {"round": rounds + 1, "source": source, "head": rec["head"], "names": verdict.names},
-        ][-HISTORY_KEPT:]
+
+    async def _rounds_used_up(
+        self,
+        rstore: RepoStore,
+        n: int,
+        rec: dict[str, Any],
+        rounds: int,
+        history: list[dict[str, Any]],
+        verdict: view.Verdict,
+        report: ChecksReport,
+    ) -> None:
+        """Every fix round spent: the PR waits on a person, with the rounds' history."""
+        rec["capped"] = rec["head"]
+        lines = "; ".join(
+            f"round {h['round']} ({h['source']} {h['head'][:7]}: {', '.join(h['names'])})"
+            for h in history
+        )
+        detail = (
+            f"{rounds} of {self.cfg.max_rounds} fix rounds used and {verdict.detail}; a "
+            f"person must look (a retry starts the rounds again). History: {lines}"
+        )
+        await self._wait(rstore, n, "checks_failed", detail, report)
+
+    async def _fix_offered(
+        self,
+        rstore: RepoStore,
+        n: int,
+        state: dict[str, str],
+        history: list[dict[str, Any]],
+        verdict: view.Verdict,
+        report: ChecksReport,
+    ) -> None:
+        """A fix or rebase task was put: its round in the history, the timeline and the log."""
         await rstore.mark_review_state(n, "ci_history", json.dumps(history))
-        kind = "rebase" if source == "conflict" else "fix"
-        what = f"{kind} round {rounds + 1} of {self.cfg.max_rounds}: {verdict.detail}"
+        latest = history[-1]
+        kind = "rebase" if latest["source"] == "conflict" else "fix"
+        what = f"{kind} round {latest['round']} of {self.cfg.max_rounds}: {verdict.detail}"
         await rstore.record_event(f"checks_{kind}", n, state.get("dev_agent", ""), what)
-        if source == "conflict":
+        if kind == "rebase":
             report.rebases += 1
         else:
             report.fixes += 1
@@ -500,3 +522,31 @@ class CheckKeeper:
         self._timers.clear()
         for task in self._reading:
             task.cancel()
+
+
+def _page_query(
+    page: list[int],
+    wanted: dict[int, tuple[str, int | None, bool]],
+    records: dict[int, dict[str, Any]],
+) -> tuple[ChecksQuery, list[str]]:
+    """One page's GraphQL aliases: a PR by number (`p<issue>`) or by head branch
+    (`h<issue>`), and the base branches the page's known PRs target (`b<i>`)."""
+    query = ChecksQuery()
+    for n in page:
+        branch, pr, _ = wanted[n]
+        if pr is not None:
+            query.numbers[f"p{n}"] = pr
+        else:
+            query.heads[f"h{n}"] = branch
+    bases = sorted({r["base"] for n in page if (r := records.get(n)) and r.get("base")})
+    query.bases = {f"b{i}": base for i, base in enumerate(bases)}
+    return query, bases
+
+
+def _page_node(answer: dict[str, Any], query: ChecksQuery, n: int) -> dict[str, Any] | None:
+    """Issue `n`'s PR in a page's answer, however it was asked for."""
+    if f"h{n}" in query.heads:
+        nodes = (answer.get(f"h{n}") or {}).get("nodes") or []
+        return nodes[0] if nodes else None
+    node: dict[str, Any] | None = answer.get(f"p{n}")
+    return node

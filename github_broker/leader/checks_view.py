@@ -251,19 +251,9 @@ def judge(record: dict[str, Any], cfg: ChecksSettings, now: int) -> Verdict:
     state = record.get("state", "OPEN")
     if state in ("MERGED", "CLOSED"):
         return Verdict(state.lower(), f"PR #{record['pr']} {state.lower()}")
-    if record.get("approval"):
-        flows = ", ".join(a["workflow"] for a in record["approval"])
-        where = record["approval"][0].get("url") or record.get("url", "")
-        detail = (
-            f"workflow {flows} waits for a maintainer's approval: open {where} and click "
-            "'Approve and run' (a first-time contributor's or a bot's run)"
-        )
-        return Verdict("approval", detail, [a["workflow"] for a in record["approval"]], False)
-    acting = [n for n in names if checks.get(n, {}).get("state") == "approval"]
-    if acting:
-        where = checks[acting[0]].get("url") or record.get("url", "")
-        detail = f"{', '.join(acting)} asks a person to act: open {where}"
-        return Verdict("approval", detail, acting, False)
+    waiting = _waits_for_a_person(record, names)
+    if waiting is not None:
+        return waiting
     gate = gated(record, cfg)
     if record.get("mergeable") is False:
         return Verdict("conflict", f"conflicts with {record['base']}", [], not gate)
@@ -280,19 +270,51 @@ def judge(record: dict[str, Any], cfg: ChecksSettings, now: int) -> Verdict:
         return Verdict("failed", f"checks failed: {which}{base_note}", own, not gate, on_base)
     pending = [n for n in names if checks.get(n, {}).get("state", "pending") == "pending"]
     if pending:
-        age_ms = max(0, now - int(record.get("pushed_ms") or now))
-        age_s = age_ms // 1000
-        listed = ", ".join(pending)
-        if age_ms >= cfg.pending_stale_s * 1000:
-            detail = (
-                f"checks pending for {span(age_s)}: {listed}; flagged, not waited on (re-run "
-                "them or fix CI)"
-            )
-            return Verdict("stale", detail, pending, not gate, on_base)
-        detail = f"waiting for checks: {listed} (pending {span(age_s)}){base_note}"
-        return Verdict("running", detail, pending, not gate, on_base)
+        return _pending(record, cfg, now, pending, not gate, on_base, base_note)
     detail = f"checks passed: {', '.join(names)}" if names else "no checks reported"
     return Verdict("green", detail + base_note, names, True, on_base)
+
+
+def _waits_for_a_person(record: dict[str, Any], names: list[str]) -> Verdict | None:
+    """Workflows waiting for a maintainer's approval, or a check asking a person to act."""
+    checks = record["checks"]
+    if record.get("approval"):
+        flows = ", ".join(a["workflow"] for a in record["approval"])
+        where = record["approval"][0].get("url") or record.get("url", "")
+        detail = (
+            f"workflow {flows} waits for a maintainer's approval: open {where} and click "
+            "'Approve and run' (a first-time contributor's or a bot's run)"
+        )
+        return Verdict("approval", detail, [a["workflow"] for a in record["approval"]], False)
+    acting = [n for n in names if checks.get(n, {}).get("state") == "approval"]
+    if acting:
+        where = checks[acting[0]].get("url") or record.get("url", "")
+        detail = f"{', '.join(acting)} asks a person to act: open {where}"
+        return Verdict("approval", detail, acting, False)
+    return None
+
+
+def _pending(
+    record: dict[str, Any],
+    cfg: ChecksSettings,
+    now: int,
+    pending: list[str],
+    reviewable: bool,
+    on_base: list[str],
+    base_note: str,
+) -> Verdict:
+    """Checks still running, or pending so long they are flagged stale."""
+    age_ms = max(0, now - int(record.get("pushed_ms") or now))
+    age_s = age_ms // 1000
+    listed = ", ".join(pending)
+    if age_ms >= cfg.pending_stale_s * 1000:
+        detail = (
+            f"checks pending for {span(age_s)}: {listed}; flagged, not waited on (re-run "
+            "them or fix CI)"
+        )
+        return Verdict("stale", detail, pending, reviewable, on_base)
+    detail = f"waiting for checks: {listed} (pending {span(age_s)}){base_note}"
+    return Verdict("running", detail, pending, reviewable, on_base)
 
 
 # ----- a fix task ------------------------------------------------------------------------------
@@ -309,43 +331,12 @@ def fix_payload(
     """The `task:fix:{pr}` record of a fix from failing checks (`checks`) or a rebase
     (`conflict`): what failed, the head commit it applies to, the round."""
     head = record["head"]
-    failures = []
-    comments = []
-    for i, name in enumerate(names[: cfg.max_failing_checks]):
-        check = record["checks"].get(name, {})
-        notes = check.get("annotations") or []
-        failures.append(
-            {
-                "name": name,
-                "conclusion": check.get("conclusion") or "failure",
-                "summary": check.get("summary") or "",
-                "url": check.get("url") or "",
-                "annotations": notes,
-            }
-        )
-        body = f"{name}: {check.get('conclusion') or 'failure'}\n{check.get('summary') or ''}"
-        for a in notes:
-            where = f"{a['path']}:{a['line']}" if a.get("line") else a["path"]
-            body += f"\n{where}: {a['message']}"
-        first = notes[0] if notes else {}
-        comments.append(
-            {
-                "id": int(check.get("id") or i + 1),
-                "kind": "check",
-                "author": name,
-                "body": body.strip(),
-                "url": check.get("url") or "",
-                "path": first.get("path"),
-                "line": first.get("line"),
-            }
-        )
+    shown = [(i, name, record["checks"].get(name, {})) for i, name in enumerate(names)]
+    shown = shown[: cfg.max_failing_checks]
+    failures = [_failure(name, check) for _, name, check in shown]
+    comments = [_check_comment(i, name, check) for i, name, check in shown]
     if source == "conflict":
-        body = (
-            f"The PR's branch `{record['branch']}` ({head[:7]}) conflicts with "
-            f"`{record['base']}`: merge or rebase it onto `{record['base']}` and resolve the "
-            "conflicts."
-        )
-        comments = [{"id": 1, "kind": "conflict", "author": "github", "body": body}]
+        comments = [_conflict_comment(record)]
     return {
         "pr": record["pr"],
         "pr_url": record.get("url", ""),
@@ -362,6 +353,47 @@ def fix_payload(
         "comment_ids": [f"{source}:{head}"],
         "comments": comments,
     }
+
+
+def _failure(name: str, check: dict[str, Any]) -> dict[str, Any]:
+    """One failing check as the fix task lists it."""
+    return {
+        "name": name,
+        "conclusion": check.get("conclusion") or "failure",
+        "summary": check.get("summary") or "",
+        "url": check.get("url") or "",
+        "annotations": check.get("annotations") or [],
+    }
+
+
+def _check_comment(i: int, name: str, check: dict[str, Any]) -> dict[str, Any]:
+    """One failing check as a comment for the agent: its summary and annotations, anchored at
+    the first annotation."""
+    notes = check.get("annotations") or []
+    body = f"{name}: {check.get('conclusion') or 'failure'}\n{check.get('summary') or ''}"
+    for a in notes:
+        where = f"{a['path']}:{a['line']}" if a.get("line") else a["path"]
+        body += f"\n{where}: {a['message']}"
+    first = notes[0] if notes else {}
+    return {
+        "id": int(check.get("id") or i + 1),
+        "kind": "check",
+        "author": name,
+        "body": body.strip(),
+        "url": check.get("url") or "",
+        "path": first.get("path"),
+        "line": first.get("line"),
+    }
+
+
+def _conflict_comment(record: dict[str, Any]) -> dict[str, Any]:
+    """What a rebase task asks for."""
+    body = (
+        f"The PR's branch `{record['branch']}` ({record['head'][:7]}) conflicts with "
+        f"`{record['base']}`: merge or rebase it onto `{record['base']}` and resolve the "
+        "conflicts."
+    )
+    return {"id": 1, "kind": "conflict", "author": "github", "body": body}
 
 
 # ----- overlapping PRs -------------------------------------------------------------------------

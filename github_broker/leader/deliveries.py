@@ -101,25 +101,8 @@ class WebhookWorker:
                     if moved:
                         logger.info("%s: re-queued %d webhook deliveries", repo.full_name, moved)
                     recovered = True
-                if await self._over_budget_wait():
-                    continue
-                started = time.monotonic()
-                envelope = await rstore.take_webhook(TAKE_TIMEOUT_S)
-                if envelope is None:
-                    if time.monotonic() - started < TAKE_TIMEOUT_S / 2:
-                        # fakeredis (memory://) answers a blocking pop at once: pace it.
-                        await asyncio.sleep(NON_BLOCKING_POLL_S)
-                    continue
-                try:
-                    with counting_calls() as calls:
-                        try:
-                            await self.apply(repo, rstore, envelope)
-                        finally:
-                            self.budget.spend(calls[0])
-                except (KeyError, TypeError, ValueError) as e:
-                    # Signed by GitHub but not the shape we read: retrying cannot help.
-                    logger.error("webhook delivery for %s dropped: %r", repo.full_name, e)
-                await rstore.webhook_done(envelope)
+                if not await self._over_budget_wait():
+                    await self._take_one(repo, rstore)
             except BrokerError as e:
                 # The delivery stays in flight; the next leader start re-queues it, and
                 # polling covers the change meanwhile.
@@ -130,6 +113,27 @@ class WebhookWorker:
                 # (deliveries would still mark webhooks healthy and keep polling slowed).
                 logger.exception("webhook delivery for %s failed", repo.full_name)
                 await asyncio.sleep(IDLE_S)
+
+    async def _take_one(self, repo: Repository, rstore: RepoStore) -> None:
+        """Wait a moment for one delivery and apply it, its GitHub calls spent from the
+        budget; a delivery of a shape we cannot read is dropped."""
+        started = time.monotonic()
+        envelope = await rstore.take_webhook(TAKE_TIMEOUT_S)
+        if envelope is None:
+            if time.monotonic() - started < TAKE_TIMEOUT_S / 2:
+                # fakeredis (memory://) answers a blocking pop at once: pace it.
+                await asyncio.sleep(NON_BLOCKING_POLL_S)
+            return
+        try:
+            with counting_calls() as calls:
+                try:
+                    await self.apply(repo, rstore, envelope)
+                finally:
+                    self.budget.spend(calls[0])
+        except (KeyError, TypeError, ValueError) as e:
+            # Signed by GitHub but not the shape we read: retrying cannot help.
+            logger.error("webhook delivery for %s dropped: %r", repo.full_name, e)
+        await rstore.webhook_done(envelope)
 
     async def _over_budget_wait(self) -> bool:
         """While the GitHub budget is spent: wait a little (deliveries stay queued) and say
@@ -251,9 +255,7 @@ class WebhookWorker:
         n = int(data["number"])
         if action in GONE_ACTIONS:
             # The version first: a sync page landing between the two calls is refused by it.
-            await rstore.set_issue_version(n, GONE, VERSION_TTL_S)
-            await rstore.remove_issues([n], epoch=self.syncer.epoch)
-            return "removed"
+            return await self._remove(rstore, n, GONE)
         cached = await rstore.get_issue(n)
         known = max(await rstore.issue_version(n) or "", cached.updated_at if cached else "")
         updated = str(data["updated_at"])
@@ -269,24 +271,24 @@ class WebhookWorker:
             # only GitHub can say which came last, so read that one issue.
             fresh = await asyncio.to_thread(self.gateway.issue, repo.full_name, n)
             if fresh is None:
-                await rstore.set_issue_version(n, GONE, VERSION_TTL_S)
-                await rstore.remove_issues([n], epoch=self.syncer.epoch)
-                return "removed"
+                return await self._remove(rstore, n, GONE)
             data, updated = fresh, str(fresh["updated_at"])
             incoming = Issue.from_github(data)
-        if data.get("state") == "open":
-            base = await self.syncer.base_branch(repo, rstore, await rstore.sync_state())
-            # Fenced like the sync, and a vanished lease label is checked the same way.
-            await self.syncer.apply_issues(rstore, [incoming], base)
-            outcome = "upserted"
-        else:
+        if data.get("state") != "open":
             # The version before the removal: sync_upsert.lua refuses a page older than it,
             # so a sync that read the issue open just before it closed cannot bring it back.
-            await rstore.set_issue_version(n, updated, VERSION_TTL_S)
-            await rstore.remove_issues([n], epoch=self.syncer.epoch)
-            return "removed"
+            return await self._remove(rstore, n, updated)
+        base = await self.syncer.base_branch(repo, rstore, await rstore.sync_state())
+        # Fenced like the sync, and a vanished lease label is checked the same way.
+        await self.syncer.apply_issues(rstore, [incoming], base)
         await rstore.set_issue_version(n, updated, VERSION_TTL_S)
-        return outcome
+        return "upserted"
+
+    async def _remove(self, rstore: RepoStore, n: int, version: str) -> str:
+        """Issue `n` out of the mirror, its version (or GONE) set first."""
+        await rstore.set_issue_version(n, version, VERSION_TTL_S)
+        await rstore.remove_issues([n], epoch=self.syncer.epoch)
+        return "removed"
 
     def _review_labelled(self, action: str, payload: dict[str, Any]) -> bool:
         label = payload.get("label") or {}

@@ -66,6 +66,21 @@ def linked_pulls(
     return by_head, by_issue
 
 
+@dataclass(frozen=True)
+class _Pass:
+    """What one review pass read once for all its issues."""
+
+    repo: Repository
+    rstore: RepoStore
+    #: The broker's own GitHub login (its comments are not feedback).
+    login: str
+    #: The fix task ids already queued or under way.
+    pending_fixes: set[str]
+    #: The PRs' checks records, by issue (empty when checks never hold a review).
+    checks: dict[int, dict[str, Any]]
+    report: ReviewReport
+
+
 class ReviewKeeper:
     """One pass per repository, run by the poller leader after each sync."""
 
@@ -106,6 +121,7 @@ class ReviewKeeper:
         by_head, by_issue = linked_pulls(pulls)
         pending_fixes = await rstore.existing_tasks([f"{TaskType.FIX}:{n}" for n in numbers])
         checks = await rstore.checks_records(numbers) if self._gated else {}
+        one_pass = _Pass(repo, rstore, login, pending_fixes, checks, report)
         for n in numbers:
             detected, state = states[n]
             issue = issues.get(n)
@@ -114,34 +130,47 @@ class ReviewKeeper:
             pull = by_head.get(self.rules.branch(issue) or "") or by_issue.get(n)
             if pull is None and partial_pass:
                 continue  # not one of the PRs asked about: its link is not known here
-            due_ms = ms_from_iso(detected) + int(self.review.delay_s * 1000)
-            await self._note_link(rstore, n, pull, due_ms, state)
-            if pull is None:
-                report.unlinked += 1
-                await self._no_pr(repo, rstore, issue, detected, state, report)
-                continue
-            await self._review_done(rstore, n, pull, state, report)
-            if self.settings.labels.needs_human in issue.labels:
-                continue  # the broker gave up on it: no review, no fix, until a person says
-            if due_ms > time.time() * 1000:
-                report.next_due[n] = due_ms
-                continue
-            reviewed = state.get("reviewed") == "1"
-            if reviewed and f"{TaskType.FIX}:{n}" in pending_fixes:
-                continue
-            feedback = await asyncio.to_thread(
-                self._feedback, repo.full_name, pull, login, state.get("dev_agent", "")
-            )
-            if not reviewed and self._gated and not _green(checks.get(n)):
-                continue  # its checks decide (leader/checks.py offers it once they allow)
-            if not reviewed:
-                # Offered once due, then refreshed on every pass until an agent takes it.
-                report.reviews_offered += await self._offer_review(
-                    rstore, issue, pull, state, feedback, report
-                )
-            else:
-                await self._maybe_fix(rstore, issue, pull, state, feedback, report)
+            await self._upkeep(one_pass, issue, detected, state, pull)
         return report
+
+    async def _upkeep(
+        self,
+        one_pass: _Pass,
+        issue: Issue,
+        detected: str,
+        state: dict[str, str],
+        pull: dict[str, Any] | None,
+    ) -> None:
+        """One issue in its review loop: its link noted, then a review or a fix offered once
+        due, or its missing PR handled."""
+        p, n = one_pass, issue.number
+        due_ms = ms_from_iso(detected) + int(self.review.delay_s * 1000)
+        await self._note_link(p.rstore, n, pull, due_ms, state)
+        if pull is None:
+            p.report.unlinked += 1
+            await self._no_pr(p.repo, p.rstore, issue, detected, state, p.report)
+            return
+        await self._review_done(p.rstore, n, pull, state, p.report)
+        if self.settings.labels.needs_human in issue.labels:
+            return  # the broker gave up on it: no review, no fix, until a person says
+        if due_ms > time.time() * 1000:
+            p.report.next_due[n] = due_ms
+            return
+        reviewed = state.get("reviewed") == "1"
+        if reviewed and f"{TaskType.FIX}:{n}" in p.pending_fixes:
+            return
+        feedback = await asyncio.to_thread(
+            self._feedback, p.repo.full_name, pull, p.login, state.get("dev_agent", "")
+        )
+        if not reviewed and self._gated and not _green(p.checks.get(n)):
+            return  # its checks decide (leader/checks.py offers it once they allow)
+        if not reviewed:
+            # Offered once due, then refreshed on every pass until an agent takes it.
+            p.report.reviews_offered += await self._offer_review(
+                p.rstore, issue, pull, state, feedback, p.report
+            )
+        else:
+            await self._maybe_fix(p.rstore, issue, pull, state, feedback, p.report)
 
     @property
     def _gated(self) -> bool:
@@ -198,32 +227,26 @@ class ReviewKeeper:
         if state.get("no_pr") == "1":
             return
         branch = self.rules.branch(issue)
-        base = repo.base_branch or (await rstore.sync_state()).get("default_branch") or "main"
-        ahead = None
-        if branch:
-            ahead = await asyncio.to_thread(
-                self.gateway.commits_ahead, repo.full_name, base, branch
-            )
+        ahead = await self._commits_ahead(repo, rstore, branch) if branch else None
         agent = state.get("dev_agent", "")
+        target = str(issue.number)
         if ahead:
             await rstore.mark_review_state(issue.number, "no_pr", "1")
-            await rstore.control(
-                "no_pr",
-                "broker",
-                str(issue.number),
-                f"{ahead} commit(s) on {branch} but no PR opened",
-                agent,
-                "1",
-            )
+            what = f"{ahead} commit(s) on {branch} but no PR opened"
+            await rstore.control("no_pr", "broker", target, what, agent, "1")
             return
-        done = await rstore.control(
-            "no_pr", "broker", str(issue.number), f"no PR and no commit on {branch}", agent, ""
-        )
+        what = f"no PR and no commit on {branch}"
+        done = await rstore.control("no_pr", "broker", target, what, agent, "")
         report.no_pr += 1
         logger.info("%s#%d: %s", repo.full_name, issue.number, done.outcome)
         if done.reindex:
             labels = [lab for lab in issue.labels if lab != self.settings.labels.needs_review]
             await self.reindex(rstore, issue.model_copy(update={"labels": labels}))
+
+    async def _commits_ahead(self, repo: Repository, rstore: RepoStore, branch: str) -> int | None:
+        """How many commits `branch` has beyond the repository's base branch."""
+        base = repo.base_branch or (await rstore.sync_state()).get("default_branch") or "main"
+        return await asyncio.to_thread(self.gateway.commits_ahead, repo.full_name, base, branch)
 
     async def _note_link(
         self,
@@ -280,15 +303,9 @@ class ReviewKeeper:
             "feedback_ids": [f.key for f in feedback],
             "comments": [f.comment.model_dump() for f in feedback],
         }
-        result = await rstore.put_task(
-            f"{TaskType.REVIEW}:{issue.number}",
-            score=self._score(issue, TaskType.REVIEW),
-            role=self.review.review_role or self.rules.issue_role(issue) or "",
-            pr=pull["number"],
-            author=state.get("dev_agent", ""),
-            branch=pull["head"]["ref"],
-            payload=payload,
-        )
+        role = self.review.review_role or self.rules.issue_role(issue) or ""
+        author = state.get("dev_agent", "")
+        result = await self._put_task(rstore, TaskType.REVIEW, issue, pull, role, author, payload)
         if result == 2:
             logger.info(
                 "%s#%d: waiting review refreshed (%d feedback items)",
@@ -352,15 +369,7 @@ class ReviewKeeper:
         rounds = int(state.get("fix_rounds", "0"))
         if rounds >= self.review.max_fix_rounds:
             if state.get("needs_human") != "1":
-                await rstore.want_labels(issue.number, [self.settings.labels.needs_human], [])
-                await rstore.mark_review_state(issue.number, "needs_human", "1")
-                report.needs_human += 1
-                logger.warning(
-                    "%s#%d: %d fix rounds used, labelled needs-human",
-                    rstore.repository,
-                    issue.number,
-                    rounds,
-                )
+                await self._needs_human(rstore, issue.number, rounds, report)
             return
         payload = fix_payload(
             issue.number,
@@ -369,16 +378,41 @@ class ReviewKeeper:
             rounds + 1,
             {f.key: f.comment for f in new},
         )
-        if await rstore.put_task(
-            f"{TaskType.FIX}:{issue.number}",
-            score=self._score(issue, TaskType.FIX),
-            role=self.rules.issue_role(issue) or "",
+        role = self.rules.issue_role(issue) or ""
+        if await self._put_task(rstore, TaskType.FIX, issue, pull, role, "", payload):
+            report.fixes_offered += 1
+
+    async def _put_task(
+        self,
+        rstore: RepoStore,
+        task_type: TaskType,
+        issue: Issue,
+        pull: dict[str, Any],
+        role: str,
+        author: str,
+        payload: dict[str, Any],
+    ) -> int:
+        """A review or fix task on `pull`'s branch, at the issue's priority (see put_task)."""
+        return await rstore.put_task(
+            f"{task_type}:{issue.number}",
+            score=self._score(issue, task_type),
+            role=role,
             pr=pull["number"],
-            author="",
+            author=author,
             branch=pull["head"]["ref"],
             payload=payload,
-        ):
-            report.fixes_offered += 1
+        )
+
+    async def _needs_human(
+        self, rstore: RepoStore, n: int, rounds: int, report: ReviewReport
+    ) -> None:
+        """Every fix round used: labelled needs-human, for a person to look."""
+        await rstore.want_labels(n, [self.settings.labels.needs_human], [])
+        await rstore.mark_review_state(n, "needs_human", "1")
+        report.needs_human += 1
+        logger.warning(
+            "%s#%d: %d fix rounds used, labelled needs-human", rstore.repository, n, rounds
+        )
 
     def _score(self, issue: Issue, task_type: TaskType) -> int:
         return task_score(self.rules.issue_priority(issue) or 0, task_type, issue.created_at)

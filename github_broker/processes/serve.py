@@ -37,14 +37,8 @@ def serve(
 ) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit code."""
     settings = load_settings(config)  # fail fast, before workers start
-    host = host or settings.server.host
+    host = _hand_down(config, host or settings.server.host, settings.server.host)
     port = port if port is not None else settings.server.port
-    if config:
-        os.environ[f"{ENV_PREFIX}CONFIG_DIR"] = str(config)
-    if host != settings.server.host:
-        os.environ[f"{ENV_PREFIX}SERVER__HOST"] = host
-        # the loopback-without-auth rule applies to --host too
-        load_settings(config, flags={f"{ENV_PREFIX}SERVER__HOST": "--host"})
     prepare_metrics_dir()
     os.environ[logs.FORMAT_ENV] = log_format  # the poller child logs alike
     spec = ServeSpec(
@@ -60,9 +54,7 @@ def serve(
         max_connections=settings.server.max_connections,
         header_timeout_s=settings.server.header_timeout_s,
     )
-    before, files = raise_file_limit()  # the children inherit it
-    if files > before:
-        logger.info("file limit raised from %d to %d", before, files)
+    _raise_file_limit()
     shown = f"[{host}]" if ":" in host else host
     logger.info("serving on http://%s:%d (dashboard /ui, API reference /docs)", shown, port)
     if single_process:
@@ -70,6 +62,24 @@ def serve(
         run_api_worker(spec)
         return 0
     return Supervisor(spec, poller=settings.server.run_poller).run()
+
+
+def _hand_down(config: Path | None, host: str, configured_host: str) -> str:
+    """The config directory and a --host the workers must use, put in the environment they
+    inherit; a --host is checked against the settings' rules first."""
+    if config:
+        os.environ[f"{ENV_PREFIX}CONFIG_DIR"] = str(config)
+    if host != configured_host:
+        os.environ[f"{ENV_PREFIX}SERVER__HOST"] = host
+        # the loopback-without-auth rule applies to --host too
+        load_settings(config, flags={f"{ENV_PREFIX}SERVER__HOST": "--host"})
+    return host
+
+
+def _raise_file_limit() -> None:
+    before, files = raise_file_limit()  # the children inherit it
+    if files > before:
+        logger.info("file limit raised from %d to %d", before, files)
 
 
 def prepare_metrics_dir() -> Path:

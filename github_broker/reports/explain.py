@@ -17,7 +17,7 @@ from github_broker.claim.rules import Rules
 from github_broker.claim.share import FairShare
 from github_broker.claim.walk import judge
 from github_broker.clock import iso_from_ms, now_ms, span
-from github_broker.models import Issue, Judgement, priority_of_score
+from github_broker.models import Issue, Judgement, LeaseInfo, priority_of_score
 from github_broker.reports.blockers import blocker_words, same_repository
 from github_broker.reports.status import waiting_reviews
 from github_broker.settings import Settings
@@ -123,65 +123,96 @@ async def explain_stores(
     }
 
 
+class _Listing:
+    """The verdicts so far, at most one per issue: the first reason found is the one shown."""
+
+    def __init__(self) -> None:
+        self.verdicts: list[Verdict] = []
+        self.listed: set[int] = set()
+
+    def add(self, verdict: Verdict) -> None:
+        if verdict.issue not in self.listed:
+            self.verdicts.append(verdict)
+            self.listed.add(verdict.issue)
+
+
 async def _verdicts(
     rstore: RepoStore, settings: Settings, j: Judgement, giver: Judgement | None
 ) -> list[Verdict]:
-    verdicts: list[Verdict] = []
-    listed: set[int] = set()
+    out = _Listing()
     work = await rstore.work_priorities()
     blockers = await _bucket_blockers(rstore, work, j.bucket)
-    first_here = giver is j
     if j.out_of_service:
-        verdicts.append(_v(0, None, "out_of_service", f"left out of claims: {j.out_of_service}"))
+        out.verdicts.append(
+            _v(0, None, "out_of_service", f"left out of claims: {j.out_of_service}")
+        )
     cycles = await rstore.cycles()
+    _judged(out, rstore, j, giver, blockers, cycles)
+    held_here = await rstore.leases()
+    _held(out, j, work, held_here)
+    await _blocked_rest(out, rstore, work, cycles)
+    await _waiting(out, rstore, settings, work, held_here)
+    rest = [n for n in sorted(work) if n not in out.listed]
+    shown_numbers = sorted(out.listed | set(rest))
+    issues: list[Issue] = await rstore.get_issues(rest)
+    for issue in issues:
+        detail = await no_task_detail(rstore, settings, issue)
+        out.add(_v(issue.number, work.get(issue.number), "waiting", detail))
+    shown = {i.number: i for i in await rstore.get_issues(shown_numbers)}
+    _annotate(Rules(settings), out.verdicts, shown)
+    return out.verdicts
+
+
+def _judged(
+    out: _Listing,
+    rstore: RepoStore,
+    j: Judgement,
+    giver: Judgement | None,
+    blockers: list[Blocker],
+    cycles: dict[int, list[str]],
+) -> None:
+    """The tasks explain.lua judged, in claim order."""
     for row in j.judged:
         task_id, score, role, why = row["id"], float(row["score"]), row["role"], row["why"]
         n = int(task_id.split(":")[1])
-        if n in listed:
+        if n in out.listed:
             continue  # a review and a fix of one issue: the first one is what it offers
-        listed.add(n)
-        verdicts.append(
+        out.add(
             _blocked(rstore, n, priority_of_score(score), row.get("blocker"), cycles.get(n))
             if why == "blocked"
-            else _claimable(j, giver, first_here, task_id, n, score, role, why, blockers)
+            else _claimable(j, giver, task_id, n, score, role, why, blockers)
         )
-    held_here = await rstore.leases()
-    for lease in sorted(held_here, key=lambda lease: lease.issue):
-        if lease.issue in listed:
-            continue
+
+
+def _held(out: _Listing, j: Judgement, work: dict[int, int], leases: list[LeaseInfo]) -> None:
+    """Issues a lease holds that the claim did not judge."""
+    for lease in sorted(leases, key=lambda lease: lease.issue):
         until = iso_from_ms(lease.expires_ms)
         mine = " (yours)" if lease.agent_id == j.agent else ""
         detail = f"{lease.task_type} held by {lease.agent_id}{mine} until {until}"
         if lease.stalled:
             detail += f"; stalled: {lease.stalled}"
-        verdicts.append(_v(lease.issue, work.get(lease.issue), "held", detail))
-        listed.add(lease.issue)
-    verdicts += await _blocked_rest(rstore, work, listed, cycles)
+        out.add(_v(lease.issue, work.get(lease.issue), "held", detail))
+
+
+async def _waiting(
+    out: _Listing,
+    rstore: RepoStore,
+    settings: Settings,
+    work: dict[int, int],
+    held_here: list[LeaseInfo],
+) -> None:
+    """Issues waiting on a person, skipped, or in their review loop."""
     now = now_ms()
     for n, w in sorted((await rstore.waiting()).items()):
-        if n in listed:
-            continue
         age = span(max(0, now - w.since_ms) // 1000)
         detail = f"waiting on a person for {age} ({w.code}): {w.detail or WAITING.get(w.code)}"
-        verdicts.append(_v(n, w.priority, "waiting_on_person", detail))
-        listed.add(n)
+        out.add(_v(n, w.priority, "waiting_on_person", detail))
     for n, reason in sorted((await rstore.skipped()).items()):
-        if n not in listed:
-            verdicts.append(_v(n, work.get(n), "skipped", f"{reason.code}: {reason.reason}"))
-            listed.add(n)
+        out.add(_v(n, work.get(n), "skipped", f"{reason.code}: {reason.reason}"))
     reviews = await waiting_reviews(rstore, settings, {}, held_here)
     for n, review in sorted(reviews.items()):
-        if n not in listed:
-            verdicts.append(_v(n, work.get(n), "waiting", f"{review.step}: {review.detail}"))
-            listed.add(n)
-    rest = [n for n in sorted(work) if n not in listed]
-    issues: list[Issue] = await rstore.get_issues(rest)
-    for issue in issues:
-        detail = await no_task_detail(rstore, settings, issue)
-        verdicts.append(_v(issue.number, work.get(issue.number), "waiting", detail))
-    shown = {i.number: i for i in await rstore.get_issues(sorted(listed | set(rest)))}
-    _annotate(Rules(settings), verdicts, shown)
-    return verdicts
+        out.add(_v(n, work.get(n), "waiting", f"{review.step}: {review.detail}"))
 
 
 async def no_task_detail(rstore: RepoStore, settings: Settings, issue: Issue) -> str:
@@ -208,15 +239,11 @@ async def no_task_detail(rstore: RepoStore, settings: Settings, issue: Issue) ->
 
 
 async def _blocked_rest(
-    rstore: RepoStore, work: dict[int, int], listed: set[int], cycles: dict[int, list[str]]
-) -> list[Verdict]:
+    out: _Listing, rstore: RepoStore, work: dict[int, int], cycles: dict[int, list[str]]
+) -> None:
     """Issues a blocker keeps out of the pool, as the leader last judged (not listed yet)."""
-    out = []
     for n, b in sorted((await rstore.blocked()).items()):
-        if n not in listed:
-            out.append(_blocked(rstore, n, work.get(n), f"{b.ref} {b.state}", cycles.get(n)))
-            listed.add(n)
-    return out
+        out.add(_blocked(rstore, n, work.get(n), f"{b.ref} {b.state}", cycles.get(n)))
 
 
 def _annotate(rules: Rules, verdicts: list[Verdict], shown: dict[int, Issue]) -> None:
@@ -268,7 +295,6 @@ def _blocked(
 def _claimable(
     j: Judgement,
     giver: Judgement | None,
-    first_here: bool,
     task_id: str,
     n: int,
     score: float,
@@ -286,18 +312,10 @@ def _claimable(
     if j.repo_paused is not None and why in ("", "queued", "bucket"):
         return _v(n, prio, "repo_paused", f"handed out nobody: {_pause_text(j.repo_paused)}")
     share = f"; fair share: {j.share}" if j.share else ""
-    if why == "" and first_here:
+    if why == "" and giver is j:
         return _v(n, prio, "next", f"{kind} task you would get now{share}")
     if why in ("", "queued"):
-        verdict = _v(n, prio, "queued", "claimable, behind the task you would get now")
-        if giver is not None and giver.next_id:
-            ahead = int(giver.next_id.split(":")[1])
-            tied = share and giver.share and giver.bucket == j.bucket
-            turn = f" (its turn comes first{share})" if tied else ""
-            where = "" if giver is j else f" in {giver.repository}{turn}"
-            verdict.detail = f"claimable, behind #{ahead}{where}"
-            verdict.blocking = [Blocker(issue=ahead, url="")] if giver is j else []
-        return verdict
+        return _queued(j, giver, n, prio, share)
     if why == "role":
         return _v(n, prio, "role", f"needs role {role}, not one of yours")
     if why == "bucket":
@@ -306,6 +324,20 @@ def _claimable(
         return verdict
     verdict_name, detail = CAUSES.get(why, (why, why))
     return _v(n, prio, verdict_name, detail)
+
+
+def _queued(j: Judgement, giver: Judgement | None, n: int, prio: int, share: str) -> Verdict:
+    """Claimable, behind the task the agent would get now (here or in another repository,
+    whose turn comes first when the two share by weight)."""
+    verdict = _v(n, prio, "queued", "claimable, behind the task you would get now")
+    if giver is not None and giver.next_id:
+        ahead = int(giver.next_id.split(":")[1])
+        tied = share and giver.share and giver.bucket == j.bucket
+        turn = f" (its turn comes first{share})" if tied else ""
+        where = "" if giver is j else f" in {giver.repository}{turn}"
+        verdict.detail = f"claimable, behind #{ahead}{where}"
+        verdict.blocking = [Blocker(issue=ahead, url="")] if giver is j else []
+    return verdict
 
 
 async def _bucket_blockers(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from github_broker.clock import ms_from_iso, now_ms
@@ -16,6 +17,7 @@ from github_broker.models import (
     LeaseInfo,
     Quota,
     SkipReason,
+    Waiting,
     priority_of_score,
 )
 from github_broker.reports.explain import Verdict, explain, no_task_detail
@@ -192,6 +194,7 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
     strict = settings.priority_mode == "strict"
     work = await rstore.work_priorities()
     bucket = min(work.values()) if work else None
+    pinning = sorted(n for n, p in work.items() if p == bucket)
     leases = await rstore.leases()
     held = {lease.issue: lease for lease in leases}
     ready = sorted(await rstore.ready_tasks(), key=lambda kv: (kv[1], kv[0]))
@@ -199,53 +202,65 @@ async def repo_overview(rstore: RepoStore, settings: Settings) -> RepoOverview:
     skipped = await rstore.skipped()
     reviewing = await rstore.reviewing()
     counts, rows = _queue(ready, tasks, bucket if strict else None)
-    pinning = sorted(n for n, p in work.items() if p == bucket)
     skipped_shown = sorted(skipped)[:SKIPPED_SHOWN]
     waiting = await rstore.waiting()
     wanted = {n for _, n, *_ in rows} | set(held) | set(pinning) | set(skipped_shown)
     wanted |= set(reviewing) | set(waiting)
     issues = {i.number: i for i in await rstore.get_issues(sorted(wanted))}
     ready_ids = {t for t, _ in ready}
-    state = await rstore.sync_state()
+    ref = partial(_ref, rstore, issues)
+    states = {n: _blocker_state(n, held, ready_ids, skipped, set(reviewing)) for n in pinning}
     view = RepoOverview(
         repository=rstore.repository,
         strict=strict,
         bucket=bucket,
         blockers=[
-            Blocker(
-                _ref(rstore, issues, n),
-                _blocker_state(n, held, ready_ids, skipped, set(reviewing))
-                or await _no_task(rstore, settings, issues.get(n)),
-            )
+            Blocker(ref(n), states[n] or await _no_task(rstore, settings, issues.get(n)))
             for n in pinning
         ],
         leases=[_lease_row(rstore, issues, lease, settings) for lease in leases],
-        queue=[
-            QueueRow(_ref(rstore, issues, n), task_id, prio, role, blocked)
-            for task_id, n, prio, role, blocked in rows
-        ],
+        queue=_queue_rows(ref, rows),
         queue_total=len(ready),
         queue_counts=dict(sorted(counts.items())),
-        skipped=[
-            SkippedRow(_ref(rstore, issues, n), skipped[n].code, skipped[n].reason)
-            for n in skipped_shown
-        ],
+        skipped=[SkippedRow(ref(n), skipped[n].code, skipped[n].reason) for n in skipped_shown],
         skipped_total=len(skipped),
         reviews=await _reviews(rstore, issues, dict(ready), leases, settings),
-        write_queue=await rstore.write_queue(),
-        streaks=await rstore.agent_streaks(),
-        last_sync_ms=_secs_ms(state.get("synced_at")),
-        last_full_sync_ms=_secs_ms(state.get("full_at")),
-        waiting=[
-            WaitingRow(_ref(rstore, issues, n), w.code, w.since_ms, w.detail)
-            for n, w in sorted(waiting.items(), key=lambda kv: kv[1].since_ms)
-        ],
-        paused=await rstore.repo_pause(),
-        health=await repo_health(rstore, settings),
-        overlaps=overlapping(await rstore.checks_records()),
+        waiting=_waiting_rows(ref, waiting),
+        **await _repo_state(rstore, settings),
     )
     await _add_graph(rstore, view, issues)
     return view
+
+
+async def _repo_state(rstore: RepoStore, settings: Settings) -> dict[str, Any]:
+    """What the overview shows of the repository beside its issues: the writes owed, the
+    agents' streaks, the last syncs, a pause, the integrations' health, overlapping PRs."""
+    state = await rstore.sync_state()
+    return {
+        "write_queue": await rstore.write_queue(),
+        "streaks": await rstore.agent_streaks(),
+        "last_sync_ms": _secs_ms(state.get("synced_at")),
+        "last_full_sync_ms": _secs_ms(state.get("full_at")),
+        "paused": await rstore.repo_pause(),
+        "health": await repo_health(rstore, settings),
+        "overlaps": overlapping(await rstore.checks_records()),
+    }
+
+
+def _queue_rows(
+    ref: Callable[[int], IssueRef], rows: list[tuple[str, int, int, str, bool]]
+) -> list[QueueRow]:
+    return [
+        QueueRow(ref(n), task_id, prio, role, blocked) for task_id, n, prio, role, blocked in rows
+    ]
+
+
+def _waiting_rows(ref: Callable[[int], IssueRef], waiting: dict[int, Waiting]) -> list[WaitingRow]:
+    """The issues waiting on a person, longest-waiting first."""
+    return [
+        WaitingRow(ref(n), w.code, w.since_ms, w.detail)
+        for n, w in sorted(waiting.items(), key=lambda kv: kv[1].since_ms)
+    ]
 
 
 async def _add_graph(rstore: RepoStore, view: RepoOverview, issues: dict[int, Issue]) -> None:
@@ -264,7 +279,12 @@ def _graph_notes(
 ) -> None:
     """Each row's issue with its blocker and its sub-issues' progress."""
     rows: list[Any] = [
-        *view.leases, *view.queue, *view.skipped, *view.reviews, *view.waiting, *view.blocked
+        *view.leases,
+        *view.queue,
+        *view.skipped,
+        *view.reviews,
+        *view.waiting,
+        *view.blocked,
     ]
     for row in rows:
         n = row.issue.number

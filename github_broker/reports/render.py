@@ -123,6 +123,13 @@ def _bucket(r: RepoOverview) -> str:
     return "none" if r.bucket is None else f"P{r.bucket}"
 
 
+def _listed(
+    title: str, header: list[str], cells: list[list[str]], total: int, noun: str
+) -> list[str]:
+    """A titled table of the rows shown, and how many more there are."""
+    return [title, *table(header, cells), *_more(len(cells), total, noun)]
+
+
 def _headline(r: RepoOverview, now: int, rows: int) -> list[str]:
     mode = "strict" if r.strict else "best effort"
     return [
@@ -134,12 +141,13 @@ def _headline(r: RepoOverview, now: int, rows: int) -> list[str]:
 def _blockers(r: RepoOverview, now: int, rows: int) -> list[str]:
     if not r.blockers:
         return []
-    out = [f"Bucket {_bucket(r)} pinned by {len(r.blockers)} issue(s):"]
-    out += table(
+    return _listed(
+        f"Bucket {_bucket(r)} pinned by {len(r.blockers)} issue(s):",
         ["ISSUE", "TITLE", "STATE"],
         [[f"#{b.issue.number}", _title(b.issue), b.state] for b in r.blockers[:rows]],
+        len(r.blockers),
+        "issues",
     )
-    return out + _more(min(rows, len(r.blockers)), len(r.blockers), "issues")
 
 
 def _pause(r: RepoOverview, now: int, rows: int) -> list[str]:
@@ -179,26 +187,28 @@ def _leases(r: RepoOverview, now: int, rows: int) -> list[str]:
 def _waiting(r: RepoOverview, now: int, rows: int) -> list[str]:
     if not r.waiting:
         return []
-    out = [f"Waiting on a person: {len(r.waiting)}"]
-    out += table(
+    return _listed(
+        f"Waiting on a person: {len(r.waiting)}",
         ["ISSUE", "TITLE", "SINCE", "WHY"],
         [
             [f"#{w.issue.number}", _title(w.issue), age(w.since_ms, now), w.detail or w.code]
             for w in r.waiting[:rows]
         ],
+        len(r.waiting),
+        "issues",
     )
-    return out + _more(min(rows, len(r.waiting)), len(r.waiting), "issues")
 
 
 def _blocked(r: RepoOverview, now: int, rows: int) -> list[str]:
     if not r.blocked:
         return []
-    out = [f"Blocked: {len(r.blocked)}"]
-    out += table(
+    return _listed(
+        f"Blocked: {len(r.blocked)}",
         ["ISSUE", "TITLE", "WHY"],
         [[f"#{b.issue.number}", _title(b.issue), b.detail] for b in r.blocked[:rows]],
+        len(r.blocked),
+        "blocked issues",
     )
-    return out + _more(min(rows, len(r.blocked)), len(r.blocked), "blocked issues")
 
 
 def _queue(r: RepoOverview, now: int, rows: int) -> list[str]:

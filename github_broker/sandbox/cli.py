@@ -55,38 +55,9 @@ def event_log() -> Iterator[None]:
             lg.removeHandler(handler)
 
 
-def banner(sandbox: Sandbox) -> str:
-    """What is running, and how to point your own agent at it."""
-    url, sim, options = sandbox.url, sandbox.sim, sandbox.options
-    open_issues = sim.state.list_issues(SANDBOX_OWNER, SANDBOX_REPO.split("/")[1], per_page=1)[1]
-    agents = ", ".join(sandbox.agent_ids) if sandbox.agent_ids else "none (--agents 0)"
-    maintainer = (
-        "on: a stand-in for a person merges reviewed PRs (--no-maintainer: you do)"
-        if options.maintainer
-        else "off: the event log says what a person must do"
-    )
-    pulls = f"{sim.base_url}/repos/{SANDBOX_REPO}/pulls"
-    grace_s = sandbox.settings.progress.no_pr_grace_s if sandbox.settings else 0
-    ci = "off"
-    if sim.state.ci is not None:
-        red = (
-            f"every {options.red_every}th issue's first push fails it" if options.red_every else ""
-        )
-        ci = (
-            f"{sim.state.ci.check} on every push, red while {sim.state.ci.marker}/… is in the "
-            f"branch; main requires it ({red or 'the demo agents never fail it'})"
-        )
-    return f"""\
-github-broker sandbox: everything runs in this process, offline, no GitHub token
-  simulated GitHub  {sim.base_url}  ({SANDBOX_REPO}, {open_issues} open issues and PRs)
-  dashboard         {url}/ui
-  broker API        {url}  (OpenAPI: {url}/docs, queues: {url}/status)
-  redis             {options.redis_url}
-  demo agents       {agents}
-  maintainer        {maintainer}
-  fake CI           {ci}
-  agent output      {sandbox.logs} (kept after exit)
-
+#: How to point your own agent at a running sandbox (`url`: the broker's, `sim_url`: the
+#: simulated GitHub's).
+HOW_TO_TRY = """\
 Point your own agent at it (start with --agents 0 to leave all the work to it):
   curl -s -X POST {url}/request-task -H 'Content-Type: application/json' \\
        -d '{{"agent_id": "my-agent", "wait_seconds": 30}}'
@@ -103,14 +74,52 @@ Point your own agent at it (start with --agents 0 to leave all the work to it):
 Development is done when the branch has commits and a PR is open (the broker reads GitHub;
 a task completed without one comes back after {grace_s:.0f} s), and the PR goes to review once
 its required checks pass; a failing check becomes a fix task. On this simulated GitHub:
-  curl -s -X POST {sim.base_url}/_sim/repos/{SANDBOX_REPO}/push \\
+  curl -s -X POST {sim_url}/_sim/repos/{repo}/push \\
        -d '{{"branch": "feature/issue-1", "author": "my-agent"}}'
-  curl -s -X POST {pulls} -H 'Authorization: token me' \\
+  curl -s -X POST {sim_url}/repos/{repo}/pulls -H 'Authorization: token me' \\
        -d '{{"title": "Fix it", "head": "feature/issue-1", "base": "main", "body": "Closes #1"}}'
 
 Look at it from another terminal: github-broker status, github-broker explain
 
 --- event log (Ctrl-C stops the sandbox) ---"""
+
+
+def banner(sandbox: Sandbox) -> str:
+    """What is running, and how to point your own agent at it."""
+    url, sim, options = sandbox.url, sandbox.sim, sandbox.options
+    open_issues = sim.state.list_issues(SANDBOX_OWNER, SANDBOX_REPO.split("/")[1], per_page=1)[1]
+    agents = ", ".join(sandbox.agent_ids) if sandbox.agent_ids else "none (--agents 0)"
+    maintainer = (
+        "on: a stand-in for a person merges reviewed PRs (--no-maintainer: you do)"
+        if options.maintainer
+        else "off: the event log says what a person must do"
+    )
+    grace_s = sandbox.settings.progress.no_pr_grace_s if sandbox.settings else 0
+    how_to = HOW_TO_TRY.format(url=url, sim_url=sim.base_url, repo=SANDBOX_REPO, grace_s=grace_s)
+    return f"""\
+github-broker sandbox: everything runs in this process, offline, no GitHub token
+  simulated GitHub  {sim.base_url}  ({SANDBOX_REPO}, {open_issues} open issues and PRs)
+  dashboard         {url}/ui
+  broker API        {url}  (OpenAPI: {url}/docs, queues: {url}/status)
+  redis             {options.redis_url}
+  demo agents       {agents}
+  maintainer        {maintainer}
+  fake CI           {_fake_ci(sandbox)}
+  agent output      {sandbox.logs} (kept after exit)
+
+{how_to}"""
+
+
+def _fake_ci(sandbox: Sandbox) -> str:
+    """The simulated CI's check and when it fails, or off."""
+    ci, red_every = sandbox.sim.state.ci, sandbox.options.red_every
+    if ci is None:
+        return "off"
+    red = f"every {red_every}th issue's first push fails it" if red_every else ""
+    return (
+        f"{ci.check} on every push, red while {ci.marker}/… is in the "
+        f"branch; main requires it ({red or 'the demo agents never fail it'})"
+    )
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
@@ -155,6 +164,13 @@ def add_sandbox_command(
     p.add_argument(
         "--redis-url", default="memory://", help="Redis to use (default: in-process memory://)"
     )
+    _add_world_options(p)
+    p.set_defaults(func=cmd_sandbox)
+    return p
+
+
+def _add_world_options(p: argparse.ArgumentParser) -> None:
+    """The demo agents and the simulated maintainer."""
     p.add_argument(
         "--agents",
         type=int,
@@ -185,8 +201,6 @@ def add_sandbox_command(
         help="the maintainer asks for changes once on every Nth reviewed PR, to show a fix "
         "round (0: never; default %(default)s)",
     )
-    p.set_defaults(func=cmd_sandbox)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

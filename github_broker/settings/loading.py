@@ -50,6 +50,28 @@ def default_config_dir() -> Path:
     return local if (local / "broker.yaml").exists() else DEFAULTS_DIR
 
 
+def _read_agents(source: Path) -> list[Any]:
+    """The roles of agents.yml; any other top-level key is refused."""
+    agents_data = _read_yaml(source)
+    unknown = set(agents_data) - {"agents"}
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown top-level key(s) {sorted(unknown)}; the file holds "
+            "`agents: [{role: NAME, description: TEXT}, ...]`."
+        )
+    agents: list[Any] = agents_data.get("agents") or []
+    return agents
+
+
+def _token_from_environment(data: dict[str, Any]) -> None:
+    """$GITHUB_TOKEN as github.token, unless the file or $GITHUB_BROKER_GITHUB__TOKEN sets
+    one."""
+    if "GITHUB_TOKEN" in os.environ and f"{ENV_PREFIX}GITHUB__TOKEN" not in os.environ:
+        data.setdefault("github", {})
+        if isinstance(data["github"], dict) and "token" not in data["github"]:
+            data["github"]["token"] = os.environ["GITHUB_TOKEN"]
+
+
 def load_settings(
     config_dir: Path | None = None, *, flags: dict[str, str] | None = None, **overrides: Any
 ) -> Settings:
@@ -66,18 +88,8 @@ def load_settings(
     elif config_dir != DEFAULTS_DIR and config_dir.exists():
         raise ConfigError(f"{broker_file}: missing. Copy {DEFAULTS_DIR / 'broker.yaml'} there.")
     agents_source = agents_file if agents_file.exists() else DEFAULTS_DIR / "agents.yml"
-    agents_data = _read_yaml(agents_source)
-    unknown = set(agents_data) - {"agents"}
-    if unknown:
-        raise ConfigError(
-            f"{agents_source}: unknown top-level key(s) {sorted(unknown)}; the file holds "
-            "`agents: [{role: NAME, description: TEXT}, ...]`."
-        )
-    data["agents"] = agents_data.get("agents") or []
-    if "GITHUB_TOKEN" in os.environ and f"{ENV_PREFIX}GITHUB__TOKEN" not in os.environ:
-        data.setdefault("github", {})
-        if isinstance(data["github"], dict) and "token" not in data["github"]:
-            data["github"]["token"] = os.environ["GITHUB_TOKEN"]
+    data["agents"] = _read_agents(agents_source)
+    _token_from_environment(data)
     data.update(overrides)
     try:
         return Settings(**data)

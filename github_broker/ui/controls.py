@@ -6,6 +6,7 @@ page asks."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -371,39 +372,43 @@ def _openapi(name: str, control: Control) -> dict[str, Any]:
     }
 
 
+#: The answers of every control's route (the OpenAPI); issue and repository controls add 404.
+ACTION_ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "With `Accept: application/json`: what the action really did. "
+        "Otherwise a page with the action's form: the confirmation of a destructive "
+        "action sent without confirmed=1.",
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/ActionAnswer"}},
+            "text/html": {},
+        },
+    },
+    303: {
+        "description": "Done or refused: back to the page, with a flash message of the "
+        "real outcome; or not logged in: go to /ui/login."
+    },
+    401: {"description": "Not logged in (JSON asked).", "content": PROBLEM_JSON},
+    403: {
+        "description": "The form's CSRF token is missing or not this session's, or (with "
+        "JSON) the person may not act there (audited as refused): nothing is done.",
+        "content": HTML_OR_JSON,
+    },
+    413: {
+        "description": "Form over 16 kB (or the body over server.max_body_bytes).",
+        "content": HTML_OR_JSON,
+    },
+    415: {"description": "Not an x-www-form-urlencoded form.", "content": HTML_OR_JSON},
+    422: {
+        "description": "A field is missing or wrong (the form again, saying what), or "
+        "with JSON: a destructive action without confirmed=1, or refused by the broker.",
+        "content": HTML_OR_JSON,
+    },
+    503: {"description": "Redis unavailable.", "content": HTML_OR_JSON},
+}
+
+
 def _responses(control: Control) -> dict[int | str, dict[str, Any]]:
-    answers: dict[int | str, dict[str, Any]] = {
-        200: {
-            "description": "With `Accept: application/json`: what the action really did. "
-            "Otherwise a page with the action's form: the confirmation of a destructive "
-            "action sent without confirmed=1.",
-            "content": {
-                "application/json": {"schema": {"$ref": "#/components/schemas/ActionAnswer"}},
-                "text/html": {},
-            },
-        },
-        303: {
-            "description": "Done or refused: back to the page, with a flash message of the "
-            "real outcome; or not logged in: go to /ui/login."
-        },
-        401: {"description": "Not logged in (JSON asked).", "content": PROBLEM_JSON},
-        403: {
-            "description": "The form's CSRF token is missing or not this session's, or (with "
-            "JSON) the person may not act there (audited as refused): nothing is done.",
-            "content": HTML_OR_JSON,
-        },
-        413: {
-            "description": "Form over 16 kB (or the body over server.max_body_bytes).",
-            "content": HTML_OR_JSON,
-        },
-        415: {"description": "Not an x-www-form-urlencoded form.", "content": HTML_OR_JSON},
-        422: {
-            "description": "A field is missing or wrong (the form again, saying what), or "
-            "with JSON: a destructive action without confirmed=1, or refused by the broker.",
-            "content": HTML_OR_JSON,
-        },
-        503: {"description": "Redis unavailable.", "content": HTML_OR_JSON},
-    }
+    answers = copy.deepcopy(ACTION_ANSWERS)
     if control.scope in ("issue", "repo"):
         answers[404] = {
             "description": "With JSON: the repository is not served or the issue is not open.",

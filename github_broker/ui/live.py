@@ -234,9 +234,16 @@ async def live(
         )
 
     live_feed = feed(request)
+    render = _renderer(live_feed, svc, who, agent, range_name)
+    resumed = "last-event-id" in request.headers
+    return LiveResponse(_stream(request, who, render, resumed), live_feed.leave)
 
-    # Pages are read once per change for every viewer who sees the same: the whole
-    # deployment, or one person's repositories.
+
+def _renderer(
+    live_feed: LiveFeed, svc: Any, who: guard.Visitor, agent: str | None, range_name: str
+) -> Callable[[], Awaitable[str]]:
+    """The page's fragment, rendered anew; pages are read once per change for every viewer
+    who sees the same: the whole deployment, or one person's repositories."""
     mine = who.actor.repositories
     seen = "all" if mine is None else f"{who.actor.name}:{hash(mine)}"
 
@@ -257,8 +264,7 @@ async def live(
         )
         return fragments.agent(page, who)
 
-    resumed = "last-event-id" in request.headers
-    return LiveResponse(_stream(request, who, render, resumed), live_feed.leave)
+    return render
 
 
 class LiveResponse(StreamingResponse):

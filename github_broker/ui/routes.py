@@ -3,6 +3,7 @@ redirecting there. The controls are in controls.py, the live updates in live.py.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
@@ -54,54 +55,66 @@ async def favicon() -> Response:
     return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
 
+def _page_responses(page: str, invalid: str) -> dict[int | str, dict[str, Any]]:
+    """The answers of a signed-in page, for the OpenAPI: `invalid` says what a 422 refuses."""
+    return {
+        200: {"description": page, **HTML},
+        303: {"description": "Not logged in: go to /ui/login."},
+        422: {"description": invalid, "content": PROBLEM_JSON},
+        503: {"description": "Redis unavailable: the page says so.", **HTML},
+    }
+
+
 @router.get(
     "/ui",
     response_class=HTMLResponse,
-    responses={
-        200: {"description": "The dashboard page.", **HTML},
-        303: {"description": "Not logged in: go to /ui/login."},
-        422: {"description": "`range` is not 1h or 24h.", "content": PROBLEM_JSON},
-        503: {"description": "Redis unavailable: the page says so.", **HTML},
-    },
+    responses=_page_responses("The dashboard page.", "`range` is not 1h or 24h."),
 )
 async def dashboard(request: Request, range_name: RangeName = "1h") -> Response:
     """Trend charts, leases, queues, blockers, reviews, agents, the integrations' health, the
     write queue, recent events and the audit log, with the maintainers' controls (admin)."""
     svc = services(request)
-    try:
-        who = await guard.visitor(request)
-        if who is None:
-            return RedirectResponse("/ui/login", status_code=303)
+
+    async def context(who: guard.Visitor) -> dict[str, Any]:
         data = await views.dashboard_view(svc.store, svc.settings, range_name, who.actor)
-    except BrokerError as e:
-        return unavailable(e)
-    context = fragments.dashboard_context(data, who)
-    return _page(request, who, "dashboard.html", context)
+        return fragments.dashboard_context(data, who)
+
+    return await _signed_in_page(request, "dashboard.html", context)
 
 
 @router.get(
     "/ui/agents/{agent_id}",
     response_class=HTMLResponse,
-    responses={
-        200: {"description": "The agent's page.", **HTML},
-        303: {"description": "Not logged in: go to /ui/login."},
-        422: {"description": "Not an agent id.", "content": PROBLEM_JSON},
-        503: {"description": "Redis unavailable: the page says so.", **HTML},
-    },
+    responses=_page_responses("The agent's page.", "Not an agent id."),
 )
 async def agent_page(request: Request, agent_id: AgentId) -> Response:
     """One agent: what it holds, its recent tasks, its failure streaks, whether it is paused,
     with the pause, stop and resume controls (admin)."""
     svc = services(request)
+
+    async def context(who: guard.Visitor) -> dict[str, Any]:
+        board = await views.dashboard_view(svc.store, svc.settings, None, who.actor)
+        data = await views.agent_view(svc.store, board, agent_id, who.actor)
+        return fragments.agent_context(data, who)
+
+    return await _signed_in_page(request, "agent.html", context)
+
+
+async def _signed_in_page(
+    request: Request,
+    template: str,
+    context: Callable[[guard.Visitor], Awaitable[dict[str, Any]]],
+) -> Response:
+    """A dashboard page for a signed-in visitor; the login page for anyone else, and a page
+    that says so while Redis is unavailable."""
     try:
         who = await guard.visitor(request)
         if who is None:
             return RedirectResponse("/ui/login", status_code=303)
-        board = await views.dashboard_view(svc.store, svc.settings, None, who.actor)
-        data = await views.agent_view(svc.store, board, agent_id, who.actor)
+        page_context = await context(who)
     except BrokerError as e:
         return unavailable(e)
-    return _page(request, who, "agent.html", fragments.agent_context(data, who))
+    return _page(request, who, template, page_context)
 
 
 def _page(request: Request, who: guard.Visitor, template: str, context: dict[str, Any]) -> Response:

@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from github_broker.errors import AuthError, BrokerError, InvalidRequest, NotFound
-from github_broker.settings import Settings
-from github_broker.store import Store
+from github_broker.settings import Repository, Settings
+from github_broker.store import RepoStore, Store
 from github_broker.webhooks.payloads import EVENTS, check_shape
 
 logger = logging.getLogger(__name__)
@@ -112,6 +112,19 @@ def payload_text(body: bytes, content_type: str) -> str:
     return values[0]
 
 
+def payload_object(text: str) -> dict[str, Any]:
+    """The delivery's JSON object, or a clear refusal."""
+    try:
+        payload = json.loads(text)
+    except ValueError as e:
+        raise InvalidRequest(f"the delivery payload is not JSON: {e}") from e
+    except RecursionError as e:
+        raise InvalidRequest("the delivery body is JSON nested too deep") from e
+    if not isinstance(payload, dict):
+        raise InvalidRequest("the delivery body must be a JSON object")
+    return payload
+
+
 class WebhookReceiver:
     """The endpoint's use case: refuse what is not GitHub's or not ours, queue the rest."""
 
@@ -135,31 +148,34 @@ class WebhookReceiver:
         if not event or not delivery or len(delivery) > 100:
             raise InvalidRequest("X-GitHub-Event and X-GitHub-Delivery (<= 100 chars) are needed")
         text = payload_text(body, content_type)
-        try:
-            payload = json.loads(text)
-        except ValueError as e:
-            raise InvalidRequest(f"the delivery payload is not JSON: {e}") from e
-        except RecursionError as e:
-            raise InvalidRequest("the delivery body is JSON nested too deep") from e
-        if not isinstance(payload, dict):
-            raise InvalidRequest("the delivery body must be a JSON object")
+        payload = payload_object(text)
         repository = payload.get("repository")
         full_name = str(repository.get("full_name") or "") if isinstance(repository, dict) else ""
         if event == "ping" and not full_name:
             return await self._ping_without_repository(payload)
-        repo = self.settings.repository(full_name) or next(
-            (r for r in self.settings.repositories if r.full_name.lower() == full_name.lower()),
-            None,
-        )
-        if repo is None:
-            raise NotFound(f"repository {full_name or '(none)'} is not served by this broker")
-        rstore = self.store.repo(repo.full_name)
+        rstore = self.store.repo(self._served(full_name).full_name)
         if event == "ping":
             await rstore.mark_webhooks_seen()
             return Receipt("pong", "webhook reachable")
         if event not in EVENTS:
             return Receipt("ignored", f"event {event!r} is not used by the broker")
         check_shape(event, payload)
+        return await self._enqueue(rstore, event, delivery, body, text)
+
+    def _served(self, full_name: str) -> Repository:
+        """The served repository a delivery names (GitHub's spelling may differ in case)."""
+        repo = self.settings.repository(full_name) or next(
+            (r for r in self.settings.repositories if r.full_name.lower() == full_name.lower()),
+            None,
+        )
+        if repo is None:
+            raise NotFound(f"repository {full_name or '(none)'} is not served by this broker")
+        return repo
+
+    async def _enqueue(
+        self, rstore: RepoStore, event: str, delivery: str, body: bytes, text: str
+    ) -> Receipt:
+        """Queue the delivery for the leader's worker, once per delivery id and per body."""
         envelope = json.dumps(
             {"event": event, "delivery": delivery, "received_ms": int(time.time() * 1000)}
         )

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import subprocess
 import threading
 from pathlib import Path
 
+from github_broker.agent.workspace import WorkspaceError, run_git
 from github_broker.models import Note, Task
 
 logger = logging.getLogger(__name__)
@@ -62,15 +62,8 @@ def _exclude_from_git(path: Path) -> None:
     """Name the file in `info/exclude` of the repository `path` is in (a worktree's is its
     clone's), so `git add -A` does not put maintainers' notes in the task's commits."""
     try:
-        found = subprocess.run(
-            ["git", "rev-parse", "--git-path", "info/exclude"],
-            cwd=path.parent,
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        found = run_git(path.parent, ("rev-parse", "--git-path", "info/exclude"), GIT_TIMEOUT_S)
+    except WorkspaceError:
         return  # no git: nothing to keep it out of
     if found.returncode != 0:
         return  # not in a repository

@@ -49,13 +49,7 @@ class CommentScanner:
         name = repo.full_name
         ledger = CommentLedger(self.store.repo(name))
         kept = await ledger.cursor()
-        now = time.time()
-        max_age_s = self.settings.commands.max_age_s
-        at = _epoch(kept[0]) if kept[0] is not None else None
-        if kept[0] is None or at is None or at < now - 2 * max_age_s:
-            since, etag = _iso(now if at is None else now - max_age_s), None
-        else:
-            since, etag = kept[0], kept[1]
+        since, etag = _start(kept, time.time(), self.settings.commands.max_age_s)
         newest, first_etag, seen = since, etag, 0
         for page in range(1, MAX_PAGES + 1):
             result = await asyncio.to_thread(
@@ -69,20 +63,10 @@ class CommentScanner:
                 break
             if page == 1:
                 first_etag = result.etag
-            for item in result.items:
-                comment = Comment.from_github(item)
-                if comment is None:
-                    continue
-                try:
-                    outcome = await self.handle(repo, comment)
-                except BrokerError:
-                    # Read again from here next time (a cursor at its second re-reads it).
-                    await ledger.save_cursor(max(since, comment.updated_at), None)
-                    raise
+            for comment in filter(None, map(Comment.from_github, result.items)):
+                await self._one(repo, ledger, since, comment)
                 seen += 1
                 newest = max(newest, comment.updated_at)
-                if outcome != "no command":
-                    logger.info("%s#%d comment %d: %s", name, comment.number, comment.id, outcome)
             if len(result.items) < self.settings.github.per_page:
                 break
         # The ETag answers for this `since` only: a moved cursor asks afresh once.
@@ -90,6 +74,30 @@ class CommentScanner:
         if (newest, saved) != kept:
             await ledger.save_cursor(newest, saved)
         return seen
+
+    async def _one(
+        self, repo: Repository, ledger: CommentLedger, since: str, comment: Comment
+    ) -> None:
+        """One comment handed to `handle`; when it fails, the cursor stays before it."""
+        try:
+            outcome = await self.handle(repo, comment)
+        except BrokerError:
+            # Read again from here next time (a cursor at its second re-reads it).
+            await ledger.save_cursor(max(since, comment.updated_at), None)
+            raise
+        if outcome != "no command":
+            logger.info("%s#%d comment %d: %s", repo.full_name, comment.number, comment.id, outcome)
+
+
+def _start(
+    kept: tuple[str | None, str | None], now: float, max_age_s: float
+) -> tuple[str, str | None]:
+    """Where a look starts and the ETag it may send: the kept cursor, unless there is none
+    or it is too old (then `max_age_s` back, or now for a cursor that is not a time)."""
+    at = _epoch(kept[0]) if kept[0] is not None else None
+    if kept[0] is None or at is None or at < now - 2 * max_age_s:
+        return _iso(now if at is None else now - max_age_s), None
+    return kept[0], kept[1]
 
 
 def _epoch(iso: str) -> float | None:
