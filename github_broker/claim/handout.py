@@ -36,27 +36,7 @@ class Handout:
         issue = claimed.issue
         payload = claimed.payload or {}
         comments = [ReviewComment.model_validate(c) for c in payload.get("comments") or []]
-        values = {
-            "repository": claimed.repository,
-            "issue_number": str(issue.number),
-            "issue_url": issue.html_url,
-            "title": issue.title,
-            "body": issue.body,
-            "labels": ", ".join(issue.labels),
-            "branch": claimed.branch,
-            "base_branch": base,
-            "role": claimed.role,
-            "role_description": self.role_descriptions.get(claimed.role, ""),
-            "task_type": claimed.task_type.value,
-            "pr_url": payload.get("pr_url", ""),
-            "feedback": render_feedback(comments),
-            "head_sha": str(payload.get("head_sha") or ""),
-        }
-        # A fix from failing checks or a rebase has a template of its own.
-        template = payload.get("template")
-        if template not in VARIANTS:
-            template = claimed.task_type
-        prompt = self.prompts.render(template, values)
+        prompt = self._prompt(claimed, base, comments)
         if continues is not None:
             prompt += "\n\n" + render_continuation(continues, claimed.branch, payload)
         # Every field comes from already-validated models: construct, don't re-validate
@@ -92,6 +72,31 @@ class Handout:
                 else None,
             },
         )
+
+    def _prompt(self, claimed: Claimed, base: str, comments: list[ReviewComment]) -> str:
+        """The task's prompt from its type's template (a fix from failing checks or a
+        rebase has a template of its own)."""
+        issue, payload = claimed.issue, claimed.payload or {}
+        values = {
+            "repository": claimed.repository,
+            "issue_number": str(issue.number),
+            "issue_url": issue.html_url,
+            "title": issue.title,
+            "body": issue.body,
+            "labels": ", ".join(issue.labels),
+            "branch": claimed.branch,
+            "base_branch": base,
+            "role": claimed.role,
+            "role_description": self.role_descriptions.get(claimed.role, ""),
+            "task_type": claimed.task_type.value,
+            "pr_url": payload.get("pr_url", ""),
+            "feedback": render_feedback(comments),
+            "head_sha": str(payload.get("head_sha") or ""),
+        }
+        template = payload.get("template")
+        if template not in VARIANTS:
+            template = claimed.task_type
+        return self.prompts.render(template, values)
 
 
 def continuation(data: dict[str, Any] | None) -> Continuation | None:
