@@ -27,6 +27,7 @@ from github_broker.simulator import Simulator, generate_issues
 from github_broker.store import RepoStore, Store
 from tests.factories import issue
 from tests.processes import BrokerProcess, broker_env
+from tests.waiting import wait_until
 
 REPO = "acme/widgets"
 KEYS = RepoKeys("gb", "acme", "widgets")
@@ -201,10 +202,7 @@ def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerPro
     )
     proc = BrokerProcess(env, tmp_path, "broker").start()
     client = redis.Redis.from_url(redis_url)
-    deadline = time.monotonic() + 30
-    while client.zcard(KEYS.ready) < ISSUES:
-        assert time.monotonic() < deadline, "first sync"
-        time.sleep(0.1)
+    wait_until(lambda: client.zcard(KEYS.ready) >= ISSUES, 30, "the first sync")
     client.close()
     yield proc
     proc.stop()

@@ -18,21 +18,12 @@ import requests
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, broker_env, start_all
+from tests.waiting import wait_until
 from tests.world import simulated
 
 pytestmark = pytest.mark.slow
 REPO = "acme/widgets"
 KEYS = RepoKeys("gb", "acme", "widgets")
-
-
-def wait_until(check: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def leading(client: redis.Redis, brokers: list[BrokerProcess]) -> BrokerProcess | None:
