@@ -77,22 +77,20 @@ def brokers(sim: Simulator, backend: str, tmp_path: Path) -> Iterator[list[Broke
 
 def wait_for_bucket(redis_url: str, priority: int, timeout_s: float = 30.0) -> None:
     client = sync_client(redis_url)
-    deadline = time.monotonic() + timeout_s
     try:
-        while int(client.zrange(KEYS.work, 0, 0, withscores=True)[0][1]) != priority:
-            assert time.monotonic() < deadline, "the sync never opened the bucket"
-            time.sleep(0.1)
+        wait_until(
+            lambda: int(client.zrange(KEYS.work, 0, 0, withscores=True)[0][1]) == priority,
+            timeout_s,
+            f"the sync to open bucket P{priority}",
+        )
     finally:
         client.close()
 
 
 def wait_for_ready(redis_url: str, count: int, timeout_s: float = 30.0) -> None:
     client = sync_client(redis_url)
-    deadline = time.monotonic() + timeout_s
     try:
-        while client.zcard(KEYS.ready) < count:
-            assert time.monotonic() < deadline, f"only {client.zcard(KEYS.ready)} ready of {count}"
-            time.sleep(0.1)
+        wait_until(lambda: client.zcard(KEYS.ready) >= count, timeout_s, f"{count} ready")
     finally:
         client.close()
 
