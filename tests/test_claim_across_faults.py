@@ -138,6 +138,7 @@ def test_one_agent_racing_itself_on_two_processes_holds_one_lease_and_settles_ea
         ThreadPoolExecutor(max_workers=6) as pool,
     ):
         urls = [p.url for p in procs]
+        handed_out = 0
         for round_ in range(RACE_ROUNDS):
             bodies = []
             for i in range(rng.randint(2, 6)):
@@ -162,6 +163,9 @@ def test_one_agent_racing_itself_on_two_processes_holds_one_lease_and_settles_ea
                 if r.ok and r.status_code == 200
             }
             assert set(held) <= handed, (round_, held, handed)
+            handed_out += bool(handed)
+        # The least work: the races hand the agent a task in most rounds (not 204s only).
+        assert handed_out >= RACE_ROUNDS // 2, handed_out
         # Every lease the agent was given was settled at most once: per repository and
         # issue, its timeline alternates claim and settlement, never two settlements of one
         # claim.

@@ -307,8 +307,10 @@ def test_a_lease_claimed_just_before_flushall_is_its_holders_and_nobody_elses(
         lease = {"agent_id": "holder", "token": task["lease"]["token"]}
         beats: list[int] = []
         others: list[int] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and beats[-1:] != [200]:
+
+        def proven() -> bool:
+            """One heartbeat of the holder, one request of each other agent: the holder's
+            beat answered 200 (its lease proven)."""
             r = requests.post(f"{broker.url}/tasks/{REPO}/{n}/heartbeat", json=lease, timeout=10)
             beats.append(r.status_code)
             assert r.status_code in (200, 503), r.text
@@ -317,16 +319,18 @@ def test_a_lease_claimed_just_before_flushall_is_its_holders_and_nobody_elses(
                 assert got.status_code in (200, 204, 503), got.text
                 if got.status_code == 200:
                     others.append(got.json()["issue_id"])
-            time.sleep(0.5)
-        assert beats[-1] == 200 and 503 in beats, beats
+            return r.status_code == 200
+
+        wait_until(proven, 30, "the holder's heartbeat answered 200", every_s=0.5)
+        assert 503 in beats, beats
         assert n not in others, (n, others)
+
         # And after the quarantine the others get work, still never the holder's issue.
-        deadline = time.monotonic() + 20
-        while not others and time.monotonic() < deadline:
+        def handed() -> int | None:
             got = requests.post(f"{broker.url}/request-task", json={"agent_id": "b"})
-            if got.status_code == 200:
-                others.append(got.json()["issue_id"])
-            time.sleep(0.5)
+            return int(got.json()["issue_id"]) if got.status_code == 200 else None
+
+        others.append(wait_until(handed, 20, "work for another agent", every_s=0.5))
         assert others and n not in others
         assert client.hget(f"gb:{{repo::acme::widgets}}:lease:{n}", "agent") == b"holder"
     finally:
