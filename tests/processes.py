@@ -19,6 +19,7 @@ import requests
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import free_port
+from tests.waiting import wait_until
 
 #: Seconds a broker may take to answer /health: a start-up is one to three seconds alone, but
 #: under parallel test workers on a loaded 2-core machine spawning serve's children has taken 13.
@@ -194,12 +195,8 @@ def post(url: str, path: str, body: dict[str, Any]) -> requests.Response:
 
 
 def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll `check` every 0.1 s until it holds; AssertionError after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    """Wait until `check` holds (`tests.waiting.wait_until`: it says what it waited for)."""
+    wait_until(check, timeout_s, what)
 
 
 @contextmanager

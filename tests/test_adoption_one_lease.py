@@ -24,6 +24,7 @@ from github_broker.models import Outcome, Task
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, broker_env, post, start_all, wait_for
+from tests.waiting import await_until
 from tests.world import World, running_world, simulated
 
 REPO = "acme/widgets"
@@ -174,8 +175,19 @@ async def test_a_vanished_agents_adopted_and_waiting_issues_return_after_the_lea
     world: World, sim: Simulator, clock: Clock
 ) -> None:
     stale, current = await lose_redis_while_a_removal_lags(world, sim, clock, "current")
-    time.sleep(1.2)  # nobody heartbeats: lease TTL 1 s
-    await world.daemon.reap_all()
+    keys = world.rstore.keys
+
+    async def live() -> list[int]:
+        held = {int(n) for n in await world.store.client.zrange(keys.leases, 0, -1)}
+        return sorted(held & {stale.issue_id, current.issue_id})
+
+    assert await live() == [current.issue_id]  # adopted; the stale one waits, unleased
+
+    async def reaped() -> bool:  # nobody heartbeats: lease TTL 1 s
+        await world.daemon.reap_all()
+        return not await live()
+
+    await await_until(reaped, 5, "both adopted leases reaped", every_s=0.1)
     await world.daemon.progress_all()  # GitHub shows no PR for either: both return
     await world.tick()
     assert not world.labels(stale.issue_id) & HELD

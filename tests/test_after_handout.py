@@ -7,16 +7,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from github_broker.models import Actor, Outcome, TaskState, TaskType
+from github_broker.models import Actor, Outcome, Task, TaskState, TaskType
 from github_broker.reports.explain import explain_repo
 from github_broker.settings import Settings
 from github_broker.steering.actions import Steering
 from tests.factories import body
+from tests.test_webhooks import SECRET, Capture, deliver, hooked, list_calls
+from tests.waiting import await_until
 from tests.world import REPO, World, running_world, simulated
 
 pytestmark = pytest.mark.anyio
@@ -236,11 +238,12 @@ async def test_feedback_given_just_before_a_reviews_hand_out_reaches_it_and_is_n
             assert state.get("fix_rounds", "0") == "0"
 
 
-async def test_a_review_and_a_fix_become_claimable_when_due_not_at_the_next_poll(
+async def test_after_a_pass_a_review_and_a_fix_become_claimable_when_due_not_at_the_next_poll(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:
-    """The upkeep pass that sees a review waiting (or feedback settling) arms a timer: the
-    task is offered within a second of its delay or debounce ending, with no further pass."""
+    """Without webhooks, the upkeep pass that sees a review waiting (or feedback settling)
+    arms a timer: the task is offered within a second of its delay or debounce ending, with
+    no further pass. (With webhooks, the deliveries alone do: the test after this one.)"""
     issues = [{"number": 1, "title": "t", "body": body(), "labels": ["P1", "BACKENDCODER"]}]
     review = {"delay_s": 1.5, "timeout_s": 3600, "fix_debounce_s": 1.5}
     with simulated(issues) as sim:
@@ -269,7 +272,7 @@ async def test_a_review_and_a_fix_become_claimable_when_due_not_at_the_next_poll
             await world.tick()
             sim.state.add_issue_comment("acme", "widgets", 2, user="alice", body="Rename it.")
             commented_s = time.time()
-            await world.tick()  # the comment's delivery (or a pass): it settles in 1.5 s
+            await world.tick()  # a pass sees the comment: it settles in 1.5 s
             fix = None
             while time.time() < commented_s + 1.5 + 1.0:
                 fix = await world.tasks.request_task("fix-1")
@@ -278,6 +281,81 @@ async def test_a_review_and_a_fix_become_claimable_when_due_not_at_the_next_poll
                 await asyncio.sleep(0.05)
             assert fix is not None and fix.task_type == TaskType.FIX
             assert time.time() - commented_s < 1.5 + 1.0
+
+
+@pytest.fixture
+def capture() -> Iterator[Capture]:
+    """Where the simulator delivers its webhooks; the test hands them to the broker."""
+    c = Capture()
+    yield c
+    c.close()
+
+
+async def offered_when_due(world: World, agent: str, due_s: float, what: str) -> Task:
+    """The task `agent` is offered within a second of `due_s` (time.time()), not before."""
+    if time.time() < due_s - 0.2:
+        assert await world.ask(agent) is None, f"{what} offered before it was due"
+
+    async def ask() -> Task | None:
+        return await world.tasks.request_task(agent)
+
+    got = await await_until(ask, max(0.0, due_s - time.time()) + 1.0, f"{what} when due")
+    offered_after_s = time.time() - due_s
+    assert -0.2 <= offered_after_s < 1.0, offered_after_s
+    return got
+
+
+async def due_s(world: World, n: int) -> float:
+    """When issue n's review is due (time.time()), as its review state says."""
+    _, state = (await world.rstore.review_states([n]))[n]
+    return float(json.loads(state["link"])["due_ms"]) / 1000
+
+
+async def delivered(world: World, capture: Capture) -> list[str]:
+    """The deliveries captured since the last call, applied by the leader's worker (no pass)."""
+    statuses = await deliver(world, capture)
+    capture.deliveries.clear()
+    return statuses
+
+
+async def test_by_webhooks_alone_a_review_and_a_fix_become_claimable_when_due(
+    redis_url: str, make_settings: Callable[..., Settings], capture: Capture
+) -> None:
+    """After the first sync, no poll pass at all: the `needs-review` label's delivery arms the
+    review's timer and the PR comment's delivery the fix's debounce; each task is offered
+    within a second of being due, and no issue was listed meanwhile."""
+    issues = [{"number": 1, "title": "t", "body": body(), "labels": ["P1", "BACKENDCODER"]}]
+    # GitHub's times are whole seconds: 2 s puts the due time past the delivery's upkeep.
+    review = {"delay_s": 2.0, "timeout_s": 3600, "fix_debounce_s": 2.0}
+    with simulated(issues) as sim:
+        async with running_world(
+            sim, redis_url, make_settings, review=review, webhooks={"secret": SECRET}
+        ) as world:
+            await world.tick()  # the first sync: the only pass of this test
+            hooked(sim, capture.url)
+            capture.deliveries.clear()
+            listed = list_calls(sim)
+            dev = await world.ask("dev-1")
+            assert dev is not None
+            sim.state.create_pull(
+                "acme", "widgets", title="x", head="feature/issue-1", body="", user="bot"
+            )
+            await delivered(world, capture)  # the PR opened: nothing waits for review yet
+            await world.tasks.finish(REPO, 1, "dev-1", dev.lease.token, Outcome.COMPLETED)
+            await world.daemon.drain_all()  # the outbox writes needs-review to GitHub
+            assert "needs-review" in world.labels(1)
+            assert "queued" in await delivered(world, capture)
+            got = await offered_when_due(world, "rev-1", await due_s(world, 1), "the review")
+            assert got.task_type == TaskType.REVIEW and got.issue_id == 1
+            await world.tasks.finish(REPO, 1, "rev-1", got.lease.token, Outcome.COMPLETED)
+            await world.daemon.drain_all()
+            await delivered(world, capture)  # the review's own label changes
+            sim.state.add_issue_comment("acme", "widgets", 2, user="alice", body="Rename it.")
+            commented_s = time.time()
+            assert "queued" in await delivered(world, capture)
+            fix = await offered_when_due(world, "fix-1", commented_s + 2.0, "the fix")
+            assert fix.task_type == TaskType.FIX and fix.issue_id == 1
+            assert list_calls(sim) == listed  # no pass listed the issues
 
 
 async def test_the_wall_clock_budget_sets_a_task_aside_and_a_retry_restarts_its_clock(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from github_broker.simulator import Simulator
 from github_broker.store import Store
 from tests.conftest import free_port
 from tests.factories import body
+from tests.waiting import wait_until
 
 ISSUES = [
     {
@@ -171,13 +171,9 @@ def test_agent_tokens_bind_agent_ids(app_factory: Callable[..., TestClient]) -> 
     server = {"agent_tokens": tokens, "admin_token": "boss"}
     with app_factory(server=server) as client:
         assert client.post("/request-task", json={"agent_id": "a1"}).status_code == 401
-        wrong = client.post(
-            "/request-task", json={"agent_id": "a1"}, headers=bearer(tokens["a2"])
-        )
+        wrong = client.post("/request-task", json={"agent_id": "a1"}, headers=bearer(tokens["a2"]))
         assert wrong.status_code == 403
-        ok = client.post(
-            "/request-task", json={"agent_id": "a1"}, headers=bearer(tokens["a1"])
-        )
+        ok = client.post("/request-task", json={"agent_id": "a1"}, headers=bearer(tokens["a1"]))
         assert ok.status_code == 200
         assert client.get("/status", headers=bearer(tokens["a1"])).status_code == 403
         status = client.get("/status", headers={"Authorization": "Bearer boss"})
@@ -270,10 +266,11 @@ def test_status_shows_github_quota_after_a_poll(
     app_factory: Callable[..., TestClient], sim: Simulator
 ) -> None:
     with app_factory(server={"run_poller": True}) as client:
-        deadline = time.monotonic() + 10
-        while client.get("/status").json()["github_quota"] is None:
-            assert time.monotonic() < deadline, "the poller never published the quota"
-            time.sleep(0.1)
+        wait_until(
+            lambda: client.get("/status").json()["github_quota"] is not None,
+            10,
+            "the poller to publish the quota",
+        )
         quota = client.get("/status").json()["github_quota"]
         assert quota["limit"] == 5000 and 0 < quota["remaining"] < 5000
 
@@ -293,10 +290,7 @@ def test_posted_fix_is_queued_handed_out_once_and_duplicates_refused(
                 {"author": "alice", "body": "Handle the empty file.", "path": "a.py", "line": 7}
             ],
         }
-        assert (
-            c.post("/tasks/fix", json=body, headers=bearer(tokens["a1"])).status_code
-            == 403
-        )
+        assert c.post("/tasks/fix", json=body, headers=bearer(tokens["a1"])).status_code == 403
         r = c.post("/tasks/fix", json=body, headers=admin)
         assert r.status_code == 202 and r.json() == {"task_id": "fix:3", "status": "queued"}
         again = c.post("/tasks/fix", json=body, headers=admin)

@@ -16,6 +16,7 @@ from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import sync_client
 from tests.processes import BrokerProcess, broker_env, start_all
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 AGENTS = 50
@@ -76,22 +77,20 @@ def brokers(sim: Simulator, backend: str, tmp_path: Path) -> Iterator[list[Broke
 
 def wait_for_bucket(redis_url: str, priority: int, timeout_s: float = 30.0) -> None:
     client = sync_client(redis_url)
-    deadline = time.monotonic() + timeout_s
     try:
-        while int(client.zrange(KEYS.work, 0, 0, withscores=True)[0][1]) != priority:
-            assert time.monotonic() < deadline, "the sync never opened the bucket"
-            time.sleep(0.1)
+        wait_until(
+            lambda: int(client.zrange(KEYS.work, 0, 0, withscores=True)[0][1]) == priority,
+            timeout_s,
+            f"the sync to open bucket P{priority}",
+        )
     finally:
         client.close()
 
 
 def wait_for_ready(redis_url: str, count: int, timeout_s: float = 30.0) -> None:
     client = sync_client(redis_url)
-    deadline = time.monotonic() + timeout_s
     try:
-        while client.zcard(KEYS.ready) < count:
-            assert time.monotonic() < deadline, f"only {client.zcard(KEYS.ready)} ready of {count}"
-            time.sleep(0.1)
+        wait_until(lambda: client.zcard(KEYS.ready) >= count, timeout_s, f"{count} ready")
     finally:
         client.close()
 
@@ -216,10 +215,7 @@ def test_task_claimed_for_a_long_poll_the_agent_left_goes_back_to_the_pool(
                 and client.get(KEYS.agent_current_task("impatient")) is None
             )
 
-        deadline = time.monotonic() + 10
-        while not given_back():
-            assert time.monotonic() < deadline, "the abandoned claim was never given back"
-            time.sleep(0.05)
+        wait_until(lambda: given_back(), 10, "the abandoned claim given back")
     finally:
         client.close()
     r = requests.post(f"{b.url}/request-task", json={"agent_id": "next"}, timeout=10)

@@ -17,6 +17,7 @@ from github_broker.settings import Settings
 from github_broker.ui import live, session
 from tests.conftest import free_port
 from tests.test_api import app_factory, sim  # noqa: F401  (fixtures)
+from tests.waiting import wait_until
 
 TOKENS = {"admin_token": "boss-token", "agent_tokens": {"a1": "t1-0123456789abcdef"}}
 
@@ -501,10 +502,7 @@ def test_live_streams_need_a_login_and_are_capped_per_process(
         streams = [threading.Thread(target=c.get, args=("/ui/live",)) for _ in range(2)]
         for t in streams:
             t.start()
-        deadline = time.monotonic() + 5
-        while feed.streams < 2:
-            assert time.monotonic() < deadline, "the two streams did not open"
-            time.sleep(0.02)
+        wait_until(lambda: feed.streams >= 2, 5, "the two streams open")
         full = c.get("/ui/live", params={"agent": "a1"})
         assert full.status_code == 503 and full.headers["retry-after"] == "30"
         assert "serves 2 live pages already" in full.json()["detail"]

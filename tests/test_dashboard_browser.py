@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from github_broker.models import Task
 from github_broker.simulator import Simulator
 from tests.factories import body
 from tests.processes import BrokerProcess, broker_env
+from tests.waiting import wait_until
 
 SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard.png"
 KEYS = RepoKeys("gb", "acme", "widgets")
@@ -81,13 +82,6 @@ def chromium() -> str:
             pytest.fail("chromium is missing: `make install-chromium` installs it")
         pytest.skip("chromium not installed (make install-chromium)")
     return exe
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 #: Who may log in, and the agents' tokens (the stack is not open: the page needs a login).

@@ -14,6 +14,7 @@ from github_broker.simulator import Simulator
 from tests.conftest import sync_client
 from tests.factories import body
 from tests.processes import BrokerProcess, broker_env, wait_for
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 SECRET = "s3cret-for-tests"
@@ -27,8 +28,13 @@ def sim() -> Iterator[Simulator]:
         # Not work (no labels): only the dependents can be handed out.
         {"number": 1, "title": "Upstream A", "body": "the schema"},
         {"number": 2, "title": "Upstream B", "body": "the client"},
-        {"number": 3, "title": "Dependent", "body": body(), "labels": ["P1", "BACKENDCODER"],
-         "blocked_by": [1, 2]},
+        {
+            "number": 3,
+            "title": "Dependent",
+            "body": body(),
+            "labels": ["P1", "BACKENDCODER"],
+            "blocked_by": [1, 2],
+        },
     ]
     with Simulator({"repositories": [{"owner": "acme", "name": "widgets", "issues": issues}]}) as s:
         yield s
@@ -72,9 +78,12 @@ def test_the_dependent_is_claimable_within_a_second_of_its_last_blocker_closing(
     assert ask(broker).status_code == 204  # #2 still blocks it
     started = time.monotonic()
     sim.state.update_issue(*W, 2, state="closed")
-    while (answer := ask(broker)).status_code == 204:
-        assert time.monotonic() - started < 10, "the dependent never became claimable"
-        time.sleep(0.02)
+    answer = wait_until(
+        lambda: (r := ask(broker)).status_code != 204 and r,
+        10,
+        "the dependent claimable",
+        every_s=0.02,
+    )
     latency = time.monotonic() - started
     assert answer.status_code == 200 and answer.json()["issue_id"] == 3
     assert latency < 1.0, latency
@@ -90,15 +99,10 @@ def test_a_link_added_on_github_blocks_within_a_second_by_its_delivery(
         sim.state.unblock(*W, 3, by=(*W, n))
     assert sim.webhooks.wait_idle()
     client = sync_client(redis_url)
-    deadline = time.monotonic() + 10
-    while client.hexists(KEYS.graph_blocked, "3"):
-        assert time.monotonic() < deadline, "the links' removal never arrived"
-        time.sleep(0.02)
+    wait_until(lambda: not client.hexists(KEYS.graph_blocked, "3"), 10, "the links' removal")
     started = time.monotonic()
     sim.state.block(*W, 3, by=(*W, 1))
-    while not client.hexists(KEYS.graph_blocked, "3"):
-        assert time.monotonic() - started < 10, "the new link never arrived"
-        time.sleep(0.02)
+    wait_until(lambda: client.hexists(KEYS.graph_blocked, "3"), 10, "the new link", every_s=0.02)
     assert time.monotonic() - started < 1.0
     client.close()
     assert ask(broker).status_code == 204

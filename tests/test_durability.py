@@ -11,7 +11,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,8 @@ import requests
 
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import _redis_exe, free_port
-from tests.processes import BrokerProcess, broker_env, wait_for
+from tests.processes import BrokerProcess, broker_env
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 REPO = "acme/widgets"
@@ -62,7 +63,11 @@ class RedisNode:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_for(self.answers, 15, f"redis-server on {self.port}")
+        try:
+            wait_until(self.answers, 15, f"redis-server on {self.port}")
+        except BaseException:
+            self.kill()
+            raise
         return self
 
     def answers(self) -> bool:
@@ -85,7 +90,29 @@ class RedisNode:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(timeout=10)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[Callable[..., RedisNode]]:
+    """Started redis-servers (named directory under tmp_path, extra arguments); every one is
+    stopped at the end of the test, however it ends (a failed start, a failed assertion)."""
+    made: list[RedisNode] = []
+
+    def start(name: str, *args: str) -> RedisNode:
+        node = RedisNode(tmp_path / name, *args)
+        made.append(node)
+        return node.start()
+
+    yield start
+    for node in made:
+        if node.proc is not None and node.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node.proc.pid, signal.SIGCONT)
+        node.stop()
 
 
 class Proxy:
@@ -141,7 +168,11 @@ class Proxy:
 
 def replica_online(primary: RedisNode) -> bool:
     """Whether the primary's replica finished its first sync (WAIT counts only those)."""
-    info = primary.client().info("replication")
+    client = primary.client()
+    try:
+        info = client.info("replication")
+    finally:
+        client.close()
     replica = info.get("slave0")
     return isinstance(replica, dict) and replica.get("state") == "online"
 
@@ -269,15 +300,17 @@ def test_a_lease_claimed_just_before_flushall_is_its_holders_and_nobody_elses(
     broker = broker_on(redis_url, sim, tmp_path)
     client = redis.Redis.from_url(redis_url)
     try:
-        wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
+        wait_until(lambda: client.zcard(READY) == 60, 30, "the first sync")
         task = requests.post(f"{broker.url}/request-task", json={"agent_id": "holder"}).json()
         n = task["issue_id"]
         client.flushall()
         lease = {"agent_id": "holder", "token": task["lease"]["token"]}
         beats: list[int] = []
         others: list[int] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and beats[-1:] != [200]:
+
+        def proven() -> bool:
+            """One heartbeat of the holder, one request of each other agent: the holder's
+            beat answered 200 (its lease proven)."""
             r = requests.post(f"{broker.url}/tasks/{REPO}/{n}/heartbeat", json=lease, timeout=10)
             beats.append(r.status_code)
             assert r.status_code in (200, 503), r.text
@@ -286,16 +319,18 @@ def test_a_lease_claimed_just_before_flushall_is_its_holders_and_nobody_elses(
                 assert got.status_code in (200, 204, 503), got.text
                 if got.status_code == 200:
                     others.append(got.json()["issue_id"])
-            time.sleep(0.5)
-        assert beats[-1] == 200 and 503 in beats, beats
+            return r.status_code == 200
+
+        wait_until(proven, 30, "the holder's heartbeat answered 200", every_s=0.5)
+        assert 503 in beats, beats
         assert n not in others, (n, others)
+
         # And after the quarantine the others get work, still never the holder's issue.
-        deadline = time.monotonic() + 20
-        while not others and time.monotonic() < deadline:
+        def handed() -> int | None:
             got = requests.post(f"{broker.url}/request-task", json={"agent_id": "b"})
-            if got.status_code == 200:
-                others.append(got.json()["issue_id"])
-            time.sleep(0.5)
+            return int(got.json()["issue_id"]) if got.status_code == 200 else None
+
+        others.append(wait_until(handed, 20, "work for another agent", every_s=0.5))
         assert others and n not in others
         assert client.hget(f"gb:{{repo::acme::widgets}}:lease:{n}", "agent") == b"holder"
     finally:
@@ -303,107 +338,151 @@ def test_a_lease_claimed_just_before_flushall_is_its_holders_and_nobody_elses(
         broker.stop()
 
 
-def test_with_aof_durability_a_kill_and_restart_of_redis_loses_no_acknowledged_write(
-    sim: Simulator, tmp_path: Path
-) -> None:
-    node = RedisNode(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always").start()
-    broker = broker_on(node.url, sim, tmp_path, GITHUB_BROKER_REDIS__DURABILITY="aof")
+#: Tasks the agents complete before Redis is lost, and after it: the least work each
+#: durability test sees on either side of the loss.
+DONE_BEFORE = 3
+DONE_AFTER = 5
+#: Seconds the agents are given for that work on either side (a rebuild and its hold-back
+#: included): a bound for a loaded machine, never waited out when the work is done.
+WORK_TIMEOUT_S = 60.0
+
+
+def completed(ledger: Ledger, at_least: int, what: str) -> int:
+    """How many tasks were completed, once at least `at_least` were."""
+    return wait_until(
+        lambda: len(ledger.completed) if len(ledger.completed) >= at_least else 0,
+        WORK_TIMEOUT_S,
+        what,
+    )
+
+
+def in_flight(ledger: Ledger) -> tuple[set[int], int]:
+    """The issues the agents hold now (handed out, not completed), and how many lease answers
+    they had been given so far."""
+    with ledger.lock:
+        return {n for _, n in ledger.handed} - ledger.completed, len(ledger.lease_answers)
+
+
+def answered_200_since(ledger: Ledger, issues: set[int], mark: int) -> set[int]:
+    """Which of `issues` got a lease call answered 200 after the first `mark` answers."""
+    with ledger.lock:
+        return {n for _, n, status, _ in ledger.lease_answers[mark:] if status == 200} & issues
+
+
+def work_across_a_loss(ledger: Ledger, lose: Callable[[], None]) -> None:
+    """DONE_BEFORE tasks completed, `lose` Redis's data while the agents hold tasks; then a
+    task held at the loss is answered 200 again (its lease kept) and DONE_AFTER more tasks
+    are completed."""
+    before = completed(ledger, DONE_BEFORE, f"{DONE_BEFORE} tasks completed before the loss")
+    held, mark = wait_until(lambda: (t := in_flight(ledger))[0] and t, 10, "a task held")
+    lose()
+    wait_until(
+        lambda: answered_200_since(ledger, held, mark),
+        WORK_TIMEOUT_S,
+        f"a lease call of a task held at the loss ({sorted(held)}) answered 200 after it",
+    )
+    completed(ledger, before + DONE_AFTER, f"{DONE_AFTER} tasks completed after the loss")
+
+
+def agents_across_a_loss(
+    url: str, sim: Simulator, lose: Callable[[], None], agents: int = 5
+) -> Ledger:
+    """Agents at work on the broker at `url` across `lose` (`work_across_a_loss`)."""
     ledger = Ledger()
+    stop, threads = run_agents(url, sim, ledger, agents)
     try:
-        client = node.client()
-        wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
-        client.close()
-        stop, threads = run_agents(broker.url, sim, ledger, 5)
-        time.sleep(4)
-        node.kill()
-        time.sleep(1)
-        node.start()
-        time.sleep(8)
+        work_across_a_loss(ledger, lose)
+    finally:
         stop.set()
         for t in threads:
             t.join(timeout=30)
-        assert len(ledger.completed) >= 5, ledger.completed
+    return ledger
+
+
+def test_with_aof_durability_a_kill_and_restart_of_redis_loses_no_acknowledged_write(
+    sim: Simulator, tmp_path: Path, nodes: Callable[..., RedisNode]
+) -> None:
+    node = nodes("redis", "--appendonly", "yes", "--appendfsync", "always")
+    broker = broker_on(node.url, sim, tmp_path, GITHUB_BROKER_REDIS__DURABILITY="aof")
+    client = node.client()
+    try:
+        wait_until(lambda: client.zcard(READY) == 60, 30, "the first sync")
+
+        def restart() -> None:
+            node.kill()
+            node.start()
+
+        ledger = agents_across_a_loss(broker.url, sim, restart)
         assert_nothing_acknowledged_was_lost(ledger)
     finally:
+        client.close()
         broker.stop()
-        node.stop()
 
 
 def test_without_durability_a_lost_second_tells_nobody_their_lease_ended(
-    sim: Simulator, tmp_path: Path
+    sim: Simulator, tmp_path: Path, nodes: Callable[..., RedisNode]
 ) -> None:
     """AOF everysec, durability none: the restart loses up to a second of writes. Leases are
     proven by their signed tokens after the rebuild; completions whose label write was lost are
-    recovered from their PRs; no completed task is handed out again."""
-    node = RedisNode(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "everysec").start()
+    recovered from their PRs; no completed task is handed out again. The agents complete
+    tasks before and after the loss, and a task held at the loss is worked on after it."""
+    node = nodes("redis", "--appendonly", "yes", "--appendfsync", "everysec")
     broker = broker_on(node.url, sim, tmp_path)
-    ledger = Ledger()
+    client = node.client()
     try:
-        client = node.client()
-        wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
-        client.close()
-        stop, threads = run_agents(broker.url, sim, ledger, 5)
-        time.sleep(4)
-        node.kill()
-        node.start()
-        time.sleep(25)  # the rebuild, one heartbeat interval of proof, more work
-        stop.set()
-        for t in threads:
-            t.join(timeout=30)
+        wait_until(lambda: client.zcard(READY) == 60, 30, "the first sync")
+
+        def restart() -> None:
+            node.kill()
+            node.start()
+
+        ledger = agents_across_a_loss(broker.url, sim, restart)
         assert_nothing_acknowledged_was_lost(ledger)
     finally:
+        client.close()
         broker.stop()
-        node.stop()
 
 
 def test_with_replica_durability_a_promoted_replica_has_every_acknowledged_write(
-    sim: Simulator, tmp_path: Path
+    sim: Simulator, tmp_path: Path, nodes: Callable[..., RedisNode]
 ) -> None:
-    primary = RedisNode(
-        tmp_path / "primary", "--appendonly", "no", "--repl-diskless-sync-delay", "0"
-    ).start()
-    replica = RedisNode(
-        tmp_path / "replica", "--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port)
-    ).start()
+    primary = nodes("primary", "--appendonly", "no", "--repl-diskless-sync-delay", "0")
+    replica = nodes("replica", "--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port))
     proxy = Proxy(primary.port)
     url = f"redis://127.0.0.1:{proxy.port}/0"
-    wait_for(lambda: replica_online(primary), 15, "the replica's first sync")
-    broker = broker_on(url, sim, tmp_path, GITHUB_BROKER_REDIS__DURABILITY="replica")
-    ledger = Ledger()
+    broker = None
     try:
+        wait_until(lambda: replica_online(primary), 15, "the replica's first sync")
+        broker = broker_on(url, sim, tmp_path, GITHUB_BROKER_REDIS__DURABILITY="replica")
         client = primary.client()
-        wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
+        wait_until(lambda: client.zcard(READY) == 60, 30, "the first sync")
         client.close()
-        stop, threads = run_agents(broker.url, sim, ledger, 5)
-        time.sleep(4)
-        primary.kill()
-        promoted = replica.client()
-        promoted.execute_command("REPLICAOF", "NO", "ONE")
-        promoted.close()
-        proxy.switch(replica.port)
-        time.sleep(8)
-        stop.set()
-        for t in threads:
-            t.join(timeout=30)
-        assert len(ledger.completed) >= 5, ledger.completed
+
+        def fail_over() -> None:
+            primary.kill()
+            promoted = replica.client()
+            promoted.execute_command("REPLICAOF", "NO", "ONE")
+            promoted.close()
+            proxy.switch(replica.port)
+            # A replica of the promoted one (as Sentinel re-points the others): without one
+            # every write answers 503 "not durable", and no work is done after the loss.
+            nodes("replica-2", "--appendonly", "no", "--replicaof", "127.0.0.1", str(replica.port))
+            wait_until(lambda: replica_online(replica), 15, "the new replica's first sync")
+
+        ledger = agents_across_a_loss(broker.url, sim, fail_over)
         assert_nothing_acknowledged_was_lost(ledger)
     finally:
-        broker.stop()
+        if broker is not None:
+            broker.stop()
         proxy.close()
-        replica.stop()
-        primary.stop()
 
 
 def test_replica_durability_answers_503_while_no_replica_acknowledges(
-    sim: Simulator, tmp_path: Path
+    sim: Simulator, tmp_path: Path, nodes: Callable[..., RedisNode]
 ) -> None:
-    primary = RedisNode(
-        tmp_path / "primary", "--appendonly", "no", "--repl-diskless-sync-delay", "0"
-    ).start()
-    replica = RedisNode(
-        tmp_path / "replica", "--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port)
-    ).start()
-    wait_for(lambda: replica_online(primary), 15, "the replica's first sync")
+    primary = nodes("primary", "--appendonly", "no", "--repl-diskless-sync-delay", "0")
+    replica = nodes("replica", "--appendonly", "no", "--replicaof", "127.0.0.1", str(primary.port))
+    wait_until(lambda: replica_online(primary), 15, "the replica's first sync")
     broker = broker_on(
         primary.url,
         sim,
@@ -413,7 +492,7 @@ def test_replica_durability_answers_503_while_no_replica_acknowledges(
     )
     try:
         client = primary.client()
-        wait_for(lambda: client.zcard(READY) == 60, 30, "the first sync")
+        wait_until(lambda: client.zcard(READY) == 60, 30, "the first sync")
         ok = requests.post(f"{broker.url}/request-task", json={"agent_id": "a1"})
         assert ok.status_code == 200, ok.text
         assert replica.proc is not None
@@ -431,5 +510,3 @@ def test_replica_durability_answers_503_while_no_replica_acknowledges(
         client.close()
     finally:
         broker.stop()
-        replica.stop()
-        primary.stop()

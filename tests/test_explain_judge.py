@@ -9,10 +9,14 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import redis as sync_redis
 
+from github_broker.claim.events import ReadyWaker
+from github_broker.claim.prompts import Prompts
 from github_broker.claim.rules import Rules
-from github_broker.claim.walk import FRESH_AGENT, claim_order
+from github_broker.claim.service import TaskService
+from github_broker.claim.walk import FRESH_AGENT
+from github_broker.errors import AgentPaused
 from github_broker.leader.sync import index_item
-from github_broker.models import Claimed, NoTask, Outcome
+from github_broker.models import Claimed, Outcome
 from github_broker.reports.explain import explain
 from github_broker.settings import Settings
 from github_broker.store import RepoStore, Store
@@ -73,43 +77,32 @@ def the_next(verdicts: dict[str, list]) -> tuple[str, int] | None:
     return found[0] if found else None
 
 
+@pytest.fixture
+def tasks(store: Store) -> TaskService:
+    """The real request-task (as the API runs it, its index read from Redis on each request)."""
+    return TaskService(store.settings, store, Prompts.load(None), ReadyWaker(1.0))
+
+
 async def claim_next(
-    store: Store, agent: str, roles: list[str] | None, repositories: list[str] | None
+    tasks: TaskService, agent: str, roles: list[str] | None, repositories: list[str] | None
 ) -> tuple[str, int] | None:
-    """What a request-task hands out, as TaskService._claim_in runs it: the held task settled
-    in every repository first, then the claim in the claim's order of repositories; the task
-    is given back at once (no budget spent)."""
-    names = repositories or list(store.repos)
-    settled = {}
-    for name in names:
-        got = await store.repo(name).claim(
-            agent,
-            previous="completed",
-            mode="strict",
-            base_branch="main",
-            roles=roles,
-            settle_only=True,
-        )
-        assert isinstance(got, NoTask)
-        settled[name] = claim_order(got)
-    for name in sorted(names, key=lambda n: settled[n]) if len(names) > 1 else names:
-        got = await store.repo(name).claim(
-            agent, previous="completed", mode="strict", base_branch="main", roles=roles
-        )
-        if isinstance(got, Claimed):
-            # Given back unspent, so that the next probe sees the same pool.
-            ok, _ = await store.repo(name).finish(
-                got.issue.number, agent, got.token, "abandoned", counted=False
-            )
-            assert ok
-            return name, got.issue.number
-        if got.reason == "agent_paused":
-            return None
-    return None
+    """What the real request-task hands out (TaskService.request_task: the agent's mutex, the
+    settle pass, the claim's order of repositories from the index, the claim script); the
+    task is given back at once (no budget spent), so that the next probe sees the same pool."""
+    try:
+        task = await tasks.request_task(agent, roles=roles, repositories=repositories)
+    except AgentPaused:
+        return None
+    if task is None:
+        return None
+    await tasks.finish(
+        task.repository, task.issue_id, agent, task.lease.token, Outcome.ABANDONED, counted=False
+    )
+    return task.repository, task.issue_id
 
 
 async def test_explains_next_is_the_claims_pick_for_fresh_cooled_down_and_limited_agents(
-    store: Store,
+    store: Store, tasks: TaskService
 ) -> None:
     w = await load(store, REPOS[0], [(n, "P1", ROLES[n % 2]) for n in range(1, 9)])
     await load(store, REPOS[1], [(n, "P1", ROLES[0]) for n in range(20, 24)])
@@ -135,7 +128,7 @@ async def test_explains_next_is_the_claims_pick_for_fresh_cooled_down_and_limite
         if agent == "a1" and roles is None:
             cooled = {v.issue for v in verdicts[REPOS[0]] if v.verdict == "cooldown"}
             assert cooled == {1, 2, 3, 4, 5}, verdicts[REPOS[0]]
-        assert predicted == await claim_next(store, agent or "fresh", roles, repositories), (
+        assert predicted == await claim_next(tasks, agent or "fresh", roles, repositories), (
             agent,
             roles,
             repositories,
@@ -180,10 +173,13 @@ async def test_explain_runs_read_only_under_eval_ro(store: Store, redis_url: str
 
 
 async def test_explain_and_the_claim_never_disagree_over_random_backlogs_and_histories(
-    store: Store,
+    store: Store, tasks: TaskService
 ) -> None:
+    """explain's `next` against the real request-task's pick, on the same random backlogs,
+    blockers and agent histories (built by request-task too: held tasks, failures in
+    cool-down, completions, paused agents)."""
     rng = random.Random(26)
-    seen = {"a task": 0, "none": 0}
+    seen = {"a task": 0, "none": 0, "across both": 0}
     for _ in range(60):
         await store.client.flushall()
         for name in REPOS:
@@ -194,28 +190,31 @@ async def test_explain_and_the_claim_never_disagree_over_random_backlogs_and_his
             rstore = await load(store, name, issues)
             await random_links(rng, rstore, [n for n, *_ in issues])
         agents = [f"a{i}" for i in range(4)]
-        # Histories: claims, failures (cool-downs), completions, held tasks.
-        for _ in range(rng.randint(0, 15)):
-            agent = rng.choice(agents)
-            repo = store.repo(rng.choice(REPOS))
-            got = await repo.claim(
-                agent, previous="completed", mode="strict", base_branch="main", roles=None
-            )
-            if isinstance(got, Claimed) and rng.random() < 0.6:
-                outcome = rng.choice([Outcome.FAILED, Outcome.COMPLETED, Outcome.ABANDONED])
-                await repo.finish(got.issue.number, agent, got.token, outcome.value)
+        await random_history(rng, tasks, agents)
         if rng.random() < 0.3:
             await store.pause_agent(rng.choice(agents), "4:t", "")
         agent = rng.choice(agents)
         roles = rng.choice([None, [ROLES[0]], [ROLES[1]], ROLES])
-        repositories = rng.choice([None, [REPOS[0]], [REPOS[1]]])
+        repositories = rng.choice([None, None, [REPOS[0]], [REPOS[1]]])
         verdicts = await explain(
             store, store.settings, agent_id=agent, roles=roles, repositories=repositories
         )
         predicted = the_next(verdicts)
-        # The claim settles the held task first; hand it back so that it does not count.
-        actual = await claim_next(store, agent, roles, repositories)
+        actual = await claim_next(tasks, agent, roles, repositories)
         assert predicted == actual, (agent, roles, repositories, verdicts)
         seen["none" if actual is None else "a task"] += 1
-    # Both answers came up often enough for the comparison to mean something.
+        seen["across both"] += actual is not None and repositories is None
+    # Both answers came up often enough for the comparison to mean something, and so did a
+    # pick across both repositories (the claim's order of repositories).
     assert min(seen.values()) >= 10, seen
+
+
+async def random_history(rng: random.Random, tasks: TaskService, agents: list[str]) -> None:
+    """Claims by request-task, some ended at once (failed: a cool-down; completed;
+    abandoned), the others held."""
+    for _ in range(rng.randint(0, 15)):
+        agent = rng.choice(agents)
+        task = await tasks.request_task(agent, repositories=[rng.choice(REPOS)])
+        if task is not None and rng.random() < 0.6:
+            outcome = rng.choice([Outcome.FAILED, Outcome.COMPLETED, Outcome.ABANDONED])
+            await tasks.finish(task.repository, task.issue_id, agent, task.lease.token, outcome)

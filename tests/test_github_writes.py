@@ -13,6 +13,7 @@ import requests
 from github_broker.keys import RepoKeys
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, broker_env
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 KEYS = RepoKeys("gb", "acme", "widgets")
@@ -28,13 +29,6 @@ def sim() -> Iterator[Simulator]:
     }
     with Simulator(seed) as s:
         yield s
-
-
-def wait_until(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def labels(sim: Simulator, n: int) -> set[str]:

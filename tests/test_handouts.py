@@ -27,6 +27,7 @@ from github_broker.simulator import Simulator, generate_issues
 from github_broker.store import RepoStore, Store
 from tests.factories import issue
 from tests.processes import BrokerProcess, broker_env
+from tests.waiting import wait_until
 
 REPO = "acme/widgets"
 KEYS = RepoKeys("gb", "acme", "widgets")
@@ -201,10 +202,7 @@ def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerPro
     )
     proc = BrokerProcess(env, tmp_path, "broker").start()
     client = redis.Redis.from_url(redis_url)
-    deadline = time.monotonic() + 30
-    while client.zcard(KEYS.ready) < ISSUES:
-        assert time.monotonic() < deadline, "first sync"
-        time.sleep(0.1)
+    wait_until(lambda: client.zcard(KEYS.ready) >= ISSUES, 30, "the first sync")
     client.close()
     yield proc
     proc.stop()
@@ -260,19 +258,17 @@ def test_one_agent_retrying_and_racing_itself_never_gets_unfinished_work_reviewe
     print(f"\nsolo agent: {rounds} rounds, {len(finished)} completed, {len(released)} released")
     assert rounds >= 10
     # Everything the broker wrote lands on the simulator; then compare.
-    time.sleep(1)
-    reviewed = set()
-    deadline = time.monotonic() + 30
-    while True:
+    client = redis.Redis.from_url(broker.env["GITHUB_BROKER_REDIS__URL"])
+
+    def landed() -> tuple[set[int]] | None:
         states = {
             n: set(sim.state.issue_labels("acme", "widgets", n)) for n in range(1, ISSUES + 1)
         }
         reviewed = {n for n, labels in states.items() if "needs-review" in labels}
-        pending = redis.Redis.from_url(broker.env["GITHUB_BROKER_REDIS__URL"]).zcard(KEYS.outbox)
-        if pending == 0 and reviewed >= finished:
-            break
-        assert time.monotonic() < deadline, f"writes still pending: {pending}"
-        time.sleep(0.2)
+        return (reviewed,) if client.zcard(KEYS.outbox) == 0 and reviewed >= finished else None
+
+    (reviewed,) = wait_until(landed, 30, "the write queue drained and every completion reviewed")
+    client.close()
     assert reviewed == finished, json.dumps(
         {"reviewed_not_finished": sorted(reviewed - finished), "rounds": rounds}
     )

@@ -14,6 +14,7 @@ import pytest
 from github_broker import logs
 from github_broker.settings import Settings
 from tests.processes import BrokerProcess, broker_env
+from tests.waiting import wait_until
 from tests.world import ONE_ISSUE, running_world, simulated
 
 
@@ -41,10 +42,11 @@ def test_idle_serve_polls_without_logging_a_line(redis_url: str, tmp_path: Path)
         broker.start()
         try:
             # Start-up and the first (changing) sync may log; wait until that settled.
-            deadline = time.monotonic() + 20
-            while "full pass" not in broker.log_path.read_text():
-                assert time.monotonic() < deadline, broker.log_path.read_text()
-                time.sleep(0.2)
+            wait_until(
+                lambda: "full pass" in broker.log_path.read_text(),
+                20,
+                "a full pass in the broker's log",
+            )
             time.sleep(1.5)
             before = broker.log_path.read_text().splitlines()
             calls_before = sim.stats.snapshot()["total"]

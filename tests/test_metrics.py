@@ -15,6 +15,7 @@ import requests
 from github_broker.metrics import github_route
 from tests.conftest import free_port
 from tests.processes import BrokerProcess, broker_env
+from tests.waiting import wait_until
 from tests.world import ONE_ISSUE, simulated
 
 REQUESTS = 7
@@ -36,25 +37,30 @@ def test_counters_add_up_across_two_uvicorn_workers(redis_url: str, tmp_path: Pa
         env = broker_env(redis_url, sim.base_url, "acme/widgets")
         broker = BrokerProcess(env, tmp_path, "b", workers=2).start()
         try:
-            deadline = time.monotonic() + 20
-            got = None
-            while got is None:  # the first sync makes issue 1 claimable
-                assert time.monotonic() < deadline, "issue 1 never became claimable"
-                r = requests.post(f"{broker.url}/request-task", json={"agent_id": "a0"})
-                got = r.json() if r.status_code == 200 else None
-                time.sleep(0.2)
+            # The first sync makes issue 1 claimable.
+            wait_until(
+                lambda: (
+                    requests.post(f"{broker.url}/request-task", json={"agent_id": "a0"}).status_code
+                    == 200
+                ),
+                20,
+                "issue 1 claimable",
+            )
             for i in range(1, REQUESTS):
                 # A new connection each time, so both workers answer some of them.
                 r = requests.post(f"{broker.url}/request-task", json={"agent_id": f"a{i}"})
                 assert r.status_code == 204
-            deadline = time.monotonic() + 20
-            while True:  # the leader applies the claim's label write
-                text = requests.get(f"{broker.url}/metrics").text
-                lag = _samples(text, "gb_github_write_lag_seconds_count")
-                if lag and lag[""] >= 1:
-                    break
-                assert time.monotonic() < deadline, "the claim's GitHub write was never applied"
-                time.sleep(0.3)
+            wait_until(
+                lambda: (
+                    _samples(
+                        requests.get(f"{broker.url}/metrics").text,
+                        "gb_github_write_lag_seconds_count",
+                    ).get("", 0)
+                    >= 1
+                ),
+                20,
+                "the leader to apply the claim's GitHub write",
+            )
             scrapes = [requests.get(f"{broker.url}/metrics").text for _ in range(6)]
         finally:
             broker.stop()

@@ -21,6 +21,7 @@ from github_broker.keys import RepoKeys
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, broker_env, start_all
+from tests.waiting import wait_until
 from tests.world import World, running_world, simulated
 
 REPO = "acme/widgets"
@@ -122,22 +123,17 @@ def test_killed_leader_is_replaced_once_its_lease_runs_out_and_the_successor_syn
     brokers = start_all([BrokerProcess(env, tmp_path, f"b{i}") for i in range(2)])
     client = redis.Redis.from_url(redis_url)
     try:
-        deadline = time.monotonic() + 15
-        while client.get("gb:leader") is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until(lambda: client.get("gb:leader") is not None, 15, "a leader")
         leader = client.get("gb:leader").decode()
         victim = next(b for b in brokers if b.holds_leadership(leader))
         survivor = next(b for b in brokers if b is not victim)
         victim.kill()
-        killed_at = time.monotonic()
-        while True:
-            current = client.get("gb:leader")
-            if current is not None and current.decode() != leader:
-                break
-            # leader TTL 3 s + renewal every 1 s, and slack for a loaded machine
-            assert time.monotonic() - killed_at < 8, "no new leader"
-            time.sleep(0.1)
+        # leader TTL 3 s + renewal every 1 s, and slack for a loaded machine
+        wait_until(
+            lambda: (current := client.get("gb:leader")) is not None and current.decode() != leader,
+            8,
+            "a new leader",
+        )
         created = sim.state.create_issue(
             "acme",
             "widgets",
@@ -145,13 +141,12 @@ def test_killed_leader_is_replaced_once_its_lease_runs_out_and_the_successor_syn
             body="## Deliverables\n- x\n\nBranch: after-failover\n",
             labels=["P0", "BACKENDCODER"],
         )
-        deadline = time.monotonic() + 10
-        while True:
+
+        def synced() -> bool:
             r = requests.post(f"{survivor.url}/request-task", json={"agent_id": "late"}, timeout=10)
-            if r.status_code == 200 and r.json()["issue_id"] == created["number"]:
-                break
-            assert time.monotonic() < deadline, "the new leader never synced"
-            time.sleep(0.3)
+            return r.status_code == 200 and r.json()["issue_id"] == created["number"]
+
+        wait_until(synced, 10, "the new leader's sync of the new issue", every_s=0.3)
     finally:
         client.close()
         for b in brokers:
@@ -173,10 +168,11 @@ def test_poll_daemon_stops_cleanly_on_sigterm_and_hands_back_leadership(
         )
     client = redis.Redis.from_url(redis_url)
     try:
-        deadline = time.monotonic() + 15
-        while client.zcard(RepoKeys("gb", "acme", "widgets").ready) < 3:
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        wait_until(
+            lambda: client.zcard(RepoKeys("gb", "acme", "widgets").ready) >= 3,
+            15,
+            "the first sync",
+        )
         assert client.get("gb:leader") is not None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
@@ -280,10 +276,7 @@ def test_lease_keys_lost_alone_are_rebuilt_for_the_agent_still_at_work(
         task = got.json()
         n = task["issue_id"]
         labels = lambda: set(sim.state.issue_labels("acme", "widgets", n))  # noqa: E731
-        deadline = time.monotonic() + 10
-        while not labels() >= {"in-progress", "a1"}:
-            assert time.monotonic() < deadline, "a1's labels never reached GitHub"
-            time.sleep(0.1)
+        wait_until(lambda: labels() >= {"in-progress", "a1"}, 10, "a1's labels on GitHub")
         time.sleep(2.5)  # a couple of sync passes: the mirror shows the labels too
         client.delete(keys.issue_lock(n), keys.lease(n))
         client.zrem(keys.leases, str(n))
@@ -298,8 +291,9 @@ def test_lease_keys_lost_alone_are_rebuilt_for_the_agent_still_at_work(
         assert client.hget(keys.lease(n), "token").decode() == task["lease"]["token"]
         done = requests.post(f"{url}/tasks/acme/widgets/{n}/complete", json=body, timeout=10)
         assert done.status_code == 200, done.text
-        deadline = time.monotonic() + 10
-        while "needs-review" not in labels() or "in-progress" in labels():
-            assert time.monotonic() < deadline, f"labels after completion: {labels()}"
-            time.sleep(0.1)
+        wait_until(
+            lambda: "needs-review" in labels() and "in-progress" not in labels(),
+            10,
+            "needs-review and no in-progress on GitHub",
+        )
     client.close()

@@ -29,6 +29,7 @@ from github_broker.models import Note
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, live_broker, post, wait_for
 from tests.test_runner import TASK as RUNNER_TASK
+from tests.waiting import wait_until
 
 KEYS = RepoKeys("gb", "acme", "widgets")
 #: The lease of these tests (seconds): a heartbeat interval of 2 s.
@@ -89,9 +90,7 @@ def proc_state(pid: int) -> str:
 
 def seconds_until_gone(pgid: int, limit_s: float) -> float:
     started = time.monotonic()
-    while group_members(pgid):
-        assert time.monotonic() - started < limit_s, f"group {pgid} still runs"
-        time.sleep(0.02)
+    wait_until(lambda: not group_members(pgid), limit_s, f"group {pgid} gone", every_s=0.02)
     return time.monotonic() - started
 
 

@@ -36,6 +36,7 @@ from github_broker.simulator import DEMO_SEED_PATH, Simulator
 from github_broker.store import RepoStore, Store, flush_memory
 from tests.conftest import free_port
 from tests.factories import issue
+from tests.waiting import wait_until
 
 #: The sandbox's intervals shortened further through the environment, so a whole backlog
 #: runs in seconds: review delay, poll, no-PR grace, cool-down, own-review fallback, debounce.
@@ -326,10 +327,11 @@ def test_broker_watcher_logs_other_agents_and_says_what_each_waiting_issue_needs
     asyncio.run(seed_and_work())
     watcher.start()
     try:
-        deadline = time.monotonic() + 20
-        while "nothing left for the agents" not in caplog.text:
-            assert time.monotonic() < deadline, caplog.text
-            time.sleep(0.05)
+        wait_until(
+            lambda: "nothing left for the agents" in caplog.text,
+            20,
+            "'nothing left for the agents' logged",
+        )
     finally:
         watcher.stop()
         flush_memory()
@@ -403,10 +405,7 @@ def test_the_sandbox_says_when_an_issue_it_said_moves_on_by_itself_becomes_a_coo
     watcher = BrokerWatcher(settings, "demo/sandbox", ["my-agent"], interval_s=0.05)
 
     def logged(pattern: str) -> None:
-        deadline = time.monotonic() + 10
-        while not re.search(pattern, caplog.text):
-            assert time.monotonic() < deadline, f"no {pattern!r} in:\n{caplog.text}"
-            time.sleep(0.05)
+        wait_until(lambda: re.search(pattern, caplog.text), 10, f"{pattern!r} logged")
 
     async def completed() -> None:
         store, rstore, got = await seed_one_claimed(settings, 1)

@@ -12,6 +12,7 @@ import requests
 
 from github_broker.simulator import Simulator, generate_issues
 from tests.processes import BrokerProcess, broker_env
+from tests.waiting import wait_until
 
 REPO = "acme/widgets"
 pytestmark = pytest.mark.slow
@@ -46,8 +47,5 @@ def test_serve_runs_workers_and_poller_and_kill_9_leaves_no_orphan(
         assert requests.get(f"{broker.url}/health", timeout=5).status_code == 200
     finally:
         broker.kill()
-    deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in children):
-        assert time.monotonic() < deadline, [p for p in children if _alive(p)]
-        time.sleep(0.1)
+    wait_until(lambda: not any(_alive(pid) for pid in children), 5, "every child gone")
     assert os.getpid() not in children

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from github_broker.simulator.fake_ci import FakeCI
 from github_broker.simulator.messages import Response
 from tests.test_conformance import leaves, openapi_to_jsonschema
 from tests.test_webhooks import SECRET, Capture
+from tests.waiting import wait_until
 
 OWNER, NAME = "acme", "widgets"
 API = f"/repos/{OWNER}/{NAME}"
@@ -193,16 +193,22 @@ def test_mergeability_is_null_while_worked_out_then_a_conflict_refuses_the_merge
     sim.state.push(OWNER, NAME, "main", files={"a.py": "theirs"})
     first = http.get(url(sim, f"/pulls/{pr}")).json()
     assert first["mergeable"] is None and first["mergeable_state"] == "unknown"
-    time.sleep(0.35)
-    later = http.get(url(sim, f"/pulls/{pr}")).json()
+    later = wait_until(
+        lambda: (p := http.get(url(sim, f"/pulls/{pr}")).json())["mergeable"] is not None and p,
+        5,
+        "GitHub to compute mergeability",
+    )
     assert later["mergeable"] is False and later["mergeable_state"] == "dirty"
     refused = http.put(url(sim, f"/pulls/{pr}/merge"), json={})
     assert (
         refused.status_code == 405 and refused.json()["message"] == "Pull Request is not mergeable"
     )
     sim.state.push(OWNER, NAME, "feature/x", files={"b.py": "more"}, merge="main")
-    time.sleep(0.35)
-    assert http.get(url(sim, f"/pulls/{pr}")).json()["mergeable_state"] == "clean"
+    wait_until(
+        lambda: http.get(url(sim, f"/pulls/{pr}")).json()["mergeable_state"] == "clean",
+        5,
+        "the merged PR clean",
+    )
 
 
 def test_graphql_reads_pull_requests_their_rollup_and_refuses_unknown_fields(
@@ -291,11 +297,9 @@ def test_fake_ci_fails_while_the_marker_is_in_the_branch_and_deliveries_match_gi
 
 
 def _settle(sim: Simulator, sha: str, conclusion: str) -> None:
-    deadline = time.monotonic() + 5
-    while True:
+    def completed() -> list[dict[str, Any]]:
         runs = sim.state.check_runs_for_ref(OWNER, NAME, sha)
-        if runs and runs[0]["status"] == "completed":
-            assert runs[0]["conclusion"] == conclusion
-            return
-        assert time.monotonic() < deadline, f"no completed check on {sha}"
-        time.sleep(0.02)
+        return runs if runs and runs[0]["status"] == "completed" else []
+
+    runs = wait_until(completed, 5, f"a completed check on {sha}", every_s=0.02)
+    assert runs[0]["conclusion"] == conclusion

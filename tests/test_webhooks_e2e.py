@@ -44,11 +44,12 @@ def broker(sim: Simulator, redis_url: str, tmp_path: Path) -> Iterator[BrokerPro
     )
     proc = BrokerProcess(env, tmp_path, "broker").start()
     client = sync_client(redis_url)
-    deadline = time.monotonic() + 20
     # The first pass ends with an incremental request that records its ETag.
-    while client.scard(KEYS.open) < 2 or not client.hget(KEYS.sync, "inc_since"):
-        assert time.monotonic() < deadline, "the first sync never ran"
-        time.sleep(0.1)
+    wait_until(
+        lambda: client.scard(KEYS.open) >= 2 and client.hget(KEYS.sync, "inc_since"),
+        20,
+        "the first sync",
+    )
     client.close()
     yield proc
     proc.stop()
@@ -91,11 +92,11 @@ def test_label_becomes_claimable_within_a_second_and_mis_signed_changes_nothing(
     assert sim.webhooks.describe()["deliveries"][-1]["status"] == 200  # pong
     started = time.monotonic()
     sim.state.add_labels("acme", "widgets", 2, ["P2"])
-    while (answer := ask(broker)).status_code == 204:
-        assert time.monotonic() - started < 10, "the labelled issue never became claimable"
-        time.sleep(0.02)
+    task = wait_until(
+        lambda: claimed(broker, "agent-1"), 10, "the labelled issue claimable", every_s=0.02
+    )
     latency = time.monotonic() - started
-    assert answer.status_code == 200 and answer.json()["issue_id"] == 2
+    assert task["issue_id"] == 2
     assert latency < 1.0, latency  # typically ~0.05 s
     assert issue_lists(sim) == lists  # no poll pass, no listing
     # The simulator records a delivery once it has read the answer, which may come after the
@@ -120,12 +121,9 @@ def test_deliveries_queued_while_the_leader_is_dead_are_applied_by_the_next(
     try:
         broker.kill()  # kill -9: the leader lease stays until its TTL runs out
         client = sync_client(redis_url)
-        deadline = time.monotonic() + 15
         # The poller child dies with serve (PDEATHSIG) a moment later; once nobody renews
         # the leader lease it is gone for sure.
-        while client.exists("gb:leader"):
-            assert time.monotonic() < deadline, "the killed leader kept its lease"
-            time.sleep(0.1)
+        wait_until(lambda: not client.exists("gb:leader"), 15, "the killed leader's lease gone")
         sim.webhooks.add_hook(
             sim.state,
             {
@@ -143,11 +141,10 @@ def test_deliveries_queued_while_the_leader_is_dead_are_applied_by_the_next(
         sim.faults.add_error(502, method="GET", path=r"/issues$")
         successor = BrokerProcess(broker.env, tmp_path, "successor").start()
         try:
-            deadline = time.monotonic() + 20
-            while (answer := ask(receiver)).status_code == 204:
-                assert time.monotonic() < deadline, "the queued delivery was never applied"
-                time.sleep(0.1)
-            assert answer.status_code == 200 and answer.json()["issue_id"] == 1
+            task = wait_until(
+                lambda: claimed(receiver, "agent-1"), 20, "the queued delivery applied"
+            )
+            assert task["issue_id"] == 1
             assert client.llen(KEYS.webhooks) == 0 and client.llen(KEYS.webhooks_inflight) == 0
             assert failures(sim) - failed == issue_lists(sim) - lists  # no listing succeeded
         finally:
@@ -180,24 +177,14 @@ def test_a_push_delivery_is_a_held_tasks_progress_and_clears_its_stall(
             {"url": f"{broker.url}/github/webhook", "secret": SECRET, "repository": "acme/widgets"},
         )
         sim.state.add_labels("acme", "widgets", 1, ["P1"])  # a delivery: webhooks are healthy
-        deadline = time.monotonic() + 10
-        while (got := ask(broker)).status_code != 200:
-            assert time.monotonic() < deadline, "the labelled issue never became claimable"
-            time.sleep(0.1)
-        task = got.json()
+        task = wait_until(lambda: claimed(broker, "agent-1"), 10, "the labelled issue claimable")
         lease = KEYS.lease(1)
-        deadline = time.monotonic() + 10
-        while not client.hget(lease, "stalled"):
-            assert time.monotonic() < deadline, "never flagged stalled"
-            time.sleep(0.1)
+        wait_until(lambda: client.hget(lease, "stalled"), 10, "the lease flagged stalled")
         branch_reads = sim.stats.snapshot()["by_route"].get(
             "GET /repos/{owner}/{repo}/git/ref/{ref}", 0
         )
         sim.state.push("acme", "widgets", task["branch_name"], message="Parse the header")
-        deadline = time.monotonic() + 5
-        while client.hget(lease, "stalled"):
-            assert time.monotonic() < deadline, "the push did not clear the stall"
-            time.sleep(0.05)
+        wait_until(lambda: not client.hget(lease, "stalled"), 5, "the push to clear the stall")
         progress = (client.hget(lease, "progress") or b"").decode()
         assert progress.startswith(f"push: {task['branch_name']} at ")
         after = sim.stats.snapshot()["by_route"].get("GET /repos/{owner}/{repo}/git/ref/{ref}", 0)
