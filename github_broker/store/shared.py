@@ -32,7 +32,7 @@ from github_broker.store.control import audit_entries, split_actor, xadd_audit
 from github_broker.store.ended import EndedLeases
 from github_broker.store.history import HistorySamples
 from github_broker.store.logins import DashboardLogins
-from github_broker.store.repo import RepoStore
+from github_broker.store.repo import RepoStore, shared_context
 from github_broker.store.resp import close_pipelined, pipelined_for
 from github_broker.store.rights import GitHubRightsCache
 from github_broker.store.scripts import Scripts
@@ -66,7 +66,8 @@ class Store(AgentState):
         # Before any Scripts: the pipelined client gives up a connection that owed replies and
         # got none for one call bound (see resp.py).
         pipelined_for(client, stall_s=settings.redis.socket_timeout_s)
-        self.scripts = Scripts(client)
+        # One compiled set for every repository: a call names its repository (repo.py).
+        self.scripts = Scripts(client, shared_context(settings))
         self.global_keys = GlobalKeys(settings.redis.key_prefix)
         self.logins = DashboardLogins(client, self.scripts, self.global_keys, self.call_timeout_s)
         self.samples = HistorySamples(client, self.global_keys, self.call_timeout_s)
@@ -232,8 +233,14 @@ class Store(AgentState):
         else:
             rank, name = split_actor(actor)
             record = json.dumps(
-                {"scope": "broker", "by": name, "rank": rank, "what": "paused",
-                 "reason": reason, "at_ms": now_ms()}
+                {
+                    "scope": "broker",
+                    "by": name,
+                    "rank": rank,
+                    "what": "paused",
+                    "reason": reason,
+                    "at_ms": now_ms(),
+                }
             )
             await self.client.hset(self.global_keys.control, "broker", record)
         action = "resume_repo" if resume else "pause_repo"
@@ -255,9 +262,7 @@ class Store(AgentState):
         """A retry let the agents issue `number` was taken from back (control.lua did it in
         the repository): the deployment's copies go too."""
         key = self.global_keys.kept_away
-        fields = [
-            f async for f, _ in self.client.hscan_iter(key, match=f"{repository}#{number}#*")
-        ]
+        fields = [f async for f, _ in self.client.hscan_iter(key, match=f"{repository}#{number}#*")]
         if fields:
             await self.client.hdel(key, *fields)
 
