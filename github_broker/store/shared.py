@@ -32,7 +32,8 @@ from github_broker.store.control import audit_entries, split_actor, xadd_audit
 from github_broker.store.ended import EndedLeases
 from github_broker.store.history import HistorySamples
 from github_broker.store.logins import DashboardLogins
-from github_broker.store.repo import RepoStore, shared_context
+from github_broker.store.repo import RepoStore, durability_command, shared_context
+from github_broker.store.repos import RepoStores
 from github_broker.store.resp import close_pipelined, pipelined_for
 from github_broker.store.rights import GitHubRightsCache
 from github_broker.store.scripts import Scripts
@@ -72,18 +73,17 @@ class Store(AgentState):
         self.logins = DashboardLogins(client, self.scripts, self.global_keys, self.call_timeout_s)
         self.samples = HistorySamples(client, self.global_keys, self.call_timeout_s)
         self.rights = GitHubRightsCache(client, self.global_keys)
-        self.repos = {
-            r.full_name: RepoStore(
-                client, self.scripts, RepoKeys(settings.redis.key_prefix, r.owner, r.name), settings
-            )
-            for r in settings.repositories
-        }
         self._seen_noted = {}
         #: The lease ends this process heard on the events channel (claim/events.py), shared
         #: by every repository's store.
         self.ended = EndedLeases()
-        for rstore in self.repos.values():
-            rstore.ended = self.ended
+        #: What makes a write durable (repo.py `durability_command`; `check_durability` may
+        #: find the server needs none).
+        self.durable_wait = durability_command(settings)
+        #: Each repository's store, built when first used (repos.py).
+        self.repos = RepoStores([r.full_name for r in settings.repositories], self._repo_store)
+        #: Each repository's `idx` key, in configuration order (index_lines).
+        self._idx_keys: list[str] | None = None
         #: Each repository's place in the configuration: how ties in the claim order break.
         self.position = {name: i for i, name in enumerate(self.repos)}
 
@@ -109,6 +109,13 @@ class Store(AgentState):
 
     def repo(self, full_name: str) -> RepoStore:
         return self.repos[full_name]
+
+    def _repo_store(self, full_name: str) -> RepoStore:
+        keys = RepoKeys(self.settings.redis.key_prefix, *full_name.split("/", 1))
+        rstore = RepoStore(self.client, self.scripts, keys, self.settings)
+        rstore.ended = self.ended
+        rstore.durable_wait = self.durable_wait
+        return rstore
 
     async def ping(self, timeout_s: float = PING_TIMEOUT_S) -> bool:
         """Whether Redis answers within `timeout_s` (a hung Redis fails fast: /ready)."""
@@ -166,8 +173,9 @@ class Store(AgentState):
                 "or none"
             ) from e
         if aof.get("appendonly") == "yes" and config.get("appendfsync") == "always":
-            for rstore in self.repos.values():
-                rstore.durable_wait = ()  # every reply already follows its fsync
+            self.durable_wait = ()  # every reply already follows its fsync
+            for rstore in self.repos.built():
+                rstore.durable_wait = ()
             return "aof: the server fsyncs every write before it answers (appendfsync always)"
         raise ConfigError(
             f"redis.durability aof: Redis {info.get('redis_version')} has no WAITAOF (7.2) and "
@@ -426,9 +434,15 @@ class Store(AgentState):
     @translate_errors
     async def index_lines(self) -> dict[str, str]:
         """Every repository's line in the index of repositories with work (one pipeline)."""
+        if self._idx_keys is None:
+            # Only the key names, not a store per repository (repos.py builds those on use).
+            self._idx_keys = [
+                RepoKeys(self.settings.redis.key_prefix, *name.split("/", 1)).idx
+                for name in self.repos
+            ]
         async with self.client.pipeline(transaction=False) as pipe:
-            for rstore in self.repos.values():
-                pipe.get(rstore.keys.idx)
+            for key in self._idx_keys:
+                pipe.get(key)
             raw = await pipe.execute()
         return {name: as_text(v) for name, v in zip(self.repos, raw, strict=True) if v}
 
