@@ -419,6 +419,28 @@ def _repositories(figs: dict[str, Any]) -> list[str]:
                 f"| {answers} | {_code(r['reproduce'])} |"
             )
         out.append("")
+    return out + _memory(figs)
+
+
+def _memory(figs: dict[str, Any]) -> list[str]:
+    rows = figs.get("repositories_memory", [])
+    if not rows:
+        return []
+    out = [
+        "Memory per configured repository: resident memory (VmRSS) of each serve above (1 "
+        "worker, no poller: an API worker) after its load runs, and what each configured "
+        "repository beyond the first adds to it (target <= 0.05 MB; "
+        "tests/test_memory_per_repository.py measures the same with tracemalloc).",
+        "",
+        "| repositories | serve RSS MB | MB per configured repository | reproduce |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        per = "" if r["mb_per_repository"] is None else f"{r['mb_per_repository']:.4f}"
+        out.append(
+            f"| {r['repositories']:,} | {r['rss_mb']:.1f} | {per} | {_code(r['reproduce'])} |"
+        )
+    out.append("")
     return out
 
 
@@ -589,8 +611,10 @@ def _graph(figs: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        out.append(f"| {r['figure']} | {r['links']} | {r['github_calls']:,} | {r['counted']:,} "
-                   f"| {r['graphql']} | {_n(r['wall_s'], 2)} | {_code(r['reproduce'])} |")
+        out.append(
+            f"| {r['figure']} | {r['links']} | {r['github_calls']:,} | {r['counted']:,} "
+            f"| {r['graphql']} | {_n(r['wall_s'], 2)} | {_code(r['reproduce'])} |"
+        )
     return [*out, ""]
 
 
@@ -602,9 +626,11 @@ def merged(results: dict[str, Any], findings: Any) -> dict[str, Any]:
     groups = [f"--only {g}" for g in results["settings"]["only"]]
     for section, rows in results["figures"].items():
         latest["figures"][section] = _merged_rows(latest["figures"].get(section, []), rows, groups)
-    note = (f"{', '.join(results['settings']['only'])} re-measured on {results['machine']['date']}"
-            f" (commit {results['machine']['commit']}, {results['runtime_s']:.0f} s) with "
-            "`--merge`")
+    note = (
+        f"{', '.join(results['settings']['only'])} re-measured on {results['machine']['date']}"
+        f" (commit {results['machine']['commit']}, {results['runtime_s']:.0f} s) with "
+        "`--merge`"
+    )
     latest["merged"] = [*latest.get("merged", []), note]
     latest["findings"] = findings(latest["figures"])
     return dict(latest)
