@@ -441,19 +441,22 @@ class Daemon:
                 )
 
     async def progress_all(self) -> None:
-        """Held tasks: progress from GitHub when webhooks are not healthy, stalls, budgets."""
+        """Held tasks: progress from GitHub when webhooks are not healthy (one request for
+        every repository), stalls, budgets."""
         if not self.is_leader:
             return
-        for repo in self.settings.repositories:
-            healthy = False
-            if self.webhooks.configured:
+        repos = self.settings.repositories
+        polled = {repo.full_name for repo in repos}
+        if self.webhooks.configured:
+            for repo in repos:
                 with contextlib.suppress(BrokerError):
-                    healthy = await self.webhooks.healthy(repo)
-            await self._guarded(
-                f"progress:{repo.full_name}",
-                f"progress of {repo.full_name}",
-                partial(self.progress.check, repo, webhooks_healthy=healthy),
-            )
+                    if await self.webhooks.healthy(repo):
+                        polled.discard(repo.full_name)
+        await self._guarded(
+            "progress",
+            "progress of held tasks",
+            partial(self.progress.check_all, repos, polled),
+        )
 
     async def sample_history(self, at_ms: int | None = None) -> None:
         """Once a minute: every repository's queue by priority and its work waiting on a
