@@ -101,7 +101,12 @@ class ProgressKeeper:
         fails is logged and the others go on."""
         report = ProgressReport()
         held: list[Held] = []
+        busy = await self.store.holding([repo.full_name for repo in repos])
+        for key in [k for k in self._heads if k[0] not in busy]:
+            del self._heads[key]
         for repo in repos:
+            if repo.full_name not in busy:
+                continue  # nothing held, nothing to recover: nothing to read or judge
             rstore = self.store.repo(repo.full_name)
             leases = await rstore.leases()
             self._forget_ended(repo.full_name, leases)
