@@ -1,5 +1,6 @@
-"""What an API worker holds per configured repository: near nothing beyond its name until a
-claim, heartbeat or read reaches the repository (issue 38: at most 0.05 MB each)."""
+"""What a process holds per configured repository (issue 38: at most 0.05 MB each): an API
+worker near nothing beyond its name until a claim, heartbeat or read reaches the repository;
+the poller a store per repository (the Lua scripts compiled once for all of them)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from fastapi.testclient import TestClient
 
 from github_broker.api.app import create_app
 from github_broker.claim.rules import Rules
+from github_broker.gateway import GitHubGateway
+from github_broker.leader.poller import Daemon
 from github_broker.leader.sync import index_item
 from github_broker.settings import Settings
 from github_broker.store import Store
@@ -95,6 +98,48 @@ def test_an_api_worker_holds_at_most_50_kb_per_configured_repository(
     held_by_a_serving_worker(few)  # imports, caches and the scripts' first load
     small = held_by_a_serving_worker(few)
     large = held_by_a_serving_worker(many)
+    per_repository = (large - small) / MORE_REPOSITORIES
+    assert per_repository <= MAX_BYTES_PER_REPOSITORY, (
+        f"{per_repository / 1e6:.3f} MB per configured repository "
+        f"({small / 1e6:.1f} MB at 1, {large / 1e6:.1f} MB at {1 + MORE_REPOSITORIES})"
+    )
+
+
+def held_by_an_idle_poller(settings: Settings) -> int:
+    """Bytes the poller's daemon holds once it leads and has run each idle pass once."""
+    mirrored(settings)
+    gc.collect()
+    before = tracemalloc.get_traced_memory()[0]
+
+    async def run() -> int:
+        store = Store.from_settings(settings)
+        gateway = GitHubGateway(settings.github)
+        daemon = Daemon(settings, store, gateway)
+        try:
+            assert await daemon.hold_leadership()
+            for job in (daemon.drain_all, daemon.reap_all, daemon.progress_all):
+                await job()
+            await daemon.sample_history()
+            gc.collect()
+            return tracemalloc.get_traced_memory()[0] - before
+        finally:
+            await daemon.stop()
+            await store.close()
+            gateway.close()
+
+    return asyncio.run(run())
+
+
+def test_the_poller_holds_at_most_50_kb_per_configured_repository(
+    traced: None, redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    def settings(count: int) -> Settings:
+        return make_settings(redis={"url": redis_url}, repositories=names(count))
+
+    few, many = settings(1), settings(1 + MORE_REPOSITORIES)
+    held_by_an_idle_poller(few)  # imports, caches and the scripts' first load
+    small = held_by_an_idle_poller(few)
+    large = held_by_an_idle_poller(many)
     per_repository = (large - small) / MORE_REPOSITORIES
     assert per_repository <= MAX_BYTES_PER_REPOSITORY, (
         f"{per_repository / 1e6:.3f} MB per configured repository "
