@@ -260,11 +260,15 @@ class Daemon:
             if run_id is None:
                 return
             names = [repo.full_name for repo in self.settings.repositories]
-            recorded = await self.store.recorded_servers(names)
             marks = {name: f"{self.id}:{time.time_ns()}" for name in names}
             # Data that another server holds, without this process's last mark, is dropped
             # by `check_server` itself; the others' records are written in one pipeline.
-            moved = {n for n in names if (recorded[n] or (run_id,))[0] != run_id}
+            # Still on the server this process last checked, every record names it (or is
+            # gone with the data): none to read.
+            moved: set[str] = set()
+            if run_id != self._server_id:
+                recorded = await self.store.recorded_servers(names)
+                moved = {n for n in names if (recorded[n] or (run_id,))[0] != run_id}
             for name in moved:
                 if await self.store.repo(name).check_server(
                     run_id, marks[name], self._marks.get(name)
@@ -277,9 +281,7 @@ class Daemon:
                     )
                 elif self._server_id not in (None, run_id):
                     logger.info("Redis restarted with the data of %s up to date: kept", name)
-            await self.store.record_servers(
-                run_id, {n: marks[n] for n in names if n not in moved}
-            )
+            await self.store.record_servers(run_id, {n: marks[n] for n in names if n not in moved})
             self._marks.update(marks)
             self._server_id = run_id
         except BrokerError as e:

@@ -449,18 +449,23 @@ class Store(AgentState):
     # --- the leader's idle passes: one round trip for every repository ----------------------
 
     async def _each(self, names: list[str], command: str, key: str, *args: Any) -> list[Any]:
-        """`command` on each repository's `key` (a RepoKeys attribute), in one pipeline."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for name in names:
-                getattr(pipe, command)(getattr(self.repos[name].keys, key), *args)
-            return list(await pipe.execute())
+        """`command` on each repository's `key` (a RepoKeys attribute), in one round trip
+        (agents.py `_batch`: the scripts' pipelined client where there is one)."""
+        return await self._all([(command, getattr(self.repos[n].keys, key), *args) for n in names])
+
+    async def _all(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        replies = await self._batch(commands)
+        failed = next((r for r in replies if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise failed
+        return replies
 
     @translate_errors
     async def recorded_servers(self, names: list[str]) -> dict[str, tuple[str, str] | None]:
         """Each repository's record of the redis-server its data lives on, with the mark last
         written (mirror.py `check_server`), or None."""
         out: dict[str, tuple[str, str] | None] = {}
-        for name, raw in zip(names, await self._each(names, "get", "server"), strict=True):
+        for name, raw in zip(names, await self._each(names, "GET", "server"), strict=True):
             run_id, _, mark = as_text(raw).partition(" ") if raw is not None else ("", "", "")
             out[name] = (run_id, mark) if raw is not None else None
         return out
@@ -468,28 +473,27 @@ class Store(AgentState):
     @translate_errors
     async def record_servers(self, run_id: str, marks: dict[str, str]) -> None:
         """`check_server`'s record for repositories whose data is not stale, in one pipeline."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for name, mark in marks.items():
-                pipe.set(self.repos[name].keys.server, f"{run_id} {mark}")
-            await pipe.execute()
+        await self._all(
+            [("SET", self.repos[n].keys.server, f"{run_id} {m}") for n, m in marks.items()]
+        )
 
     @translate_errors
     async def mirrors_built(self, names: list[str]) -> set[str]:
         """The repositories whose mirror a complete sync pass has rebuilt (`mirror_rebuilt`)."""
-        found = await self._each(names, "exists", "mirror")
+        found = await self._each(names, "EXISTS", "mirror")
         return {name for name, built in zip(names, found, strict=True) if built}
 
     @translate_errors
     async def holding(self, names: list[str]) -> set[str]:
         """The repositories with a held task, or a lost one being recovered (`recovering`)."""
-        held = await self._each(names, "zcard", "leases")
-        lost = await self._each(names, "exists", "recovering")
+        held = await self._each(names, "ZCARD", "leases")
+        lost = await self._each(names, "EXISTS", "recovering")
         return {name for name, h, r in zip(names, held, lost, strict=True) if h or r}
 
     @translate_errors
     async def writes_due(self, names: list[str]) -> set[str]:
         """The repositories with a GitHub write due now (`outbox_due`)."""
-        found = await self._each(names, "zrangebyscore", "outbox", "-inf", now_ms(), 0, 1)
+        found = await self._each(names, "ZRANGEBYSCORE", "outbox", "-inf", now_ms(), "LIMIT", 0, 1)
         return {name for name, due in zip(names, found, strict=True) if due}
 
     @translate_errors
