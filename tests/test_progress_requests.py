@@ -3,6 +3,7 @@ requests in one GitHub request, however many repositories hold tasks."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from github_broker.settings import Settings
 from github_broker.simulator import Simulator, generate_issues
 from tests.conftest import sync_client
+from tests.waiting import wait_until
 from tests.world import running_world
 
 pytestmark = pytest.mark.anyio
@@ -76,3 +78,37 @@ async def test_a_progress_pass_makes_as_many_github_requests_for_50_repositories
     assert (one_seen, fifty_seen) == (1, 50)  # every held task's PR was seen
     assert fifty["total"] == one["total"] == 1, (one["by_route"], fifty["by_route"])
     assert fifty["by_route"] == one["by_route"] == {"POST /graphql": 1}
+
+
+async def test_a_failed_graphql_read_falls_back_to_rest_for_that_pass_only(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """GitHub refuses the GraphQL read once: that pass reads the branch and the PR listing
+    over REST and still sees the PR; the next due pass is one GraphQL request again."""
+    with one_issue_each(1) as sim:
+        async with running_world(
+            sim, redis_url, make_settings, progress={"branch_check_interval_s": 0.01}
+        ) as world:
+            await world.tick()
+            task = await world.ask("agent-0")
+            assert task is not None
+            await world.tick()
+            sim.state.create_pull(
+                "acme", "widgets", title="wip", head=task.branch_name, body="", user="bot"
+            )
+            sim.faults.add_error(422, method="POST", path=r"/graphql$", count=1)
+            sim.stats.reset()
+            await world.daemon.progress_all()
+            read_at = time.monotonic()
+            fallback = sim.stats.snapshot()["by_route"]
+            lease = await world.rstore.lease(task.issue_id)
+            assert lease is not None and lease.progress.startswith("pull_request")
+            assert fallback == {
+                "POST /graphql": 1,
+                "GET /repos/{owner}/{repo}/git/ref/{ref}": 1,
+                "GET /repos/{owner}/{repo}/pulls": 1,
+            }
+            sim.stats.reset()
+            wait_until(lambda: time.monotonic() - read_at > 0.02, 1, "the branch interval")
+            await world.daemon.progress_all()
+            assert sim.stats.snapshot()["by_route"] == {"POST /graphql": 1}
