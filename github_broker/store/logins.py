@@ -70,7 +70,9 @@ class DashboardLogins:
             if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
                 ip = ip.ipv4_mapped
             part = (
-                str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
+                str(ipaddress.ip_network(f"{ip}/64", strict=False))
+                if ip.version == 6
+                else str(ip)
             )
         return hashlib.sha256(part.encode("utf-8", "replace")).hexdigest()[:32]
 
