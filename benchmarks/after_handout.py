@@ -27,6 +27,10 @@ from benchmarks.servers import (
     wait_for_outbox_empty,
 )
 from github_broker.clock import ms_from_iso
+from github_broker.gateway.progress import PAGE as PROGRESS_PAGE
+from github_broker.gateway.progress import HeldBranch, progress_document
+from github_broker.simulator.graphql_query import Parser as QueryParser
+from github_broker.simulator.graphql_query import points
 
 #: review.fix_debounce_s of the fix figure: new feedback becomes a fix task once no comment
 #: arrived for this long (production's default is 60 s).
@@ -55,6 +59,8 @@ CHECK_S = 15.0
 PUSH_EVERY_S = 600.0
 BRANCH_ROUTE = "GET /repos/{owner}/{repo}/git/ref/{ref}"
 PULLS_ROUTE = "GET /repos/{owner}/{repo}/pulls"
+#: The progress read of every held task at once (gateway/progress.py).
+GRAPHQL_ROUTE = "POST /graphql"
 
 
 def _github(sim: SimulatorProcess, token: str) -> httpx.Client:
@@ -308,9 +314,23 @@ def _progress_window(
         "counted_per_task_hour": counted * hour,
         "branch_reads_per_task_hour": routes.get(BRANCH_ROUTE, 0) * hour,
         "pull_lists_per_task_hour": routes.get(PULLS_ROUTE, 0) * hour,
-        "other_calls": total - routes.get(BRANCH_ROUTE, 0) - routes.get(PULLS_ROUTE, 0),
+        "graphql_reads_per_task_hour": routes.get(GRAPHQL_ROUTE, 0) * hour,
+        "graphql_points_per_read": progress_points(HELD_TASKS),
+        "other_calls": total
+        - sum(routes.get(r, 0) for r in (BRANCH_ROUTE, PULLS_ROUTE, GRAPHQL_ROUTE)),
         "leases_during": leases,
     }
+
+
+def progress_points(tasks: int) -> int:
+    """GitHub's rate-limit points of the progress read of `tasks` held tasks (the points of
+    its pages, by the rule the simulator applies: simulator/graphql_query.py `points`)."""
+    held = [HeldBranch(f"{OWNER}/{NAME}", n, f"feature/issue-{n}") for n in range(1, tasks + 1)]
+    total = 0
+    for i in range(0, tasks, PROGRESS_PAGE):
+        document, variables, _ = progress_document(held[i : i + PROGRESS_PAGE])
+        total += points(QueryParser(document).document(), variables)
+    return total
 
 
 @contextmanager

@@ -465,6 +465,28 @@ def _repositories(figs: dict[str, Any]) -> list[str]:
                 f"| {answers} | {_code(r['reproduce'])} |"
             )
         out.append("")
+    return out + _memory(figs)
+
+
+def _memory(figs: dict[str, Any]) -> list[str]:
+    rows = figs.get("repositories_memory", [])
+    if not rows:
+        return []
+    out = [
+        "Memory per configured repository: resident memory (VmRSS) of each serve above (1 "
+        "worker, no poller: an API worker) after its load runs, and what each configured "
+        "repository beyond the first adds to it (target <= 0.05 MB; "
+        "tests/test_memory_per_repository.py measures the same with tracemalloc).",
+        "",
+        "| repositories | serve RSS MB | MB per configured repository | reproduce |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        per = "" if r["mb_per_repository"] is None else f"{r['mb_per_repository']:.4f}"
+        out.append(
+            f"| {r['repositories']:,} | {r['rss_mb']:.1f} | {per} | {_code(r['reproduce'])} |"
+        )
+    out.append("")
     return out
 
 
@@ -539,17 +561,23 @@ def _after_handout(figs: dict[str, Any]) -> list[str]:
             f"{first['window_s']:g} s window stands for {first['simulated_s'] / 60:g} minutes; "
             "calls are counted by the simulator on every route and scaled to an hour per held "
             "task. 304 answers are free on GitHub (not charged to the quota): *all* counts "
-            "them, *counted* leaves them out. The open pull requests are listed once per look "
-            "per repository with held tasks, so their share per task falls as tasks are added.",
+            "them, *counted* leaves them out. Without webhooks every held task's branch and "
+            "PRs, in every repository, are read in one GraphQL request (a page per 100 tasks) "
+            "per branch interval, so its share per task falls as tasks are added; its GraphQL "
+            "rate-limit points are GitHub's rule applied to the request the broker sends. "
+            "Branch reads and PR lists appear only after a failed GraphQL read.",
             "",
-            "| mode | calls / held task / hour (all) | counted (not 304) | branch reads "
-            "| PR lists | other calls in the window | pushes in the window | reproduce |",
-            "|---|---|---|---|---|---|---|---|",
+            "| mode | calls / held task / hour (all) | counted (not 304) | GraphQL reads "
+            "| GraphQL points / read | branch reads | PR lists | other calls in the window "
+            "| pushes in the window | reproduce |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in calls:
             out.append(
                 f"| {r['mode']} | {_n(r['per_task_hour'], 1)} "
                 f"| {_n(r['counted_per_task_hour'], 1)} "
+                f"| {_n(r.get('graphql_reads_per_task_hour', 0), 2)} "
+                f"| {r.get('graphql_points_per_read', '')} "
                 f"| {_n(r['branch_reads_per_task_hour'], 1)} "
                 f"| {_n(r['pull_lists_per_task_hour'], 1)} | {r['other_calls']} "
                 f"| {r['pushes']} | {_code(r['reproduce'])} |"

@@ -35,6 +35,7 @@ from benchmarks.servers import (
     broker_env,
     cpu_exact_s,
     cpu_seconds,
+    rss_bytes,
     size,
     wait_for_ready,
 )
@@ -189,11 +190,35 @@ def repository_figures(bench: Any) -> None:
                     client=o.client,
                 )
                 solo.setdefault(stack.count, []).append(result.summary())
+        # After the load: each serve has handled claims, heartbeats and releases in the
+        # repository with work, and read the index of every configured one.
+        rss = {stack.count: rss_bytes(stack.serves[MODES[0]].pid) for stack in stacks}
         others.close()
         for _ in range(min(o.repeats, IDLE_REPEATS)):
             for count, row in idle_costs(stacks).items():
                 idle.setdefault(count, []).append(row)
     _rows(bench, counts, rates, solo, idle, rep)
+    _memory_rows(bench, rss, rep)
+
+
+def _memory_rows(bench: Any, rss: dict[int, int], rep: str) -> None:
+    """Resident memory of each serve (1 worker, no poller: an API worker) after the load, and
+    what each configured repository beyond the first adds to it (issue 38: <= 0.05 MB)."""
+    counts = sorted(rss)
+    one = counts[0]
+    for count in counts:
+        extra = count - one
+        bench.add(
+            "repositories_memory",
+            {
+                "repositories": count,
+                "rss_mb": round(rss[count] / 1e6, 1),
+                "mb_per_repository": round((rss[count] - rss[one]) / extra / 1e6, 4)
+                if extra
+                else None,
+                "reproduce": rep,
+            },
+        )
 
 
 def rotated(items: list[Any], by: int) -> list[Any]:

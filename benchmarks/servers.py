@@ -131,6 +131,17 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a live process and its live descendants (VmRSS, Linux /proc)."""
+    total = 0
+    for process in _descendants(pid):
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{process}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+    return total
+
+
 def cpu_exact_s(pid: int) -> float:
     """CPU time of a live process, its threads and its live descendants, from the
     scheduler's nanosecond accounting (/proc/<pid>/task/<tid>/schedstat): for windows too

@@ -166,7 +166,7 @@ async def test_explain_runs_read_only_under_eval_ro(store: Store, redis_url: str
     client = sync_redis.Redis.from_url(redis_url)
     try:
         keys = [k.decode() for k in rstore._fixed]
-        res = client.eval_ro(text, len(keys), *keys, "", FRESH_AGENT, "strict", 16, 50)
+        res = client.eval_ro(text, len(keys), *keys, REPOS[0], FRESH_AGENT, "strict", 16, 50)
     finally:
         client.close()
     assert res[5] == b"development:1"

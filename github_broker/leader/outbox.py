@@ -167,6 +167,10 @@ class OutboxDrainer:
             raise
         return report
 
+    def holds(self, repository: str) -> bool:
+        """Whether this drainer took jobs of `repository` it has not settled yet."""
+        return bool(self._in_hand.get(repository))
+
     async def _github_back(self) -> bool:
         """During an outage: whether GitHub answers again (any call of this process since the
         outage began, or a probe every OUTAGE_PROBE_S). If so the backoff ends at once, and

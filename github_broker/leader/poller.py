@@ -167,17 +167,20 @@ class Daemon:
             return
         async with self._sync_lock:
             await self._forget_stale_data()
+        try:
+            built = await self.store.mirrors_built(
+                [r.full_name for r in self.settings.repositories]
+            )
+        except BrokerError:
+            return
         lost = []
         for repo in self.settings.repositories:
             if time.time() < self._not_before.get(repo.full_name, 0.0):
                 continue  # its sync is backing off: retried when the backoff ends, not now
-            try:
-                if not await self.store.repo(repo.full_name).mirror_rebuilt():
-                    lost.append(repo)
-                else:
-                    self.syncer.seen_complete.add(repo.full_name)
-            except BrokerError:
-                return
+            if repo.full_name not in built:
+                lost.append(repo)
+            else:
+                self.syncer.seen_complete.add(repo.full_name)
         if not lost:
             with contextlib.suppress(BrokerError):
                 # What to write back if Redis loses its data (_restore_decisions): read at
@@ -258,11 +261,20 @@ class Daemon:
             run_id = await self.store.server_id()
             if run_id is None:
                 return
-            for repo in self.settings.repositories:
-                name = repo.full_name
-                mark = f"{self.id}:{time.time_ns()}"
-                last = self._marks.get(name)
-                if await self.store.repo(name).check_server(run_id, mark, last):
+            names = [repo.full_name for repo in self.settings.repositories]
+            marks = {name: f"{self.id}:{time.time_ns()}" for name in names}
+            # Data that another server holds, without this process's last mark, is dropped
+            # by `check_server` itself; the others' records are written in one pipeline.
+            # Still on the server this process last checked, every record names it (or is
+            # gone with the data): none to read.
+            moved: set[str] = set()
+            if run_id != self._server_id:
+                recorded = await self.store.recorded_servers(names)
+                moved = {n for n in names if (recorded[n] or (run_id,))[0] != run_id}
+            for name in moved:
+                if await self.store.repo(name).check_server(
+                    run_id, marks[name], self._marks.get(name)
+                ):
                     logger.warning(
                         "Redis restarted with earlier data (a persistence file, a replica): "
                         "the mirror of %s may be older than GitHub; dropped, rebuilding it "
@@ -271,7 +283,8 @@ class Daemon:
                     )
                 elif self._server_id not in (None, run_id):
                     logger.info("Redis restarted with the data of %s up to date: kept", name)
-                self._marks[name] = mark
+            await self.store.record_servers(run_id, {n: marks[n] for n in names if n not in moved})
+            self._marks.update(marks)
             self._server_id = run_id
         except BrokerError as e:
             logger.warning("could not check which Redis server holds the data: %s", e)
@@ -370,7 +383,14 @@ class Daemon:
         await self.rebuild_if_lost()
         if await self._server_changed():
             return  # a sync holds the data: it checks it first, and no write leaves before
+        try:
+            due = await self.store.writes_due([r.full_name for r in self.settings.repositories])
+        except BrokerError as e:
+            logger.warning("write queues not read: %s", e)
+            return
         for repo in self.settings.repositories:
+            if repo.full_name not in due and not self.drainer.holds(repo.full_name):
+                continue  # nothing due, nothing taken: its drain would do nothing
             try:
                 await self.drainer.drain(repo)
             except Fenced as e:
@@ -467,19 +487,22 @@ class Daemon:
                 )
 
     async def progress_all(self) -> None:
-        """Held tasks: progress from GitHub when webhooks are not healthy, stalls, budgets."""
+        """Held tasks: progress from GitHub when webhooks are not healthy (one request for
+        every repository), stalls, budgets."""
         if not self.is_leader:
             return
-        for repo in self.settings.repositories:
-            healthy = False
-            if self.webhooks.configured:
+        repos = self.settings.repositories
+        polled = {repo.full_name for repo in repos}
+        if self.webhooks.configured:
+            for repo in repos:
                 with contextlib.suppress(BrokerError):
-                    healthy = await self.webhooks.healthy(repo)
-            await self._guarded(
-                f"progress:{repo.full_name}",
-                f"progress of {repo.full_name}",
-                partial(self.progress.check, repo, webhooks_healthy=healthy),
-            )
+                    if await self.webhooks.healthy(repo):
+                        polled.discard(repo.full_name)
+        await self._guarded(
+            "progress",
+            "progress of held tasks",
+            partial(self.progress.check_all, repos, polled),
+        )
 
     async def sample_history(self, at_ms: int | None = None) -> None:
         """Once a minute: every repository's queue by priority and its work waiting on a

@@ -3,8 +3,12 @@
 Progress is a push to the task's branch, its PR opened or updated, a reply on the PR by its
 author, or a changed progress note from the agent's heartbeat (a second source, never the only
 one). With healthy webhooks GitHub's deliveries report it (`from_delivery`); otherwise the
-leader reads each held task's branch conditionally every `progress.branch_check_interval_s`
-(a free 304 while nothing moved) and the open PRs once per pass (conditional too).
+leader reads, every `progress.branch_check_interval_s` and at once for a task it has not
+read yet, every held task's branch tip and open PRs (of the branch, or closing the issue)
+across all repositories in one GraphQL request (gateway/progress.py, a page per 100 held
+tasks): the requests of a pass do not grow with the repositories holding tasks. Should that
+read fail (anything but the rate limit), the pass reads the REST way instead (each branch
+conditionally, each repository's open PRs), logged, and the next pass tries GraphQL again.
 
 A lease alive with no progress for `progress.stall_after_s` is flagged stalled once, with
 evidence; the flag clears when progress resumes. It is revoked only if
@@ -21,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from github_broker.clock import ms_from_iso, now_ms, span
-from github_broker.errors import BrokerError
-from github_broker.gateway import GitHubGateway
+from github_broker.errors import BrokerError, Fenced, GitHubError, RateLimited
+from github_broker.gateway import GitHubGateway, HeldBranch
+from github_broker.gateway.progress import BranchProgress
 from github_broker.leader.reviews import CLOSING_RE
 from github_broker.models import LeaseInfo
 from github_broker.settings import Repository, Settings
@@ -45,8 +50,15 @@ class ProgressReport:
     stalled: int = 0
     revoked: int = 0
     set_aside: int = 0
-    #: GitHub calls this pass made (branch reads and PR listings; 304s included).
+    #: GitHub calls this pass made (GraphQL pages; after a GraphQL failure branch reads and
+    #: PR listings, 304s included).
     github_calls: int = 0
+    #: GraphQL rate-limit points those calls cost (GitHub's `rateLimit { cost }`).
+    graphql_points: int = 0
+
+
+#: A repository's part of a pass: its settings, store and held tasks.
+Held = tuple[Repository, RepoStore, list[LeaseInfo]]
 
 
 def evidence(lease: LeaseInfo, now: int) -> str:
@@ -83,20 +95,43 @@ class ProgressKeeper:
 
     # --- the leader's pass --------------------------------------------------------------
 
-    async def check(self, repo: Repository, *, webhooks_healthy: bool) -> ProgressReport:
-        """One pass over the repository's held tasks."""
+    async def check_all(self, repos: list[Repository], polled: set[str]) -> ProgressReport:
+        """One pass over every repository's held tasks; GitHub is read for the repositories
+        in `polled` (webhooks not healthy), all in one request. A repository whose part
+        fails is logged and the others go on."""
         report = ProgressReport()
-        rstore = self.store.repo(repo.full_name)
-        leases = await rstore.leases()
-        self._forget_ended(repo.full_name, leases)
-        if leases and not webhooks_healthy:
-            await self._read_github(repo, rstore, leases, report)
-            leases = await rstore.leases()  # with the progress just recorded
+        held: list[Held] = []
+        busy = await self.store.holding([repo.full_name for repo in repos])
+        for key in [k for k in self._heads if k[0] not in busy]:
+            del self._heads[key]
+        for repo in repos:
+            if repo.full_name not in busy:
+                continue  # nothing held, nothing to recover: nothing to read or judge
+            rstore = self.store.repo(repo.full_name)
+            leases = await rstore.leases()
+            self._forget_ended(repo.full_name, leases)
+            held.append((repo, rstore, leases))
+        reading = [h for h in held if h[2] and h[0].full_name in polled]
+        if reading:
+            await self._read_github(reading, report)
+        for repo, rstore, leases in held:
+            try:
+                if repo.full_name in polled and leases:
+                    leases = await rstore.leases()  # with the progress just recorded
+                await self._after_read(repo, rstore, leases, report)
+            except (Fenced, RateLimited):
+                raise
+            except BrokerError as e:
+                logger.warning("progress of %s failed: %s", repo.full_name, e)
+        return report
+
+    async def _after_read(
+        self, repo: Repository, rstore: RepoStore, leases: list[LeaseInfo], report: ProgressReport
+    ) -> None:
         await self._recover_completions(repo, rstore, leases, report)
         now = now_ms()
         for lease in leases:
             await self._judge(rstore, lease, now, report)
-        return report
 
     async def _judge(
         self, rstore: RepoStore, lease: LeaseInfo, now: int, report: ProgressReport
@@ -139,7 +174,78 @@ class ProgressKeeper:
 
     # --- polling GitHub when webhooks are not there -------------------------------------
 
-    async def _read_github(
+    async def _read_github(self, reading: list[Held], report: ProgressReport) -> None:
+        """Every held branch of `reading` and its PRs in one GraphQL request (a page per 100),
+        when one is due; the REST reads instead should it fail."""
+        tasks: dict[HeldBranch, tuple[RepoStore, LeaseInfo]] = {}
+        for repo, rstore, leases in reading:
+            branches = await rstore.task_branches(
+                [f"{lease.task_type}:{lease.issue}" for lease in leases]
+            )
+            for lease in leases:
+                branch = branches.get(f"{lease.task_type}:{lease.issue}")
+                if branch:
+                    tasks[HeldBranch(repo.full_name, lease.issue, branch)] = (rstore, lease)
+        if not self._due(tasks):
+            return
+        try:
+            pages = await asyncio.to_thread(self.gateway.held_progress, list(tasks))
+        except GitHubError as e:
+            logger.warning(
+                "progress: the GraphQL read of %d held task(s) failed, read over REST this "
+                "pass: %s",
+                len(tasks),
+                e,
+            )
+            for repo, rstore, leases in reading:
+                await self._read_rest(repo, rstore, leases, report)
+            return
+        report.github_calls += len(pages)
+        report.graphql_points += sum(page.points for page in pages)
+        read_at = time.monotonic()
+        for page in pages:
+            for task, seen in page.seen.items():
+                rstore, lease = tasks[task]
+                await self._apply(rstore, task, lease, seen, read_at, report)
+
+    def _due(self, tasks: dict[HeldBranch, tuple[RepoStore, LeaseInfo]]) -> bool:
+        """Whether some held task was never read or not within the branch interval."""
+        interval = self.settings.progress.branch_check_interval_s
+        now = time.monotonic()
+        for task, (_, lease) in tasks.items():
+            seen = self._heads.get((task.repository, task.issue, lease.token))
+            if seen is None or now - seen[1] >= interval:
+                return True
+        return False
+
+    async def _apply(
+        self,
+        rstore: RepoStore,
+        task: HeldBranch,
+        lease: LeaseInfo,
+        seen: BranchProgress,
+        read_at: float,
+        report: ProgressReport,
+    ) -> None:
+        """A held task's progress from what the read saw: its branch moved since the last
+        read, or one of its PRs was updated (a PR first seen counts if updated after the
+        claim)."""
+        key = (task.repository, task.issue, lease.token)
+        before = self._heads.get(key)
+        self._heads[key] = (seen.head, read_at)
+        if before is not None and seen.head is not None and seen.head != before[0]:
+            await self._progress(rstore, task.issue, "push", f"{task.branch} at {seen.head[:7]}")
+            report.progress += 1
+        for number, updated in sorted(seen.pulls.items()):
+            last = self._pulls.get((task.repository, number))
+            self._pulls[(task.repository, number)] = updated
+            if last != updated and (last is not None or _after_claim(updated, lease)):
+                await self._progress(rstore, task.issue, "pull_request", f"PR #{number} updated")
+                report.progress += 1
+
+    # --- the REST reads, should the GraphQL read fail ---------------------------------------
+
+    async def _read_rest(
         self, repo: Repository, rstore: RepoStore, leases: list[LeaseInfo], report: ProgressReport
     ) -> None:
         branches = await rstore.task_branches(
@@ -339,8 +445,9 @@ def _match(
 
 
 def _after_claim(updated_at: str, lease: LeaseInfo) -> bool:
-    """Whether a PR first seen now was updated after its task was handed out."""
+    """Whether a PR first seen now was updated after its task was handed out (GitHub's times
+    are whole seconds: one in the claim's second counts)."""
     try:
-        return ms_from_iso(updated_at) >= lease.claimed_ms
+        return ms_from_iso(updated_at) >= lease.claimed_ms // 1000 * 1000
     except ValueError:
         return False

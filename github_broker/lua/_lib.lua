@@ -192,25 +192,39 @@ end
 -- KEYS: 1 tasks, 2 ready, 3 work, 4 leases, 5 intent, 6 outbox, 7 outbox:data,
 --       8 skipped, 9 open (all of one repository, so one Cluster slot)
 --       10 reviewing
--- ARGV[1]: unused ('') since the context is compiled in: store/scripts.py prepends to each script
---   `base_context()`, the repository's constants: key prefixes for per-issue keys (issue,
---   lock, lease, agent, cand, ready_role, tomb, review, review_state, fix), the events
---   channel, the timeline stream and its cap (timeline, timeline_max), label names
---   (in_progress, needs_review) and times (lease_ms, agent_s, cand_s, tomb_s,
---   author_fallback_ms), and priority_unit (a task score divided by it, rounded down, is the
---   task's priority); request ids and the failure budget: handout and cooldowns prefixes, the
---   task_failures, agent_streaks, streak_first and instant_failures hashes, needs_human,
---   settle_grace_ms, max_failures, cooldown_s, breaker_streak, instant_failures_allowed,
---   trips; steering: paused_agents, control, reserved (prefix), reservations,
---   reserved_issues, waiting, kept_away, keep_away_ms, cools (any cool-down may exist),
---   people_hold (bucket_holds_for_people), usage, budget_tokens, budget_cost, audit and
---   audit_max (see keys.py for every key).
+-- ARGV[1]: the repository's full name (owner/name). One compiled script set serves every
+--   repository: store/scripts.py prepends `base_context()`, the deployment's constants: label
+--   names (in_progress, needs_review, needs_human), times (lease_ms, agent_s, cand_s, tomb_s,
+--   author_fallback_ms, settle_grace_ms, cooldown_s, keep_away_ms), bounds (timeline_max,
+--   audit_max, max_failures, breaker_streak, instant_failures_allowed, budget_tokens,
+--   budget_cost), priority_unit (a task score divided by it, rounded down, is the task's
+--   priority), cools (any cool-down may exist), people_hold, the events channel; and
+--   `key_suffixes()`: each of the repository's other key names (per-issue prefixes such as issue,
+--   lock, lease, agent, cand, tomb; hashes and streams such as timeline, control, audit; see
+--   keys.py for every key) as a suffix of its key base, which is KEYS[1] less its last
+--   tasks_suffix_len bytes. `context` completes a key name the first time a script reads it.
 local function context()
   local C = base_context()
-  C.K = {tasks = KEYS[1], ready = KEYS[2], work = KEYS[3], leases = KEYS[4], intent = KEYS[5],
+  local tasks = KEYS[1]
+  local base = string.sub(tasks, 1, #tasks - C.tasks_suffix_len)
+  local suffixes
+  C.repository = ARGV[1]
+  C.K = {tasks = tasks, ready = KEYS[2], work = KEYS[3], leases = KEYS[4], intent = KEYS[5],
          outbox = KEYS[6], outbox_data = KEYS[7], skipped = KEYS[8], open = KEYS[9],
          reviewing = KEYS[10]}
-  return C
+  return setmetatable(C, {__index = function(t, name)
+    local value
+    if name == 'repository_lower' then
+      value = string.lower(t.repository)
+    else
+      suffixes = suffixes or key_suffixes()
+      local suffix = suffixes[name]
+      if suffix == nil then return nil end
+      value = base .. suffix
+    end
+    rawset(t, name, value)
+    return value
+  end})
 end
 
 -- Fencing: the scripts a poller leader runs (sync results, write jobs, reaping) pass its

@@ -2,8 +2,12 @@
 documents here).
 
 Implemented: `query` documents (named or not, with variables) whose root selects
-`repository(owner:, name:)` and `rateLimit`; inside a repository `pullRequest(number:)`,
-`pullRequests(states:, headRefName:, baseRefName:, first:|last:)` and `ref(qualifiedName:)`;
+`repository(owner:, name:)` and `rateLimit` (its `cost` by GitHub's rule: one request per
+connection times the page sizes of the connections around it, over 100, at least 1); inside
+a repository `pullRequest(number:)`, `pullRequests(states:, headRefName:, baseRefName:,
+first:|last:)`, `ref(qualifiedName:)` with its `target` and `associatedPullRequests(states:)`
+(the pull requests whose head it is), and `issue(number:)` with `closedByPullRequestsReferences
+(includeClosedPrs:)` (the pull requests whose body closes it: the progress read);
 a pull request's head and base, `mergeable` and `mergeStateStatus` (UNKNOWN for a moment
 after a push, as the REST answer's null), its files, its last commit's `statusCheckRollup`
 (check runs with annotations and `isRequired`, status contexts) and `checkSuites` (with
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +31,7 @@ from .graphql import GraphQLError, _Var
 from .graphql import Parser as MutationParser
 from .messages import ApiError, Response
 from .model import Record, Repo
+from .state import closed_by
 
 if TYPE_CHECKING:
     from .gateway import Services
@@ -74,7 +79,7 @@ def handle(svc: Services, query: str, variables: dict[str, Any]) -> Response:
     errors: list[dict[str, Any]] = []
     try:
         with state.lock:
-            root = _query_root(state)
+            root = _query_root(state, points(fields, variables))
             for f in fields:
                 data[f.alias] = _resolve(root, f, variables, [f.alias], errors)
     except QueryError as e:
@@ -206,14 +211,38 @@ def _page(items: list[Any], args: dict[str, Any], name: str, typename: str) -> O
 # ----- the types ------------------------------------------------------------------------------
 
 
-def _query_root(state: SimState) -> Obj:
+def points(fields: Sequence[Field | Fragment], variables: dict[str, Any], around: int = 1) -> int:
+    """GitHub's rate-limit cost of a query: each connection counts one request per node of
+    the connections around it (their `first` or `last`); the sum over 100, rounded, and at
+    least 1 (docs.github.com, "Rate limits and node limits for the GraphQL API")."""
+    return max(1, round(_requests(fields, variables, around) / 100))
+
+
+def _requests(fields: Sequence[Field | Fragment], variables: dict[str, Any], around: int) -> int:
+    total = 0
+    for f in fields:
+        inner = around
+        if isinstance(f, Field):
+            size = _value(f.args.get("first", f.args.get("last")), variables)
+            if isinstance(size, int):
+                total += around
+                inner = around * size
+        total += _requests(f.selection, variables, inner)
+    return total
+
+
+def _query_root(state: SimState, cost: int) -> Obj:
     return Obj(
         "Query",
         {
             "repository": lambda a: _repository(state, str(a.get("owner")), str(a.get("name"))),
             "rateLimit": lambda _: Obj(
                 "RateLimit",
-                {"cost": lambda _: 1, "limit": lambda _: 5000, "remaining": lambda _: 4999},
+                {
+                    "cost": lambda _: cost,
+                    "limit": lambda _: 5000,
+                    "remaining": lambda _: 5000 - cost,
+                },
             ),
         },
     )
@@ -232,6 +261,33 @@ def _repository(state: SimState, owner: str, name: str) -> Obj:
             "pullRequest": lambda a: _pull_by_number(state, r, int(a.get("number") or 0)),
             "pullRequests": lambda a: _pull_list(state, r, a),
             "ref": lambda a: _ref(state, r, str(a.get("qualifiedName") or "")),
+            "issue": lambda a: _issue(state, r, int(a.get("number") or 0)),
+        },
+    )
+
+
+def _issue(state: SimState, repo: Repo, number: int) -> Obj:
+    rec = repo.issues.get(number)
+    if rec is None or rec["pull"] is not None:
+        raise Missing(f"Could not resolve to an Issue with the number of {number}.")
+
+    def closing(args: dict[str, Any]) -> Obj:
+        wanted = {"OPEN", "CLOSED", "MERGED"} if args.get("includeClosedPrs") else {"OPEN"}
+        found = [
+            _pull(state, repo, pull)
+            for n in sorted(repo.pulls)
+            if (pull := repo.issues.get(n)) is not None
+            and _pull_state(pull) in wanted
+            and number in closed_by(pull["body"])
+        ]
+        return _page(found, args, "closedByPullRequestsReferences", "PullRequestConnection")
+
+    return Obj(
+        "Issue",
+        {
+            "number": lambda _: number,
+            "id": lambda _: rec["node_id"],
+            "closedByPullRequestsReferences": closing,
         },
     )
 
@@ -284,6 +340,7 @@ def _pull(state: SimState, repo: Repo, rec: Record) -> Obj:
             "id": lambda _: pr["node_id"],
             "number": lambda _: number,
             "title": lambda _: rec["title"],
+            "body": lambda _: rec["body"] or "",
             "url": lambda _: f"{state.ctx(None).html(repo)}/pull/{number}",
             "state": lambda _: _pull_state(rec),
             "merged": lambda _: pr["merged"],
@@ -337,12 +394,27 @@ def _ref(state: SimState, repo: Repo, name: str) -> Obj | None:
     sha = repo.refs.get(full)
     if sha is None:
         return None  # GitHub answers null for a ref that does not exist
+    branch = full.removeprefix("refs/heads/")
+
+    def associated(args: dict[str, Any]) -> Obj:
+        wanted = args.get("states") or ["OPEN", "CLOSED", "MERGED"]
+        states = {str(s).upper() for s in ([wanted] if isinstance(wanted, str) else wanted)}
+        found = [
+            _pull(state, repo, pull)
+            for n in sorted(repo.pulls)
+            if (pull := repo.issues.get(n)) is not None
+            and pull["pull"]["head"] == branch
+            and _pull_state(pull) in states
+        ]
+        return _page(found, args, "associatedPullRequests", "PullRequestConnection")
+
     return Obj(
         "Ref",
         {
             "name": lambda _: full.rsplit("/", 1)[-1],
             "prefix": lambda _: full.rsplit("/", 1)[0] + "/",
             "target": lambda _: _commit(state, repo, sha, None),
+            "associatedPullRequests": associated,
         },
     )
 

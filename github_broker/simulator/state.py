@@ -29,6 +29,13 @@ _REVIEW_STATES = {
 }
 # GitHub closes these issues when a PR carrying the keyword merges into the default branch.
 _CLOSING_KEYWORD = re.compile(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s*:?\s+#(\d+)", re.I)
+
+
+def closed_by(body: str | None) -> set[int]:
+    """The issue numbers a pull request's body closes (its closing keywords)."""
+    return {int(m.group(1)) for m in _CLOSING_KEYWORD.finditer(body or "")}
+
+
 _PULL_SORTS = {"created": "created", "updated": "updated", "popularity": "comments"}
 
 

@@ -21,7 +21,7 @@ from github_broker.keys import GlobalKeys
 from github_broker.models import AgentPause, ControlOutcome
 from github_broker.store.connection import as_text, awaited, redis_problem, translate_errors
 from github_broker.store.leases import pause_of
-from github_broker.store.repo import RepoStore
+from github_broker.store.repos import RepoStores
 from github_broker.store.scripts import Scripts
 
 #: An agent's mutex across repositories is held for one call bound (`redis.socket_timeout_s`)
@@ -61,7 +61,7 @@ class AgentState:
     client: Any
     scripts: Scripts
     global_keys: GlobalKeys
-    repos: dict[str, RepoStore]
+    repos: RepoStores
     #: Longest one store call may take, reconnects included (seconds).
     call_timeout_s: float
     #: agent -> when this process last noted it asked for work (time.monotonic()).

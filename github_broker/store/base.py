@@ -16,7 +16,8 @@ from github_broker.store.tokens import Signer
 
 
 class RepoBase:
-    """The client, keys and compiled scripts of one repository (set by `RepoStore`)."""
+    """The client, keys and the deployment's compiled scripts of one repository (set by
+    `RepoStore`)."""
 
     client: Any
     scripts: Scripts
@@ -28,12 +29,14 @@ class RepoBase:
     #: Longest one store call may take, reconnects included (seconds).
     call_timeout_s: float
     _fixed: list[bytes]
+    #: ARGV[1] of every repository script: the repository's full name.
+    _name_arg: bytes
     #: The command that makes a write durable before it is answered (WAIT or WAITAOF with
     #: its arguments), empty when `redis.durability` is none or the server's own fsync does.
     durable_wait: tuple[Any, ...] = ()
 
     async def _run(self, script: str, *args: Any) -> Any:
-        return await self.scripts.repo[script](keys=self._fixed, args=["", *args])
+        return await self.scripts.repo[script](keys=self._fixed, args=[self._name_arg, *args])
 
     async def _run_durable(self, script: str, *args: Any) -> Any:
         """`_run`, answered only once Redis has the write durably (`redis.durability`): the
@@ -48,7 +51,9 @@ class RepoBase:
         sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
         for _ in range(2):
             async with self.client.pipeline(transaction=False) as pipe:
-                pipe.execute_command("EVALSHA", sha, len(self._fixed), *self._fixed, "", *args)
+                pipe.execute_command(
+                    "EVALSHA", sha, len(self._fixed), *self._fixed, self._name_arg, *args
+                )
                 pipe.execute_command(*wait)
                 res, acked = await pipe.execute(raise_on_error=False)
             if isinstance(res, redis.exceptions.NoScriptError):

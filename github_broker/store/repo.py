@@ -1,6 +1,5 @@
 """One repository's store: its parts (mirror, leases, reviews, write queue, webhooks,
-timeline, control, checks) over one client, one key set and the scripts compiled with its
-context."""
+timeline, control, checks) over one client, one key set and the deployment's scripts."""
 
 from __future__ import annotations
 
@@ -53,17 +52,22 @@ class RepoStore(
         self.repository = keys.full_name
         #: Longest one store call may take, reconnects included (seconds).
         self.call_timeout_s = settings.redis.socket_timeout_s
-        # Sent with every script call: encoded once here, not by redis-py per call.
+        # Sent with every script call: encoded once here, not by redis-py per call. The
+        # scripts are the deployment's (compiled with `shared_context`): they find this
+        # repository's other keys from KEYS[1] and its name, ARGV[1].
         self._fixed = fixed_keys(keys)
-        self.context: dict[str, Any] = script_context(keys, settings)
-        # Compiled into the scripts: nothing of it travels with a call (ARGV[1] stays, empty,
-        # so every script keeps its argument numbers).
-        self.scripts = Scripts(client, self.context)
+        self._name_arg = keys.full_name.encode()
         #: Signs the lease tokens agents get, and checks them (tokens.py).
         self.signer = Signer.from_settings(settings)
         #: The lease ends this process heard (the deployment's Store shares one).
         self.ended = EndedLeases()
         self.durable_wait = durability_command(settings)
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """This repository's whole script context, as scripts compiled for it alone would
+        have it (benchmarks/lua_cost.py compiles earlier versions of the scripts so)."""
+        return script_context(self.keys, self.settings)
 
 
 def fixed_keys(keys: RepoKeys) -> list[bytes]:
@@ -83,6 +87,25 @@ def fixed_keys(keys: RepoKeys) -> list[bytes]:
             keys.reviewing,
         )
     ]
+
+
+def shared_context(settings: Settings) -> dict[str, Any]:
+    """The constants the deployment's scripts are compiled with: the rules' names, times and
+    bounds, the events channel, and each of a repository's key names as a suffix of its key
+    base (`_lib.lua` `context` completes them: the base is KEYS[1] less `tasks_suffix_len`
+    bytes), so one compiled script set serves every repository."""
+    sample = RepoKeys(settings.redis.key_prefix, "o", "n")
+    suffixes = {
+        name: value.removeprefix(sample.base)
+        for name, value in _key_context(sample).items()
+        if value.startswith(sample.base)
+    }
+    return {
+        **_rule_context(settings),
+        "events": sample.events,
+        "key_suffixes": suffixes,
+        "tasks_suffix_len": len(sample.tasks) - len(sample.base),
+    }
 
 
 def script_context(keys: RepoKeys, settings: Settings) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""The Lua scripts: loaded with their shared library, compiled with a repository's context."""
+"""The Lua scripts: loaded with their shared library, compiled once with the deployment's
+context and shared by every repository (each call names its repository)."""
 
 from __future__ import annotations
 
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -10,12 +12,14 @@ import redis.asyncio as aioredis
 from github_broker.store.resp import PipelinedScript, pipelined_for
 
 
+@cache
+def _read(name: str) -> str:
+    return (resources.files("github_broker") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+
+
 def _load(name: str, with_lib: bool = True) -> str:
-    folder = resources.files("github_broker") / "lua"
-    text = (folder / f"{name}.lua").read_text(encoding="utf-8")
-    if not with_lib:
-        return text
-    return (folder / "_lib.lua").read_text(encoding="utf-8") + "\n" + text
+    text = _read(name)
+    return _read("_lib") + "\n" + text if with_lib else text
 
 
 def _lua_literal(value: Any) -> str:
@@ -23,6 +27,12 @@ def _lua_literal(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, list | tuple):
         return "{" + ", ".join(_lua_literal(v) for v in value) + "}"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ", ".join(f"[{_lua_literal(k)}] = {_lua_literal(v)}" for k, v in value.items())
+            + "}"
+        )
     if isinstance(value, int | float):
         return repr(value)
     text = str(value).encode("utf-8")
@@ -35,9 +45,12 @@ def _lua_literal(value: Any) -> str:
 
 
 def context_prelude(context: dict[str, Any]) -> str:
-    """Lua source defining `base_context()`: the repository's constant context (key
-    prefixes, label names, times), compiled into its scripts instead of sent with each call."""
-    fields = [f"{name} = {_lua_literal(v)}" for name, v in context.items()]
+    """Lua source defining `base_context()`: the deployment's constant context (label names,
+    times, bounds), compiled into the scripts instead of sent with each call (the repository
+    comes with the call: `_lib.lua` `context`). A table-valued entry becomes a function of
+    its own (`key_suffixes()`), built only by the calls that read it."""
+    tables = {name: v for name, v in context.items() if isinstance(v, dict)}
+    fields = [f"{name} = {_lua_literal(v)}" for name, v in context.items() if name not in tables]
     # An integer also as the text a command takes (`<name>_arg`): Redis formats a number
     # argument of redis.call with "%.17g" on every call, about 0.8 µs each.
     fields += [
@@ -45,12 +58,17 @@ def context_prelude(context: dict[str, Any]) -> str:
         for name, v in context.items()
         if isinstance(v, int) and not isinstance(v, bool)
     ]
-    return f"local function base_context() return {{{', '.join(fields)}}} end\n"
+    functions = "".join(
+        f"local function {name}() return {_lua_literal(v)} end\n" for name, v in tables.items()
+    )
+    return functions + f"local function base_context() return {{{', '.join(fields)}}} end\n"
 
 
 class Scripts:
     """Lua scripts registered once per client (EVALSHA, loading the script on NOSCRIPT).
-    Repository scripts are compiled per repository, with its context (see `context_prelude`).
+    Repository scripts are compiled once with the deployment's context (`context_prelude`)
+    and serve every repository: one copy in this process and in Redis's script cache, however
+    many repositories are configured (a copy per repository cost 1.15 MB each).
     A plain Redis client's scripts run over its pipelined connection (`resp.pipelined_for`);
     the others' (fakeredis, Cluster, TLS, Sentinel) through redis-py's `register_script`."""
 
@@ -82,7 +100,7 @@ class Scripts:
                 return PipelinedScript(pipelined, script)
             return client.register_script(script)
 
-        #: Each repository script's source (with its context), for the durable path
+        #: Each repository script's source (with the context), for the durable path
         #: (base.py `_run_durable`: the script and WAIT on one pooled connection).
         self.sources = (
             {name: prelude + _load(name) for name in self.REPO_SCRIPTS}

@@ -32,7 +32,8 @@ from github_broker.store.control import audit_entries, split_actor, xadd_audit
 from github_broker.store.ended import EndedLeases
 from github_broker.store.history import HistorySamples
 from github_broker.store.logins import DashboardLogins
-from github_broker.store.repo import RepoStore
+from github_broker.store.repo import RepoStore, durability_command, shared_context
+from github_broker.store.repos import RepoStores
 from github_broker.store.resp import close_pipelined, pipelined_for
 from github_broker.store.rights import GitHubRightsCache
 from github_broker.store.scripts import Scripts
@@ -66,23 +67,23 @@ class Store(AgentState):
         # Before any Scripts: the pipelined client gives up a connection that owed replies and
         # got none for one call bound (see resp.py).
         pipelined_for(client, stall_s=settings.redis.socket_timeout_s)
-        self.scripts = Scripts(client)
+        # One compiled set for every repository: a call names its repository (repo.py).
+        self.scripts = Scripts(client, shared_context(settings))
         self.global_keys = GlobalKeys(settings.redis.key_prefix)
         self.logins = DashboardLogins(client, self.scripts, self.global_keys, self.call_timeout_s)
         self.samples = HistorySamples(client, self.global_keys, self.call_timeout_s)
         self.rights = GitHubRightsCache(client, self.global_keys)
-        self.repos = {
-            r.full_name: RepoStore(
-                client, self.scripts, RepoKeys(settings.redis.key_prefix, r.owner, r.name), settings
-            )
-            for r in settings.repositories
-        }
         self._seen_noted = {}
         #: The lease ends this process heard on the events channel (claim/events.py), shared
         #: by every repository's store.
         self.ended = EndedLeases()
-        for rstore in self.repos.values():
-            rstore.ended = self.ended
+        #: What makes a write durable (repo.py `durability_command`; `check_durability` may
+        #: find the server needs none).
+        self.durable_wait = durability_command(settings)
+        #: Each repository's store, built when first used (repos.py).
+        self.repos = RepoStores([r.full_name for r in settings.repositories], self._repo_store)
+        #: Each repository's `idx` key, in configuration order (index_lines).
+        self._idx_keys: list[str] | None = None
         #: Each repository's place in the configuration: how ties in the claim order break.
         self.position = {name: i for i, name in enumerate(self.repos)}
 
@@ -108,6 +109,13 @@ class Store(AgentState):
 
     def repo(self, full_name: str) -> RepoStore:
         return self.repos[full_name]
+
+    def _repo_store(self, full_name: str) -> RepoStore:
+        keys = RepoKeys(self.settings.redis.key_prefix, *full_name.split("/", 1))
+        rstore = RepoStore(self.client, self.scripts, keys, self.settings)
+        rstore.ended = self.ended
+        rstore.durable_wait = self.durable_wait
+        return rstore
 
     async def ping(self, timeout_s: float = PING_TIMEOUT_S) -> bool:
         """Whether Redis answers within `timeout_s` (a hung Redis fails fast: /ready)."""
@@ -165,8 +173,9 @@ class Store(AgentState):
                 "or none"
             ) from e
         if aof.get("appendonly") == "yes" and config.get("appendfsync") == "always":
-            for rstore in self.repos.values():
-                rstore.durable_wait = ()  # every reply already follows its fsync
+            self.durable_wait = ()  # every reply already follows its fsync
+            for rstore in self.repos.built():
+                rstore.durable_wait = ()
             return "aof: the server fsyncs every write before it answers (appendfsync always)"
         raise ConfigError(
             f"redis.durability aof: Redis {info.get('redis_version')} has no WAITAOF (7.2) and "
@@ -232,8 +241,14 @@ class Store(AgentState):
         else:
             rank, name = split_actor(actor)
             record = json.dumps(
-                {"scope": "broker", "by": name, "rank": rank, "what": "paused",
-                 "reason": reason, "at_ms": now_ms()}
+                {
+                    "scope": "broker",
+                    "by": name,
+                    "rank": rank,
+                    "what": "paused",
+                    "reason": reason,
+                    "at_ms": now_ms(),
+                }
             )
             await self.client.hset(self.global_keys.control, "broker", record)
         action = "resume_repo" if resume else "pause_repo"
@@ -255,9 +270,7 @@ class Store(AgentState):
         """A retry let the agents issue `number` was taken from back (control.lua did it in
         the repository): the deployment's copies go too."""
         key = self.global_keys.kept_away
-        fields = [
-            f async for f, _ in self.client.hscan_iter(key, match=f"{repository}#{number}#*")
-        ]
+        fields = [f async for f, _ in self.client.hscan_iter(key, match=f"{repository}#{number}#*")]
         if fields:
             await self.client.hdel(key, *fields)
 
@@ -421,11 +434,67 @@ class Store(AgentState):
     @translate_errors
     async def index_lines(self) -> dict[str, str]:
         """Every repository's line in the index of repositories with work (one pipeline)."""
+        if self._idx_keys is None:
+            # Only the key names, not a store per repository (repos.py builds those on use).
+            self._idx_keys = [
+                RepoKeys(self.settings.redis.key_prefix, *name.split("/", 1)).idx
+                for name in self.repos
+            ]
         async with self.client.pipeline(transaction=False) as pipe:
-            for rstore in self.repos.values():
-                pipe.get(rstore.keys.idx)
+            for key in self._idx_keys:
+                pipe.get(key)
             raw = await pipe.execute()
         return {name: as_text(v) for name, v in zip(self.repos, raw, strict=True) if v}
+
+    # --- the leader's idle passes: one round trip for every repository ----------------------
+
+    async def _each(self, names: list[str], command: str, key: str, *args: Any) -> list[Any]:
+        """`command` on each repository's `key` (a RepoKeys attribute), in one round trip
+        (agents.py `_batch`: the scripts' pipelined client where there is one)."""
+        return await self._all([(command, getattr(self.repos[n].keys, key), *args) for n in names])
+
+    async def _all(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        replies = await self._batch(commands)
+        failed = next((r for r in replies if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise failed
+        return replies
+
+    @translate_errors
+    async def recorded_servers(self, names: list[str]) -> dict[str, tuple[str, str] | None]:
+        """Each repository's record of the redis-server its data lives on, with the mark last
+        written (mirror.py `check_server`), or None."""
+        out: dict[str, tuple[str, str] | None] = {}
+        for name, raw in zip(names, await self._each(names, "GET", "server"), strict=True):
+            run_id, _, mark = as_text(raw).partition(" ") if raw is not None else ("", "", "")
+            out[name] = (run_id, mark) if raw is not None else None
+        return out
+
+    @translate_errors
+    async def record_servers(self, run_id: str, marks: dict[str, str]) -> None:
+        """`check_server`'s record for repositories whose data is not stale, in one pipeline."""
+        await self._all(
+            [("SET", self.repos[n].keys.server, f"{run_id} {m}") for n, m in marks.items()]
+        )
+
+    @translate_errors
+    async def mirrors_built(self, names: list[str]) -> set[str]:
+        """The repositories whose mirror a complete sync pass has rebuilt (`mirror_rebuilt`)."""
+        found = await self._each(names, "EXISTS", "mirror")
+        return {name for name, built in zip(names, found, strict=True) if built}
+
+    @translate_errors
+    async def holding(self, names: list[str]) -> set[str]:
+        """The repositories with a held task, or a lost one being recovered (`recovering`)."""
+        held = await self._each(names, "ZCARD", "leases")
+        lost = await self._each(names, "EXISTS", "recovering")
+        return {name for name, h, r in zip(names, held, lost, strict=True) if h or r}
+
+    @translate_errors
+    async def writes_due(self, names: list[str]) -> set[str]:
+        """The repositories with a GitHub write due now (`outbox_due`)."""
+        found = await self._each(names, "ZRANGEBYSCORE", "outbox", "-inf", now_ms(), "LIMIT", 0, 1)
+        return {name for name, due in zip(names, found, strict=True) if due}
 
     @translate_errors
     async def record_webhook_refused(self, reason: str, count: int = 1) -> None:
