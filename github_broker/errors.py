@@ -21,6 +21,11 @@ class StoreUnavailable(BrokerError):
     """Redis cannot be reached or answered with an error."""
 
 
+class CallUnanswered(StoreUnavailable):
+    """Redis did not answer a call (no reply within the bound, the connection lost): it may
+    still run it later."""
+
+
 class MirrorRebuilding(StoreUnavailable):
     """Redis lost its data and the sync has not rebuilt the mirror yet; retry shortly."""
 

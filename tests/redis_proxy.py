@@ -107,6 +107,8 @@ class RedisProxy:
         self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()
         self._armed: str | None = None
+        self._one_connection = False
+        self._held_link: _Link | None = None
         #: (connection, bytes) held in the order they came; None while nothing is held.
         self._held: list[tuple[_Link, bytes]] | None = None
         self._links: list[_Link] = []
@@ -121,10 +123,13 @@ class RedisProxy:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def arm(self, agent: str) -> None:
-        """Hold everything from the next script call carrying `agent` on."""
+    def arm(self, agent: str, *, one_connection: bool = False) -> None:
+        """Hold everything from the next script call carrying `agent` on (`one_connection`:
+        only what follows it on its own connection, as a connection that stalled while the
+        broker's new ones get through)."""
         with self._lock:
             self._armed = agent
+            self._one_connection = one_connection
 
     def holding(self) -> bool:
         with self._lock:
@@ -216,8 +221,9 @@ class RedisProxy:
         with self._lock:
             if self._held is None and self._armed is not None and carries(command, self._armed):
                 self._armed, self._held, link.held_at = None, [], link.sent
+                self._held_link = link
             link.sent += 1
-            if self._held is not None:
+            if self._held is not None and (not self._one_connection or link is self._held_link):
                 self._held.append((link, raw))
                 return
             with contextlib.suppress(OSError):

@@ -384,3 +384,44 @@ def test_a_claim_reaching_redis_after_the_mutex_hold_is_refused_and_the_agent_ho
             for e in timeline(client, "acme/widgets")
         ), "P claimed after its mutex ran out"
     client.close()
+
+
+def test_a_claim_left_unanswered_keeps_the_agents_mutex_until_its_fence(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """P's claim script stalls on its connection alone (P's new connections get through): P
+    gives up on it (503) but must not release the agent's mutex, since the script can still
+    reach Redis before the fence. The agent asks Q for gadgets: Q waits for the hold to run
+    out, then P's claim lands and is refused. Before, P released the mutex at once, Q claimed
+    at once, and P's claim landed inside its fence: the agent held two leases."""
+    counts = {"acme/widgets": 3, "acme/gadgets": 3}
+    client = redis.Redis.from_url(redis_url)
+    with (
+        RedisProxy(client.connection_pool.connection_kwargs["port"]) as proxy,
+        simulator(counts) as sim,
+        brokers(
+            sim,
+            redis_url,
+            tmp_path,
+            counts,
+            2,
+            urls=[proxy.url, redis_url],
+            GITHUB_BROKER_REDIS__SOCKET_TIMEOUT_S=str(STALL_SOCKET_TIMEOUT_S),
+        ) as (p, q),
+        ThreadPoolExecutor(max_workers=1) as pool,
+    ):
+        proxy.arm("a1", one_connection=True)
+        pending = pool.submit(ask, p.url, "a1", repositories=["acme/widgets"])
+        wait_until(proxy.holding, 10, "P's claim script for a1 held by the proxy")
+        first = pending.result(timeout=30)
+        assert first.status_code == 503, first.text  # P gave up on its stalled call
+        other = ask(q.url, "a1", repositories=["acme/gadgets"])
+        assert other.status_code == 200, other.text
+        assert other.json()["repository"] == "acme/gadgets"
+        proxy.release()
+        assert proxy.answered.wait(10), "Redis never answered P's held claim"
+        held = live_leases(client, "a1", list(counts))
+        assert held == [("acme/gadgets", other.json()["issue_id"])], f"two live leases: {held}"
+        reply = proxy.held_reply
+        assert isinstance(reply, RespError) and reply.startswith(b"OUTLIVED"), reply
+    client.close()

@@ -16,7 +16,7 @@ from typing import Any
 import redis.exceptions
 
 from github_broker.clock import now_ms
-from github_broker.errors import StoreUnavailable
+from github_broker.errors import CallUnanswered, StoreUnavailable
 from github_broker.keys import GlobalKeys
 from github_broker.models import AgentPause, ControlOutcome
 from github_broker.store.connection import as_text, awaited, redis_problem, translate_errors
@@ -143,10 +143,18 @@ class AgentState:
         seconds, micros = replies[0]
         fence_ms = int(seconds) * 1000 + int(micros) // 1000 + int(hold_s * 1000)
         noted = (as_text(x) for x in replies[3]) if keep_ms else ()
+        unanswered = False
         try:
             yield MutexHold([n for n in noted if n in self.repos], fence_ms)
+        except CallUnanswered:
+            # A script under the mutex got no answer and may still reach Redis, until the
+            # fence (it refuses to run past it). Released now, the mutex could go to another
+            # request of the agent while that script can still land: it lapses at the fence.
+            unanswered = True
+            raise
         finally:
-            self._release_mutex_soon(key, token)
+            if not unanswered:
+                self._release_mutex_soon(key, token)
 
     async def _take_mutex(
         self, agent_id: str, commands: list[tuple[Any, ...]], deadline: float

@@ -18,7 +18,7 @@ import redis.exceptions
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from github_broker.errors import Fenced, MirrorRebuilding, StoreUnavailable
+from github_broker.errors import CallUnanswered, Fenced, MirrorRebuilding, StoreUnavailable
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -46,9 +46,9 @@ def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]
                 return await fn(*args, **kwargs)
             return await _within(bound, fn(*args, **kwargs))
         except TimeoutError as e:
-            raise StoreUnavailable(f"Redis did not answer within {bound:g}s") from e
+            raise CallUnanswered(f"Redis did not answer within {bound:g}s") from e
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as e:
-            raise StoreUnavailable(redis_problem(e)) from e
+            raise CallUnanswered(redis_problem(e)) from e
         except redis.exceptions.ResponseError as e:
             message = str(e)
             if message.startswith("FENCED"):
