@@ -174,6 +174,9 @@ async def test_an_hour_of_traffic_keeps_the_history_within_its_documented_bound(
         await a_minute_of_traffic(rstore, minute, agents)
         assert await real_store.samples.claim_minute(at_ms // MINUTE_MS)
         await rstore.record_sample(at_ms, *await rstore.queue_sample())
+    busy = base + 60 * MINUTE_MS
+    await advance_history_to(client, rstore, busy)
+    assert await rstore.fold_history() == 60  # the hour is over: its minutes fold into it
 
     keys = [k.decode() async for k in client.scan_iter(match=rstore.keys.base + "history:*")]
     minutes = [k for k in keys if k.startswith(rstore.keys.history_minute_prefix)]
@@ -191,8 +194,6 @@ async def test_an_hour_of_traffic_keeps_the_history_within_its_documented_bound(
     assert sum(sizes.values()) <= 60 * MINUTE_BYTES_MAX + HOUR_BYTES_MAX * 2
 
     # Ten times the traffic in one minute: the same fields, larger numbers.
-    busy = base + 60 * MINUTE_MS
-    await advance_history_to(client, rstore, busy)
     for round_ in range(10):
         await a_minute_of_traffic(rstore, 60 + round_, agents)
     [quiet] = await rstore.history_minutes(base // MINUTE_MS + 59, base // MINUTE_MS + 59)
