@@ -114,8 +114,9 @@ class History(RepoBase):
         self, keys: list[str], first: int | str = "-inf", last: int | str = "+inf"
     ) -> tuple[dict[int, Counts], list[Counts]]:
         """The hashes `keys` and, read with them in one transaction, which minutes among
-        `first` .. `last` are unfolded; then those minutes' events. A fold after the
-        transaction leaves them in their hashes, and nothing is counted in them any more."""
+        `first` .. `last` are unfolded; then those minutes' events. Each event is counted
+        once: a fold after the transaction is not in the hashes read, and leaves the
+        minutes' hashes as they are; a later read finds at least as much."""
         # Plain commands: redis-py's Cluster transactions call these replies' parsers with
         # arguments they do not take.
         async with self.client.pipeline(transaction=True) as pipe:
