@@ -26,7 +26,8 @@ failure cool-downs stay on, so a claim also checks the agent's cool-down on its 
 
 ``--ref`` names the git revision whose ``github_broker/lua`` scripts are the baseline
 (``git show REF:github_broker/lua/...``), compiled with the working tree's repository
-context (plus the ``lock`` prefix, should the working tree no longer have it); ``--ref ''``
+context (plus the ``lock`` prefix and the history's hour and totals keys, should the
+working tree no longer have them); ``--ref ''``
 times the working tree alone.
 """
 
@@ -54,6 +55,7 @@ from github_broker.models import Claimed, Issue
 from github_broker.settings import Settings, load_settings
 from github_broker.simulator.seed import generate_issues
 from github_broker.store import RepoStore, Store
+from github_broker.store.history import HISTORY_HOUR_TTL_S
 from github_broker.store.scripts import Scripts, context_prelude
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,6 +216,10 @@ class Version:
             context = dict(self.rstore.context)
             keys = RepoKeys("gb", *REPOSITORY.split("/"))
             context.setdefault("lock", keys.base + "issue_lock_")
+            # Before the history's fold, the scripts counted in the hours and totals too.
+            context.setdefault("history_hour", keys.history_hour_prefix)
+            context.setdefault("history_total", keys.history_total)
+            context.setdefault("history_hour_s", HISTORY_HOUR_TTL_S)
             lib = _git_lua(ref, "_lib")
             client = self.rstore.client
             self.rstore.scripts = Scripts(client, None)

@@ -74,10 +74,17 @@ Added by this project (no TTL unless said):
                                  (epoch ms // 60000; store/history.py names the fields) and
                                  the leader's sample of the queue by priority and of the work
                                  waiting on a person; TTL 24 h + 1 min
-``history:h:{hour}``     hash    the same counts per hour (epoch ms // 3600000), samples summed
-                                 with their number; TTL 26 h
-``history:total``        hash    the same counts since the start (exported by /metrics); its
-                                 fields grow with the agents seen, not with traffic
+``history:unfolded``     zset    minute -> minute: the minutes with events not yet folded into
+                                 their hour and the totals (the scripts add a minute with its
+                                 hash; the leader's history_fold.lua takes it out when it folds
+                                 it, once the timeline's last id is past it); readers add these
+                                 minutes' events to the hours and the totals
+``history:h:{hour}``     hash    the same counts per hour (epoch ms // 3600000): its minutes'
+                                 events as folded, and the samples summed with their number
+                                 (written by each sample); TTL 26 h
+``history:total``        hash    the same counts since the start, folded minutes only (exported
+                                 by /metrics with the unfolded minutes); its fields grow with the
+                                 agents seen, not with traffic
 ``fence``                string  highest leader epoch that wrote this repository's mirror or
                                  write queue; scripts refuse a caller with a lower one
 ``mirror``               string  the time (ms) a complete sync pass finished: the mirror is
@@ -282,6 +289,7 @@ class RepoKeys:
         self.history_minute_prefix = self.base + "history:m:"
         self.history_hour_prefix = self.base + "history:h:"
         self.history_total = self.base + "history:total"
+        self.history_unfolded = self.base + "history:unfolded"
         self.fence = self.base + "fence"
         self.mirror = self.base + "mirror"
         self.server = self.base + "server"

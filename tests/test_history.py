@@ -19,6 +19,7 @@ from github_broker.store.history import (
     HISTORY_MINUTE_TTL_S,
     HOUR_MS,
     MINUTE_MS,
+    is_sample,
 )
 from tests.factories import issue
 
@@ -100,18 +101,25 @@ async def test_every_timeline_event_is_counted_in_its_minute_its_hour_and_the_to
     kinds = Counter(e.kind for e in events)
     assert kinds["claim"] == 4 and kinds["completed"] == 2  # the work the test did
     first, last = min(e.at_ms for e in events), max(e.at_ms for e in events)
-    minutes = summed(await rstore.history_minutes(first // MINUTE_MS, last // MINUTE_MS))
-    hours = summed(await rstore.history_hours(first // HOUR_MS, last // HOUR_MS))
-    totals = await rstore.history_totals()
-    for counts in (minutes, hours, totals):
-        assert {k[3:]: v for k, v in counts.items() if k.startswith("ev:")} == dict(kinds)
-        assert counts["claim:development"] == 4
-        # Every development hand-out's wait and completion's time, one bucket each.
-        assert sum(v for k, v in counts.items() if k.startswith("wait:") and k != "wait:ms") == 4
-        assert sum(v for k, v in counts.items() if k.startswith("pr:") and k != "pr:ms") == 2
-        assert counts["a:ann:ok"] == 1 and counts["a:bo:ok"] == 1 and counts["a:bo:fail"] == 1
-        assert counts["a:cy:fail"] == 1 and "a:cy:ok" not in counts
-        assert counts["a:ann:ms"] >= 0 and "a:cy:ms" not in counts
+    for fold in (False, True):
+        if fold:  # the minutes are over (the timeline moved on): folded, the same figures
+            await advance_history_to(rstore.client, rstore, (last // MINUTE_MS + 1) * MINUTE_MS)
+            assert await rstore.fold_history() >= 1
+            assert not await rstore.client.exists(rstore.keys.history_unfolded)
+        minutes = summed(await rstore.history_minutes(first // MINUTE_MS, last // MINUTE_MS))
+        hours = summed(await rstore.history_hours(first // HOUR_MS, last // HOUR_MS))
+        totals = await rstore.history_totals()
+        for counts in (minutes, hours, totals):
+            assert {k[3:]: v for k, v in counts.items() if k.startswith("ev:")} == dict(kinds)
+            assert counts["claim:development"] == 4
+            # Every development hand-out's wait and completion's time, one bucket each.
+            waits = [v for k, v in counts.items() if k.startswith("wait:") and k != "wait:ms"]
+            prs = [v for k, v in counts.items() if k.startswith("pr:") and k != "pr:ms"]
+            assert sum(waits) == 4 and sum(prs) == 2
+            assert counts["a:ann:ok"] == 1 and counts["a:bo:ok"] == 1
+            assert counts["a:bo:fail"] == 1 and counts["a:cy:fail"] == 1
+            assert "a:cy:ok" not in counts
+            assert counts["a:ann:ms"] >= 0 and "a:cy:ms" not in counts
 
 
 async def test_a_queue_sample_counts_ready_tasks_per_priority_and_work_waiting(
@@ -174,6 +182,9 @@ async def test_an_hour_of_traffic_keeps_the_history_within_its_documented_bound(
         await a_minute_of_traffic(rstore, minute, agents)
         assert await real_store.samples.claim_minute(at_ms // MINUTE_MS)
         await rstore.record_sample(at_ms, *await rstore.queue_sample())
+    busy = base + 60 * MINUTE_MS
+    await advance_history_to(client, rstore, busy)
+    assert await rstore.fold_history() == 60  # the hour is over: its minutes fold into it
 
     keys = [k.decode() async for k in client.scan_iter(match=rstore.keys.base + "history:*")]
     minutes = [k for k in keys if k.startswith(rstore.keys.history_minute_prefix)]
@@ -191,8 +202,6 @@ async def test_an_hour_of_traffic_keeps_the_history_within_its_documented_bound(
     assert sum(sizes.values()) <= 60 * MINUTE_BYTES_MAX + HOUR_BYTES_MAX * 2
 
     # Ten times the traffic in one minute: the same fields, larger numbers.
-    busy = base + 60 * MINUTE_MS
-    await advance_history_to(client, rstore, busy)
     for round_ in range(10):
         await a_minute_of_traffic(rstore, 60 + round_, agents)
     [quiet] = await rstore.history_minutes(base // MINUTE_MS + 59, base // MINUTE_MS + 59)
@@ -232,6 +241,73 @@ async def test_the_leader_samples_every_repository_once_a_minute_and_only_what_i
             assert await gadgets.history_minutes(minute, minute) == [{}]  # nothing: no key
             assert await widgets.history_hours(at_ms // HOUR_MS, at_ms // HOUR_MS) == [{"q:P1": 3}]
             assert await world.store.samples.minutes(minute, minute) == {minute}
-            await world.daemon.stop()  # no longer the leader: no sample
+            # A hand-out, its minute over: the leader's fold takes it; the sample stays once.
+            await claimed(widgets, "ann")
+            await advance_history_to(widgets.client, widgets, at_ms - MINUTE_MS)
+            await world.daemon.fold_history()
+            assert not await widgets.client.exists(widgets.keys.history_unfolded)
+            hours = await widgets.history_hours(at_ms // HOUR_MS, at_ms // HOUR_MS)
+            assert hours == [{"q:P1": 3}]
+            assert (await widgets.history_totals())["ev:claim"] == 1
+            await world.daemon.stop()  # no longer the leader: no sample, no fold
             await world.daemon.sample_history(at_ms + MINUTE_MS)
             assert await world.store.samples.minutes(minute + 1, minute + 1) == set()
+            await claimed(widgets, "bo")
+            await advance_history_to(widgets.client, widgets, at_ms)
+            await world.daemon.fold_history()
+            assert await widgets.client.exists(widgets.keys.history_unfolded)
+            assert (await widgets.history_totals())["ev:claim"] == 2
+
+
+def events_of(counts: dict[str, int]) -> Counter[str]:
+    return Counter({k: v for k, v in counts.items() if not is_sample(k)})
+
+
+async def folded_totals(client: aioredis.Redis, rstore: RepoStore) -> Counter[str]:
+    """The totals hash itself: only what the fold put there."""
+    raw = await client.hgetall(rstore.keys.history_total)  # type: ignore[misc]
+    return Counter({k.decode(): int(v) for k, v in raw.items()})
+
+
+async def test_the_fold_moves_each_finished_minute_into_its_hour_and_the_totals_once(
+    real_store: Store, redis_url: str
+) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    rstore = await load(real_store, *(issue(n, "P1", "BACKENDCODER") for n in range(1, 9)))
+    agents = ["ann", "bo", "cy"]
+    hour = 2_000_000_000_000 // HOUR_MS  # minutes on both sides of an hour's end, in 2033
+    minutes = [hour * 60 - 2, hour * 60 - 1, hour * 60, hour * 60 + 1]
+    for i, minute in enumerate(minutes):
+        await advance_history_to(client, rstore, minute * MINUTE_MS)
+        await a_minute_of_traffic(rstore, i, agents)
+        assert await real_store.samples.claim_minute(minute)
+        await rstore.record_sample(minute * MINUTE_MS, {1: 4 + i}, 0)
+
+    async def check(minutes_folded: int) -> None:
+        """Hours and totals as read equal the minutes' events (and the hours' samples),
+        whatever was folded; the totals hash holds exactly the folded minutes."""
+        counts = await rstore.history_minutes(minutes[0], minutes[-1] + 2)
+        every = summed([events_of(c) for c in counts])
+        kinds = Counter(e.kind for e in await rstore.timeline(1000))
+        assert {k[3:]: v for k, v in every.items() if k.startswith("ev:")} == dict(kinds)
+        assert Counter(await rstore.history_totals()) == every
+        hours = await rstore.history_hours(hour - 1, hour)
+        by_hour = [summed(counts[:2]), summed(counts[2:])]
+        assert [Counter(h) for h in hours] == by_hour
+        folded = summed([events_of(c) for c in counts[:minutes_folded]])
+        assert await folded_totals(client, rstore) == folded
+
+    folds = [await rstore.fold_history()]  # the timeline's last minute may still count
+    await check(3)
+    folds.append(await rstore.fold_history())  # again: nothing folded twice
+    await check(3)
+    await a_minute_of_traffic(rstore, 4, agents)  # more in the minute not folded
+    assert (await rstore.history_minutes(minutes[-1], minutes[-1]))[0]["ev:claim"] >= 2 * 2
+    await check(3)
+    await advance_history_to(client, rstore, (minutes[-1] + 2) * MINUTE_MS)
+    folds += [await rstore.fold_history(), await rstore.fold_history()]
+    await check(4)
+    assert folds == [3, 0, 1, 0]
+    assert not await client.exists(rstore.keys.history_unfolded)
+    assert (await folded_totals(client, rstore))["ev:claim"] >= 5 * 2  # the traffic ran
+    await client.aclose()

@@ -45,7 +45,8 @@ SYNC_CONCURRENCY = 4
 #: hands out work again (agents heartbeat on their own clocks).
 #: Seconds between two appends of new audit entries to `audit.file`.
 AUDIT_EXPORT_INTERVAL_S = 5.0
-#: Seconds between two samples of the queues for the history (one per minute).
+#: Seconds between two samples of the queues for the history (one per minute), and
+#: between two folds of its finished minutes into hours and totals.
 HISTORY_SAMPLE_INTERVAL_S = 60.0
 #: Longest pause after repeated failed sync passes.
 MAX_SYNC_BACKOFF_S = 900.0
@@ -519,6 +520,17 @@ class Daemon:
         except BrokerError as e:
             logger.warning("history sample not taken: %s", e)
 
+    async def fold_history(self) -> None:
+        """Each minute: every repository's finished history minutes folded into their hours
+        and the totals, once (store/history.py; a pass that fails is redone by the next)."""
+        if not self.is_leader:
+            return
+        for rstore in self.store.repos.values():
+            try:
+                await rstore.fold_history()
+            except BrokerError as e:
+                logger.warning("history of %s not folded: %s", rstore.repository, e)
+
     async def export_audit(self) -> None:
         """Append new audit entries to `audit.file` (the leader only)."""
         if not self.is_leader or self.audit_file is None:
@@ -571,6 +583,7 @@ class Daemon:
             (self.progress_all, self.settings.progress.check_interval_s),
             (self.export_audit, AUDIT_EXPORT_INTERVAL_S),
             (self.sample_history, HISTORY_SAMPLE_INTERVAL_S),
+            (self.fold_history, HISTORY_SAMPLE_INTERVAL_S),
         ]
         for func, seconds in jobs:
             # A slow pass is never overlapped by the next one: the job skips a tick while its

@@ -442,13 +442,15 @@ end
 
 -- History: every event on the timeline is counted in the minute of its stream entry's id, so
 -- a chart's count is the timeline's count by construction (store/history.py reads them).
--- Each count goes to three hashes: the minute's (`history:{minute}`, for history_minute_s),
--- the hour's (`history:h:{hour}`, what a 24 h chart reads, for history_hour_s) and the
--- running totals (`history:total`, /metrics). Fields: `ev:<kind>`; a hand-out's
--- `claim:<type>`; a development hand-out's time since its task became claimable
--- (`wait:<le>` per bucket, `wait:ms`); a completed development task's time from its claim
--- (`pr:<le>`, `pr:ms`); per agent, lease ends `a:<agent>:ok` | `a:<agent>:fail` and its
--- completed tasks' time `a:<agent>:ms`. Bucket bounds (s) as the Prometheus histograms'.
+-- A count goes to the minute's hash only (`history:m:{minute}`, for history_minute_s), and
+-- the minute is marked unfolded (`history:unfolded`): the leader folds finished minutes into
+-- the hour's hash (`history:h:{hour}`, what a 24 h chart reads) and the running totals
+-- (`history:total`, /metrics) once (history_fold.lua); readers add the unfolded minutes.
+-- Fields: `ev:<kind>`; a hand-out's `claim:<type>`; a development hand-out's time since
+-- its task became claimable (`wait:<le>` per bucket, `wait:ms`); a completed development
+-- task's time from its claim (`pr:<le>`, `pr:ms`); per agent, lease ends `a:<agent>:ok` |
+-- `a:<agent>:fail` and its completed tasks' time `a:<agent>:ms`. Bucket bounds (s) as the
+-- Prometheus histograms'.
 local HISTORY_LE_S = {1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
 local AGENT_END = {completed = 'ok', failed = 'fail', abandoned = 'fail', expired = 'fail'}
 
@@ -502,26 +504,22 @@ local function history_fields(C, at_ms, kind, n, agent, detail, facts)
   return out
 end
 
--- A minute's or an hour's hash is only written during that minute or hour, so its time to
--- live is set when it is created (the event's first field, `ev:<kind>`, is new in it: a new
--- hash always is) rather than on every event: the same end within that minute or hour.
+-- A minute's hash is only counted in during that minute, so its time to live is set, and
+-- the minute marked unfolded, when the event's first field (`ev:<kind>`) is new in it (a
+-- new hash always is) rather than on every event.
 local function history_count(C, entry_id, kind, n, agent, detail, facts)
   local at_ms = tonumber(string.match(entry_id, '^(%d+)'))
-  local minute = C.history .. math.floor(at_ms / 60000)
-  local hour = C.history_hour .. math.floor(at_ms / 3600000)
+  local minute = math.floor(at_ms / 60000)
+  local key = C.history .. minute
   local fields = history_fields(C, at_ms, kind, n, agent, detail, facts)
-  local by = arg(fields[2])
-  local new_minute = redis.call('HINCRBY', minute, fields[1], by) == fields[2]
-  local new_hour = redis.call('HINCRBY', hour, fields[1], by) == fields[2]
-  redis.call('HINCRBY', C.history_total, fields[1], by)
+  local new_minute = redis.call('HINCRBY', key, fields[1], arg(fields[2])) == fields[2]
   for i = 3, #fields, 2 do
-    by = arg(fields[i + 1])
-    redis.call('HINCRBY', minute, fields[i], by)
-    redis.call('HINCRBY', hour, fields[i], by)
-    redis.call('HINCRBY', C.history_total, fields[i], by)
+    redis.call('HINCRBY', key, fields[i], arg(fields[i + 1]))
   end
-  if new_minute then redis.call('EXPIRE', minute, C.history_minute_s_arg) end
-  if new_hour then redis.call('EXPIRE', hour, C.history_hour_s_arg) end
+  if new_minute then
+    redis.call('EXPIRE', key, C.history_minute_s_arg)
+    redis.call('ZADD', C.history_unfolded, arg(minute), arg(minute))
+  end
 end
 
 -- Append an event to the repository's timeline stream (the dashboard's "recent events").

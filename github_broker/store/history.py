@@ -2,6 +2,12 @@
 `_lib.lua` `timeline` in the same step as the event), the leader's samples of its queue,
 the running totals; and the deployment's record of the minutes it sampled.
 
+An event is counted in its minute's hash only; the leader folds each finished minute into
+its hour's hash and the totals once (`fold_history`, history_fold.lua), and the readers of
+hours and totals add the minutes not folded yet, so a figure is the same before and after
+a fold. A minute left unfolded longer than its hash lives (no leader for 24 h) loses its
+events from the hours and the totals.
+
 Fields of each hash (`ev:` and the rest are added by the Lua, `q:` and `waiting` by
 `record_sample`):
 
@@ -15,7 +21,8 @@ Fields of each hash (`ev:` and the rest are added by the Lua, `q:` and `waiting`
                      from the claim, as ``wait``; ``pr:ms`` their sum (ms)
 ``a:<agent>:ok``     the agent's completed leases; ``:fail`` its failed, abandoned and
                      expired ones; ``:ms`` the time its completed tasks took (ms)
-``q:P<n>``           ready tasks of priority n at the sample (hours: summed over samples)
+``q:P<n>``           ready tasks of priority n at the sample (hours: summed over samples;
+                     written to the hour by the sample, never folded)
 ``waiting``          work waiting on a person at the sample (hours: summed; the number
                      of samples is the number of minutes `HistorySamples` holds)
 ===================  ==================================================================
@@ -29,6 +36,9 @@ grows with the agents ever seen.
 
 from __future__ import annotations
 
+from collections import Counter
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from github_broker.keys import GlobalKeys
@@ -46,6 +56,8 @@ MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 #: Priorities counted per sample (P0 ... P9); lower ones count as P9.
 SAMPLE_PRIORITIES = 10
+#: Most minutes one fold takes (a leader back after a long absence catches up over several).
+FOLD_MINUTES_MAX = 240
 
 #: One hash of counts: field -> value.
 Counts = dict[str, int]
@@ -53,6 +65,20 @@ Counts = dict[str, int]
 
 def _counts(raw: dict[Any, Any]) -> Counts:
     return {as_text(k): int(v) for k, v in raw.items()}
+
+
+def is_sample(field: str) -> bool:
+    """A queue sample's field: summed into its hour by the sample, never folded."""
+    return field.startswith("q:") or field == "waiting"
+
+
+def _events(counts: Counts) -> Counts:
+    return {k: v for k, v in counts.items() if not is_sample(k)}
+
+
+@cache
+def _fold_source() -> str:
+    return (resources.files("github_broker") / "lua" / "history_fold.lua").read_text("utf-8")
 
 
 class History(RepoBase):
@@ -65,13 +91,59 @@ class History(RepoBase):
 
     @translate_errors
     async def history_hours(self, first: int, last: int) -> list[Counts]:
-        """The counts of hours `first` .. `last` (epoch ms // 3600000), oldest first."""
-        return await self._hashes([self.keys.history_hour(h) for h in range(first, last + 1)])
+        """The counts of hours `first` .. `last` (epoch ms // 3600000), oldest first: the
+        folded ones and the events of their minutes not folded yet."""
+        keys = [self.keys.history_hour(h) for h in range(first, last + 1)]
+        minutes, hours = await self._with_unfolded(keys, first * 60, (last + 1) * 60 - 1)
+        out = [Counter(h) for h in hours]
+        for minute, counts in minutes.items():
+            out[minute // 60 - first].update(counts)
+        return [dict(c) for c in out]
 
     @translate_errors
     async def history_totals(self) -> Counts:
-        """The counts since the start (the same fields, no samples)."""
-        return _counts(await awaited(self.client.hgetall(self.keys.history_total)))
+        """The counts since the start (the same fields, no samples): the folded ones and the
+        events of the minutes not folded yet."""
+        minutes, (totals,) = await self._with_unfolded([self.keys.history_total])
+        out = Counter(totals)
+        for counts in minutes.values():
+            out.update(counts)
+        return dict(out)
+
+    async def _with_unfolded(
+        self, keys: list[str], first: int | str = "-inf", last: int | str = "+inf"
+    ) -> tuple[dict[int, Counts], list[Counts]]:
+        """The hashes `keys` and, read with them in one transaction, which minutes among
+        `first` .. `last` are unfolded; then those minutes' events. Each event is counted
+        once: a fold after the transaction is not in the hashes read, and leaves the
+        minutes' hashes as they are; a later read finds at least as much."""
+        # Plain commands: redis-py's Cluster transactions call these replies' parsers with
+        # arguments they do not take.
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.execute_command("ZRANGEBYSCORE", self.keys.history_unfolded, first, last)
+            for key in keys:
+                pipe.execute_command("HGETALL", key)
+            unfolded, *hashes = await pipe.execute()
+        minutes = [int(as_text(m)) for m in unfolded]
+        counts = await self._hashes([self.keys.history_minute(m) for m in minutes])
+        return (
+            {m: _events(c) for m, c in zip(minutes, counts, strict=True)},
+            [_counts(h) for h in hashes],
+        )
+
+    @translate_errors
+    async def fold_history(self, most: int = FOLD_MINUTES_MAX) -> int:
+        """Fold the finished unfolded minutes (at most `most`) into their hours and the
+        totals, each once (history_fold.lua); the number folded."""
+        script = self.client.register_script(_fold_source())
+        keys = [self.keys.history_unfolded, self.keys.history_total, self.keys.timeline]
+        args = [
+            self.keys.history_minute_prefix,
+            self.keys.history_hour_prefix,
+            HISTORY_HOUR_TTL_S,
+            most,
+        ]
+        return int(await script(keys=keys, args=args))
 
     async def _hashes(self, keys: list[str]) -> list[Counts]:
         async with self.client.pipeline(transaction=False) as pipe:

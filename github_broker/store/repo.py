@@ -14,7 +14,7 @@ from github_broker.store.checks import ChecksStore
 from github_broker.store.control import ControlStore
 from github_broker.store.ended import EndedLeases
 from github_broker.store.graph import GraphStore
-from github_broker.store.history import HISTORY_HOUR_TTL_S, HISTORY_MINUTE_TTL_S, History
+from github_broker.store.history import HISTORY_MINUTE_TTL_S, History
 from github_broker.store.leases import LeaseRegistry
 from github_broker.store.mirror import IssueMirror
 from github_broker.store.reviews import ReviewStore
@@ -160,8 +160,7 @@ def _key_context(keys: RepoKeys) -> dict[str, Any]:
         "sync": keys.sync,
         "sync_pages": keys.sync_pages,
         "history": keys.history_minute_prefix,
-        "history_hour": keys.history_hour_prefix,
-        "history_total": keys.history_total,
+        "history_unfolded": keys.history_unfolded,
         "deps": keys.graph_deps,
         "dependents": keys.graph_dependents,
         "dep_state": keys.graph_state,
@@ -176,7 +175,6 @@ def _rule_context(settings: Settings) -> dict[str, Any]:
     return {
         "timeline_max": TIMELINE_MAX,
         "history_minute_s": HISTORY_MINUTE_TTL_S,
-        "history_hour_s": HISTORY_HOUR_TTL_S,
         "in_progress": settings.labels.in_progress,
         "needs_review": settings.labels.needs_review,
         "lease_ms": settings.leases.lease_ttl_s * 1000,
