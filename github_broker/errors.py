@@ -145,3 +145,10 @@ PROBLEM_JSON: dict[str, Any] = {
 BODY_LIMIT_RESPONSE: dict[int | str, dict[str, Any]] = {
     413: {"description": "The body is larger than server.max_body_bytes.", "content": PROBLEM_JSON}
 }
+
+
+def in_words(e: BrokerError) -> str:
+    """A broker error as a person reads it on a page: what failed, then the detail (the
+    store's errors, whatever their kind, read "Redis unavailable")."""
+    what = "Redis unavailable" if isinstance(e, StoreUnavailable) else type(e).__name__
+    return f"{what}: {e}"

@@ -131,7 +131,7 @@ def test_dashboard_says_when_redis_is_down(make_settings: Callable[..., Settings
     )
     with TestClient(create_app(settings)) as c:
         r = c.get("/ui")
-    assert r.status_code == 503 and "StoreUnavailable" in r.text
+    assert r.status_code == 503 and "Redis unavailable: connection refused" in r.text
     assert 'http-equiv="refresh"' in r.text
 
 

@@ -122,7 +122,12 @@ async def test_explains_next_is_the_claims_pick_for_fresh_cooled_down_and_limite
     ]
     for agent, roles, repositories in cases:
         verdicts = await explain(
-            store, store.settings, agent_id=agent, roles=roles, repositories=repositories
+            store,
+            store.settings,
+            agent_id=agent,
+            roles=roles,
+            repositories=repositories,
+            share=tasks.walk.share,  # the serving process's turns, as the API's explain
         )
         predicted = the_next(verdicts)
         if agent == "a1" and roles is None:
@@ -197,7 +202,12 @@ async def test_explain_and_the_claim_never_disagree_over_random_backlogs_and_his
         roles = rng.choice([None, [ROLES[0]], [ROLES[1]], ROLES])
         repositories = rng.choice([None, None, [REPOS[0]], [REPOS[1]]])
         verdicts = await explain(
-            store, store.settings, agent_id=agent, roles=roles, repositories=repositories
+            store,
+            store.settings,
+            agent_id=agent,
+            roles=roles,
+            repositories=repositories,
+            share=tasks.walk.share,  # the serving process's turns, as the API's explain
         )
         predicted = the_next(verdicts)
         actual = await claim_next(tasks, agent, roles, repositories)

@@ -237,7 +237,8 @@ elseif action == 'retry' then
     redis.call('HDEL', C.kept_away, n)
     parts[#parts + 1] = 'agents it was revoked from may take it again'
   end
-  parts[#parts + 1] = retry_usage(ARGV[6])
+  local usage = retry_usage(ARGV[6])
+  if usage ~= '' then parts[#parts + 1] = usage end
   local state_key = C.review_state .. n
   if redis.call('HGET', state_key, 'needs_human') == '1' then
     redis.call('HDEL', state_key, 'needs_human', 'fix_rounds')
@@ -272,6 +273,10 @@ elseif action == 'retry' then
     parts[#parts + 1] = 'task of ' .. h[1] .. ' resumed'
   elseif not h and requeue(n) then
     parts[#parts + 1] = 'back in the pool'
+  elseif not h and labelled then
+    -- The sync dropped its task while the label said a person must act: the next sync after
+    -- the label's removal brings it back.
+    parts[#parts + 1] = 'back in the pool at the next sync after the label is removed'
   end
   if #parts == 1 and parts[1] == '' then return done('nothing to retry on #' .. n, h and h[1]) end
   if parts[1] == '' then table.remove(parts, 1) end

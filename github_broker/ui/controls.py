@@ -17,7 +17,14 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from github_broker.errors import PROBLEM_JSON, BrokerError, Forbidden, InvalidRequest, NotFound
+from github_broker.errors import (
+    PROBLEM_JSON,
+    BrokerError,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    in_words,
+)
 from github_broker.models import MAX_NUMBER, ActionAnswer, Actor
 from github_broker.settings import AGENT_ID_RE
 from github_broker.steering.actions import MAX_TEXT, ActionResult, Steering
@@ -317,13 +324,13 @@ def refused(outcome: str) -> bool:
 def _unavailable(request: Request, e: BrokerError) -> Response:
     if _wants_json(request):
         return JSONResponse(
-            {"detail": f"{type(e).__name__}: {e}", "reason": "unavailable"},
+            {"detail": in_words(e), "reason": "unavailable"},
             status_code=503,
             headers={"Retry-After": "2"},
         )
     # Not the page that reloads itself: a reload of a POST's answer would GET the action.
     message = (
-        f"Redis could not be reached or failed ({type(e).__name__}: {e}); see the audit log "
+        f"Redis could not be reached or failed ({in_words(e)}); see the audit log "
         "for whether the action was done before trying again."
     )
     return HTMLResponse(render("refused.html", message=message), status_code=503)

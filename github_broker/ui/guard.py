@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 
-from github_broker.errors import BrokerError
+from github_broker.errors import BrokerError, in_words
 from github_broker.models import Actor
 from github_broker.steering.authority import described
 from github_broker.store.logins import Throttle
@@ -165,4 +165,4 @@ def strict_cookie(
 
 
 def unavailable(e: BrokerError) -> HTMLResponse:
-    return HTMLResponse(render("error.html", message=f"{type(e).__name__}: {e}"), status_code=503)
+    return HTMLResponse(render("error.html", message=in_words(e)), status_code=503)

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from github_broker.errors import PROBLEM_JSON, BrokerError
+from github_broker.errors import PROBLEM_JSON, BrokerError, in_words
 from github_broker.models import AGENT_ID_PATTERN
 from github_broker.store import Store
 from github_broker.ui import fragments, guard, views
@@ -170,7 +170,7 @@ async def _stream(
                 return
             yield _event("update", {"html": await render()})
         except BrokerError as e:
-            yield _event("trouble", {"detail": f"{type(e).__name__}: {e}"})
+            yield _event("trouble", {"detail": in_words(e)})
 
 
 def _problem(status: int, detail: str, reason: str, **headers: str) -> JSONResponse:
@@ -216,7 +216,7 @@ async def live(
     try:
         who = await guard.visitor(request)
     except BrokerError as e:
-        return _problem(503, f"{type(e).__name__}: {e}", "unavailable", **{"Retry-After": "2"})
+        return _problem(503, in_words(e), "unavailable", **{"Retry-After": "2"})
     if who is None or who.new_csrf_cookie is not None:
         # An open dashboard's page sets its CSRF cookie first: a stream without one was not
         # opened by it.
