@@ -57,7 +57,8 @@ Added by this project (no TTL unless said):
                                  leader makes these due at once
 ``reviewing``            set     issues whose labels (with pending writes) say needs-review
 ``review_state:{n}``     hash    dev_agent, pr, payload, reviewed, handled, fix_rounds,
-                                 review_done, needs_human, link (JSON: linked PR or null,
+                                 review_done, needs_human, merged_pr (the linked PR, once
+                                 seen merged), link (JSON: linked PR or null,
                                  due time), ci_rounds + ci_history (fix and rebase rounds
                                  from checks, leader/checks.py); deleted with the
                                  needs-review label

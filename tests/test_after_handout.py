@@ -113,6 +113,28 @@ async def test_a_development_task_completed_without_a_pr_goes_back_to_the_pool_a
             assert again.task_type == TaskType.DEVELOPMENT
 
 
+async def test_a_merged_pr_never_sends_its_still_open_issue_back_to_development(
+    redis_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """Between a PR's merge and its issue's close (or when the PR closes nothing), the PR is no
+    longer open and its branch is in main: that is work done, not work missing. Before, the
+    review upkeep took it for "no PR and no commit" and handed the issue out again."""
+    with simulated(two_priorities()) as sim:
+        async with running_world(
+            sim, redis_url, make_settings, review=REVIEW, progress={"no_pr_grace_s": 0.0}
+        ) as world:
+            await reviewed(world, sim)
+            (pull,), _ = sim.state.list_pulls("acme", "widgets", head="acme:feature/issue-1")
+            sim.state.merge_pull("acme", "widgets", pull["number"], user="maintainer")
+            for _ in range(3):
+                await world.tick()
+            handed = [await world.ask(f"dev-{i}") for i in (2, 3)]
+            assert [(t.issue_id, t.task_type.value) for t in handed if t is not None] == [
+                (2, "development")
+            ], world.labels(1)
+            assert "needs-review" in world.labels(1)
+
+
 async def test_a_quiet_lease_is_flagged_stalled_once_with_evidence_and_clears_on_a_push(
     redis_url: str, make_settings: Callable[..., Settings]
 ) -> None:

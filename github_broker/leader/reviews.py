@@ -224,7 +224,7 @@ class ReviewKeeper:
         if due > time.time() * 1000:
             report.next_due[issue.number] = due
             return
-        if state.get("no_pr") == "1":
+        if state.get("no_pr") == "1" or await self._merged(repo, rstore, issue.number, state):
             return
         branch = self.rules.branch(issue)
         ahead = await self._commits_ahead(repo, rstore, branch) if branch else None
@@ -242,6 +242,24 @@ class ReviewKeeper:
         if done.reindex:
             labels = [lab for lab in issue.labels if lab != self.settings.labels.needs_review]
             await self.reindex(rstore, issue.model_copy(update={"labels": labels}))
+
+    async def _merged(
+        self, repo: Repository, rstore: RepoStore, n: int, state: dict[str, str]
+    ) -> bool:
+        """Whether the PR last linked to issue `n` was merged (remembered in its review state:
+        the link is cleared once the PR is no longer open): its work is done (GitHub closes
+        the issue, the sync hears it), not missing. Without this, the issue went back to the
+        pool as development between the merge and its close (its branch is in main then)."""
+        if state.get("merged_pr"):
+            return True
+        link = json.loads(state.get("link") or "{}")
+        if not link.get("pr"):
+            return False
+        pull = await asyncio.to_thread(self.gateway.pull, repo.full_name, int(link["pr"]))
+        if not (pull and pull.get("merged")):
+            return False
+        await rstore.mark_review_state(n, "merged_pr", str(link["pr"]))
+        return True
 
     async def _commits_ahead(self, repo: Repository, rstore: RepoStore, branch: str) -> int | None:
         """How many commits `branch` has beyond the repository's base branch."""
