@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from github_broker.clock import ms_from_iso, now_ms, span
@@ -330,19 +331,7 @@ class ProgressKeeper:
         branches = await rstore.task_branches([f"development:{n}" for n in numbers])
         pulls = await asyncio.to_thread(self.gateway.open_pulls, repo.full_name)
         report.github_calls += 1
-
-        def pull_of(n: int) -> dict[str, Any] | None:
-            branch = branches.get(f"development:{n}")
-            return next(
-                (
-                    p
-                    for p in pulls
-                    if (branch and p["head"]["ref"] == branch)
-                    or any(int(m.group(1)) == n for m in CLOSING_RE.finditer(p.get("body") or ""))
-                ),
-                None,
-            )
-
+        pull_of = partial(_pull_of, pulls, branches)
         for n, agent in recovering.items():
             pull = pull_of(n)
             what = f"PR #{pull['number']}" if pull is not None else ""
@@ -451,3 +440,19 @@ def _after_claim(updated_at: str, lease: LeaseInfo) -> bool:
         return ms_from_iso(updated_at) >= lease.claimed_ms // 1000 * 1000
     except ValueError:
         return False
+
+
+def _pull_of(
+    pulls: list[dict[str, Any]], branches: dict[str, str], n: int
+) -> dict[str, Any] | None:
+    """The open PR of issue `n`'s development branch, or one whose body closes it."""
+    branch = branches.get(f"development:{n}")
+    return next(
+        (
+            p
+            for p in pulls
+            if (branch and p["head"]["ref"] == branch)
+            or any(int(m.group(1)) == n for m in CLOSING_RE.finditer(p.get("body") or ""))
+        ),
+        None,
+    )

@@ -129,17 +129,7 @@ class AgentState:
         commands = _mutex_commands(
             key, token, hold_s, self.global_keys.agent_repos(agent_id), keep_ms, first
         )
-        try:
-            replies = await self._take_mutex(agent_id, commands, time.monotonic() + hold_s)
-        except TimeoutError as e:
-            self._release_mutex_later(key, token)
-            raise StoreUnavailable(f"Redis did not answer within {self.call_timeout_s:g}s") from e
-        except (redis.exceptions.RedisError, OSError) as e:
-            self._release_mutex_later(key, token)
-            raise StoreUnavailable(redis_problem(e)) from e
-        except asyncio.CancelledError:
-            self._release_mutex_later(key, token)
-            raise
+        replies = await self._taken(agent_id, key, token, commands, hold_s)
         seconds, micros = replies[0]
         fence_ms = int(seconds) * 1000 + int(micros) // 1000 + int(hold_s * 1000)
         noted = (as_text(x) for x in replies[3]) if keep_ms else ()
@@ -155,6 +145,22 @@ class AgentState:
         finally:
             if not unanswered:
                 self._release_mutex_soon(key, token)
+
+    async def _taken(
+        self, agent_id: str, key: str, token: str, commands: list[tuple[Any, ...]], hold_s: float
+    ) -> list[Any]:
+        """`_take_mutex`'s replies; a SET that got no answer is released in the background."""
+        try:
+            return await self._take_mutex(agent_id, commands, time.monotonic() + hold_s)
+        except TimeoutError as e:
+            self._release_mutex_later(key, token)
+            raise StoreUnavailable(f"Redis did not answer within {self.call_timeout_s:g}s") from e
+        except (redis.exceptions.RedisError, OSError) as e:
+            self._release_mutex_later(key, token)
+            raise StoreUnavailable(redis_problem(e)) from e
+        except asyncio.CancelledError:
+            self._release_mutex_later(key, token)
+            raise
 
     async def _take_mutex(
         self, agent_id: str, commands: list[tuple[Any, ...]], deadline: float
