@@ -415,15 +415,12 @@ class Daemon:
         hold-back and decisions written back) and its own copy of the decisions, read only
         while the data is whole (the first repository's mirror stands). So whichever process
         leads after a loss rebuilds as the old leader would have."""
+        names = [r.full_name for r in self.settings.repositories]
+        unseen = [n for n in names if n not in self.syncer.seen_complete]
         with contextlib.suppress(BrokerError):
-            for repo in self.settings.repositories:
-                name = repo.full_name
-                if name not in self.syncer.seen_complete:
-                    if not await self.store.repo(name).mirror_rebuilt():
-                        break  # the others are not built yet either, or were lost
-                    self.syncer.seen_complete.add(name)
-            first = self.settings.repositories[:1]
-            if first and await self.store.repo(first[0].full_name).mirror_rebuilt():
+            if unseen:  # one round trip, and none once every mirror was seen built
+                self.syncer.seen_complete.update(await self.store.mirrors_built(unseen))
+            if names and await self.store.mirrors_built(names[:1]):
                 self._decisions = await self.store.decisions()
 
     async def _restore_decisions(self) -> None:
