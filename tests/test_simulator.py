@@ -113,20 +113,21 @@ def test_pygithub_lists_1000_issues_across_pages() -> None:
         assert sim.stats.snapshot()["by_route"]["GET /repos/{owner}/{repo}/issues"] == 10
 
 
-def test_paging_10000_issues_over_http_is_fast() -> None:
+def test_paging_10000_issues_over_http_lists_each_issue_once() -> None:
+    """Its speed is the bench's (`make bench`, sync group), not a timed assertion here."""
     seed = {"repositories": [{"owner": OWNER, "name": REPO, "issues": generate_issues(10_000)}]}
     with Simulator(seed) as sim, requests.Session() as http:
         http.headers.update(AUTH)
         next_url: str | None = url(sim, f"/repos/{OWNER}/{REPO}/issues?per_page=100")
         numbers: list[int] = []
-        start = time.monotonic()
+        pages = 0
         while next_url:
             page = http.get(next_url)
+            pages += 1
             numbers += [issue["number"] for issue in page.json()]
             next_url = page.links.get("next", {}).get("url")
-        elapsed = time.monotonic() - start
+    assert pages == 100
     assert len(numbers) == 10_000 and len(set(numbers)) == 10_000
-    assert elapsed < 5, f"100 pages took {elapsed:.2f}s"
 
 
 def test_urls_follow_the_host_the_client_used(sim: Simulator) -> None:

@@ -441,8 +441,11 @@ def test_race_with_the_leader_killed_and_stalled_hands_nothing_out_twice(
 
             restarting = threading.Thread(target=restart)
             restarting.start()
+            # The agents race on meanwhile; the stall waits for the restart to be up (a
+            # process stopped while it starts is told apart from a stall by nobody).
+            restarting.join(timeout=60)
             stalled = wait_until(
-                lambda: (b := leading(client, brokers)) is not victim and b, 15, "a new leader"
+                lambda: (b := leading(client, brokers)) is not victim and b, 30, "a new leader"
             )
             signal_all(stalled, signal.SIGSTOP)  # longer than the leader TTL (3 s)
             stopped, stalled_at = stalled, time.monotonic() - started
