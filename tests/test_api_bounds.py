@@ -60,9 +60,10 @@ def app(
             "admin_token": "adm",
             **overrides.pop("server", {}),
         }
-        settings = make_settings(
-            redis={"url": redis_url}, github=github, server=server, **overrides
-        )
+        # Generous Redis bounds: these tests are about HTTP answers, and a worker starved of
+        # CPU by the rest of the suite once took over the 1 s connect bound to reach Redis.
+        redis_cfg = {"url": redis_url, "connect_timeout_s": 5.0, "socket_timeout_s": 5.0}
+        settings = make_settings(redis=redis_cfg, github=github, server=server, **overrides)
         if sync:
             _synced(settings)
         return TestClient(create_app(settings))
