@@ -336,6 +336,34 @@ STALL_SOCKET_TIMEOUT_S = 0.2
 STALL_HOLD_S = STALL_SOCKET_TIMEOUT_S * (4 + 1 + 4 * 2 + 10 + 1)
 
 
+#: The repositories of the proxy tests: P claims in widgets, Q in gadgets.
+PROXIED = {"acme/widgets": 3, "acme/gadgets": 3}
+
+
+@contextmanager
+def behind_a_proxy(
+    client: redis.Redis, redis_url: str, tmp_path: Path
+) -> Iterator[tuple[RedisProxy, BrokerProcess, BrokerProcess, ThreadPoolExecutor]]:
+    """Two brokers on PROXIED: P reaches Redis through a proxy that can stall it, Q directly;
+    a thread to ask P from while the test watches."""
+    port = client.connection_pool.connection_kwargs["port"]
+    with (
+        RedisProxy(port) as proxy,
+        simulator(PROXIED) as sim,
+        brokers(
+            sim,
+            redis_url,
+            tmp_path,
+            PROXIED,
+            2,
+            urls=[proxy.url, redis_url],
+            GITHUB_BROKER_REDIS__SOCKET_TIMEOUT_S=str(STALL_SOCKET_TIMEOUT_S),
+        ) as (p, q),
+        ThreadPoolExecutor(max_workers=1) as pool,
+    ):
+        yield proxy, p, q, pool
+
+
 def test_a_claim_reaching_redis_after_the_mutex_hold_is_refused_and_the_agent_holds_one_lease(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -345,22 +373,8 @@ def test_a_claim_reaching_redis_after_the_mutex_hold_is_refused_and_the_agent_ho
     clock, not later. Then P's claim reaches Redis, after the hold: Redis refuses it (the
     fence, claim.lua's OUTLIVED), and the agent holds Q's lease alone. Without the fence,
     P's claim ran and the agent held two leases."""
-    counts = {"acme/widgets": 3, "acme/gadgets": 3}
     client = redis.Redis.from_url(redis_url)
-    with (
-        RedisProxy(client.connection_pool.connection_kwargs["port"]) as proxy,
-        simulator(counts) as sim,
-        brokers(
-            sim,
-            redis_url,
-            tmp_path,
-            counts,
-            2,
-            urls=[proxy.url, redis_url],
-            GITHUB_BROKER_REDIS__SOCKET_TIMEOUT_S=str(STALL_SOCKET_TIMEOUT_S),
-        ) as (p, q),
-        ThreadPoolExecutor(max_workers=1) as pool,
-    ):
+    with behind_a_proxy(client, redis_url, tmp_path) as (proxy, p, q, pool):
         proxy.arm("a1")
         pending = pool.submit(ask, p.url, "a1", repositories=["acme/widgets"])
         wait_until(proxy.holding, 10, "P's claim script for a1 held by the proxy")
@@ -375,7 +389,7 @@ def test_a_claim_reaching_redis_after_the_mutex_hold_is_refused_and_the_agent_ho
         assert took < STALL_HOLD_S + 2.0, f"Q answered after {took:.1f}s"
         proxy.release()
         assert proxy.answered.wait(10), "Redis never answered P's held claim"
-        held = live_leases(client, "a1", list(counts))
+        held = live_leases(client, "a1", list(PROXIED))
         assert held == [("acme/gadgets", other.json()["issue_id"])], f"two live leases: {held}"
         reply = proxy.held_reply
         assert isinstance(reply, RespError) and reply.startswith(b"OUTLIVED"), reply
@@ -394,22 +408,8 @@ def test_a_claim_left_unanswered_keeps_the_agents_mutex_until_its_fence(
     reach Redis before the fence. The agent asks Q for gadgets: Q waits for the hold to run
     out, then P's claim lands and is refused. Before, P released the mutex at once, Q claimed
     at once, and P's claim landed inside its fence: the agent held two leases."""
-    counts = {"acme/widgets": 3, "acme/gadgets": 3}
     client = redis.Redis.from_url(redis_url)
-    with (
-        RedisProxy(client.connection_pool.connection_kwargs["port"]) as proxy,
-        simulator(counts) as sim,
-        brokers(
-            sim,
-            redis_url,
-            tmp_path,
-            counts,
-            2,
-            urls=[proxy.url, redis_url],
-            GITHUB_BROKER_REDIS__SOCKET_TIMEOUT_S=str(STALL_SOCKET_TIMEOUT_S),
-        ) as (p, q),
-        ThreadPoolExecutor(max_workers=1) as pool,
-    ):
+    with behind_a_proxy(client, redis_url, tmp_path) as (proxy, p, q, pool):
         proxy.arm("a1", one_connection=True)
         pending = pool.submit(ask, p.url, "a1", repositories=["acme/widgets"])
         wait_until(proxy.holding, 10, "P's claim script for a1 held by the proxy")
@@ -420,7 +420,7 @@ def test_a_claim_left_unanswered_keeps_the_agents_mutex_until_its_fence(
         assert other.json()["repository"] == "acme/gadgets"
         proxy.release()
         assert proxy.answered.wait(10), "Redis never answered P's held claim"
-        held = live_leases(client, "a1", list(counts))
+        held = live_leases(client, "a1", list(PROXIED))
         assert held == [("acme/gadgets", other.json()["issue_id"])], f"two live leases: {held}"
         reply = proxy.held_reply
         assert isinstance(reply, RespError) and reply.startswith(b"OUTLIVED"), reply
